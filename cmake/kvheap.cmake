@@ -1,0 +1,63 @@
+# Helpers shared by every chapter, test and benchmark CMakeLists.
+
+# Resolves KVHEAP_CUDA=auto|real|sim|off into KVHEAP_CUDA_MODE (real|sim|off) and enables what
+# that mode needs: nvcc and the CUDA runtime for real, only the toolkit's headers for sim.
+macro(kvheap_resolve_cuda_mode)
+  set(_mode "${KVHEAP_CUDA}")
+  if(NOT _mode MATCHES "^(auto|real|sim|off)$")
+    message(FATAL_ERROR "KVHEAP_CUDA must be auto, real, sim or off; got '${_mode}'")
+  endif()
+  if(_mode STREQUAL "auto")
+    include(CheckLanguage)
+    check_language(CUDA)
+    if(CMAKE_CUDA_COMPILER)
+      set(_mode real)
+    else()
+      set(_mode off)
+    endif()
+  endif()
+  if(_mode STREQUAL "real")
+    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+      set(CMAKE_CUDA_ARCHITECTURES 80 90)
+    endif()
+    enable_language(CUDA)
+    set(CMAKE_CUDA_STANDARD 20)
+    set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+    find_package(CUDAToolkit REQUIRED)
+  elseif(_mode STREQUAL "sim")
+    # The simulator compiles .cu files as C++; the toolkit still supplies cuda_fp16.h and
+    # cuda_bf16.h for the half types.
+    find_package(CUDAToolkit REQUIRED)
+  endif()
+  set(KVHEAP_CUDA_MODE "${_mode}")
+endmacro()
+
+# kvheap_add_chapter(<folder> SOURCES <files...> [LIBS <targets...>])
+# Adds the chapter's program as target ch<folder>, e.g. ch01_cpu_reference.
+function(kvheap_add_chapter folder)
+  cmake_parse_arguments(ARG "" "" "SOURCES;LIBS" ${ARGN})
+  set(target "ch${folder}")
+  add_executable(${target} ${ARG_SOURCES})
+  target_link_libraries(${target} PRIVATE kvheap_common ${ARG_LIBS})
+  set_target_properties(${target} PROPERTIES RUNTIME_OUTPUT_DIRECTORY "${CMAKE_BINARY_DIR}/bin")
+endfunction()
+
+# kvheap_add_test(<name> SOURCES <files...> [LIBS <targets...>])
+# Adds a GoogleTest executable and registers each of its tests with ctest.
+function(kvheap_add_test name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;LIBS" ${ARGN})
+  add_executable(${name} ${ARG_SOURCES})
+  target_link_libraries(${name} PRIVATE kvheap_common kvheap_test_support GTest::gtest_main
+                                        ${ARG_LIBS})
+  set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY "${CMAKE_BINARY_DIR}/tests")
+  gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60
+                       PROPERTIES ENVIRONMENT "KVHEAP_BIN_DIR=${CMAKE_BINARY_DIR}/bin")
+endfunction()
+
+# kvheap_add_bench(<name> SOURCES <files...> [LIBS <targets...>])
+function(kvheap_add_bench name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;LIBS" ${ARGN})
+  add_executable(${name} ${ARG_SOURCES})
+  target_link_libraries(${name} PRIVATE kvheap_common benchmark::benchmark ${ARG_LIBS})
+  set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY "${CMAKE_BINARY_DIR}/bench")
+endfunction()

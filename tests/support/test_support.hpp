@@ -1,0 +1,39 @@
+// Helpers shared by the test files: where the real checkpoints are, and relative comparisons.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <optional>
+#include <span>
+#include <string>
+
+namespace kvheap::test {
+
+/// \brief Directory holding stories260K.bin and tokenizer.bin, from KVHEAP_MODELS_DIR.
+///
+/// Returns nullopt when it is unset or missing the file; callers then skip with
+/// KVHEAP_REQUIRE_MODEL. Under CI (CI=true) a missing model is a failure, never a skip.
+std::optional<std::string> model_file(const std::string& name);
+
+/// \brief Largest |a-b| / max(|b|, floor) over two equal-length arrays.
+double max_rel_diff(std::span<const float> a, std::span<const float> b, double floor = 1.0);
+
+}  // namespace kvheap::test
+
+/// Binds `var` to the path of a file in KVHEAP_MODELS_DIR, or skips (fails under CI=true).
+#define KVHEAP_REQUIRE_MODEL(var, name)                                                     \
+  std::string var;                                                                          \
+  if (auto p_ = ::kvheap::test::model_file(name)) {                                         \
+    var = *p_;                                                                              \
+  } else if (::kvheap::test::running_in_ci()) {                                             \
+    FAIL() << "KVHEAP_MODELS_DIR must point at a folder with " << (name)                     \
+           << " in CI; tests that need a real checkpoint may not skip there";               \
+  } else {                                                                                  \
+    GTEST_SKIP() << "set KVHEAP_MODELS_DIR to a folder holding " << (name)                   \
+                 << " to run this test";                                                    \
+  }
+
+namespace kvheap::test {
+/// \brief True when the CI environment variable is set to a true value.
+bool running_in_ci();
+}  // namespace kvheap::test
