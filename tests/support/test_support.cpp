@@ -30,4 +30,14 @@ double max_rel_diff(std::span<const float> a, std::span<const float> b, double f
   return a.size() == b.size() ? worst : INFINITY;
 }
 
+double rel_inf_error(std::span<const float> a, std::span<const float> b) {
+  if (a.size() != b.size()) return INFINITY;
+  double diff = 0.0, scale = 0.0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    diff = std::max(diff, std::fabs(double{a[i]} - double{b[i]}));
+    scale = std::max(scale, std::fabs(double{b[i]}));
+  }
+  return scale > 0.0 ? diff / scale : diff;
+}
+
 }  // namespace kvheap::test

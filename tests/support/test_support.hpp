@@ -15,8 +15,15 @@ namespace kvheap::test {
 /// KVHEAP_REQUIRE_MODEL. Under CI (CI=true) a missing model is a failure, never a skip.
 std::optional<std::string> model_file(const std::string& name);
 
-/// \brief Largest |a-b| / max(|b|, floor) over two equal-length arrays.
+/// \brief Largest |a-b| / max(|b|, floor) over two equal-length arrays (element-wise).
 double max_rel_diff(std::span<const float> a, std::span<const float> b, double floor = 1.0);
+
+/// \brief max|a-b| / max|b|: the error relative to the reference vector's scale (infinity norm).
+///
+/// This is what "logits within relative 1e-5" means in kvheap's tests: a logit near zero may
+/// differ by rounding of the large ones it was computed alongside, so its own magnitude is not
+/// the right yardstick. Infinity when the sizes differ.
+double rel_inf_error(std::span<const float> a, std::span<const float> b);
 
 }  // namespace kvheap::test
 

@@ -1,0 +1,154 @@
+// The naive reservation policy and its attention (the CPU attention twin over contiguous rows).
+#include "chapters/01_cpu_reference/reserved_cache.hpp"
+
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <algorithm>
+
+#include "common/error.hpp"
+#include "kernels/attention.hpp"
+
+namespace kvheap::ch01 {
+
+using cpu::BF16Bits;
+using cpu::F16Bits;
+
+/// One sequence's reservation: K and V as raw bytes, [n_layers, max_seq_len, kv_dim] elements.
+struct ReservedCache::Reservation {
+  std::vector<unsigned char> k;
+  std::vector<unsigned char> v;
+  int length = 0;
+};
+
+namespace {
+
+template <class F>
+void with_kv_type(DType t, F&& f) {
+  switch (t) {
+    case DType::F32: f(float{}); break;
+    case DType::F16: f(F16Bits{}); break;
+    case DType::BF16: f(BF16Bits{}); break;
+  }
+}
+
+}  // namespace
+
+ReservedCache::ReservedCache(const ModelConfig& config, DType kv, std::size_t budget_bytes)
+    : config_(config), kv_(kv), budget_(budget_bytes) {
+  if (budget_ != 0 && budget_ < reservation_bytes())
+    throw ResourceError(fmt::format(
+        "KV budget of {:.3f} MB cannot hold even one sequence: reserving max_seq_len = {} tokens "
+        "at {} bytes/token needs {:.3f} MB",
+        budget_ / 1e6, config_.max_seq_len, kv_bytes_per_token(config_, kv_),
+        reservation_bytes() / 1e6));
+}
+
+ReservedCache::~ReservedCache() = default;
+
+std::size_t ReservedCache::reservation_bytes() const {
+  return kv_bytes_for_context(config_, kv_, config_.max_seq_len);
+}
+
+bool ReservedCache::can_admit() const {
+  return budget_ == 0 || bytes_reserved() + reservation_bytes() <= budget_;
+}
+
+int ReservedCache::admit() {
+  if (!can_admit())
+    throw ResourceError(fmt::format(
+        "KV budget exhausted: {} sequences already reserve {:.3f} MB of the {:.3f} MB budget and "
+        "one more needs {:.3f} MB",
+        bytes_reserved() / reservation_bytes(), bytes_reserved() / 1e6, budget_ / 1e6,
+        reservation_bytes() / 1e6));
+  auto r = std::make_unique<Reservation>();
+  r->k.resize(reservation_bytes() / 2);
+  r->v.resize(reservation_bytes() / 2);
+  auto free_it = std::find(slots_.begin(), slots_.end(), nullptr);
+  if (free_it != slots_.end()) {
+    *free_it = std::move(r);
+    return static_cast<int>(free_it - slots_.begin());
+  }
+  slots_.push_back(std::move(r));
+  return static_cast<int>(slots_.size()) - 1;
+}
+
+ReservedCache::Reservation& ReservedCache::slot_at(int slot) const {
+  if (slot < 0 || slot >= static_cast<int>(slots_.size()) || !slots_[slot])
+    throw InputError(fmt::format("KV slot {} is not admitted", slot));
+  return *slots_[slot];
+}
+
+void ReservedCache::release(int slot) {
+  (void)slot_at(slot);  // validates the id
+  slots_[slot].reset();
+}
+
+int ReservedCache::length(int slot) const { return slot_at(slot).length; }
+
+void ReservedCache::write(int layer, const Batch& batch, const float* k, const float* v) {
+  const long kv_dim = config_.kv_dim();
+  with_kv_type(kv_, [&](auto tag) {
+    using T = decltype(tag);
+    for (int i = 0; i < batch.size(); ++i) {
+      const BatchRow& row = batch.rows[i];
+      Reservation& r = slot_at(row.slot);
+      // [layer][pos][kv_dim] inside the slot's reservation.
+      const long offset = (static_cast<long>(layer) * config_.max_seq_len + row.pos) * kv_dim;
+      T* kd = reinterpret_cast<T*>(r.k.data()) + offset;
+      T* vd = reinterpret_cast<T*>(r.v.data()) + offset;
+      for (long e = 0; e < kv_dim; ++e) {
+        cpu::from_float(k[i * kv_dim + e], kd[e]);
+        cpu::from_float(v[i * kv_dim + e], vd[e]);
+      }
+      r.length = std::max(r.length, row.pos + 1);
+    }
+  });
+}
+
+void ReservedCache::attend(int layer, const Batch& batch, const float* q, float* out) {
+  const int n = batch.size();
+  const int group = config_.group_size();
+  const int hd = config_.head_dim;
+  const long kv_dim = config_.kv_dim();
+  long work = 0;  // multiply-adds of QK^T and PV, to decide whether threads pay off
+  for (const BatchRow& row : batch.rows) {
+    (void)slot_at(row.slot);
+    work += 2L * (row.pos + 1) * config_.q_dim();
+  }
+  with_kv_type(kv_, [&](auto tag) {
+    using T = decltype(tag);
+    // One work item per (row, KV head): each reads that head's K and V rows once for its group.
+#pragma omp parallel if (work >= (1L << 16))
+    {
+      std::vector<float> scores;
+#pragma omp for schedule(dynamic)
+      for (long item = 0; item < static_cast<long>(n) * config_.n_kv_heads; ++item) {
+        const int i = static_cast<int>(item / config_.n_kv_heads);
+        const int g = static_cast<int>(item % config_.n_kv_heads);
+        const BatchRow& row = batch.rows[i];
+        const Reservation& r = *slots_[row.slot];
+        const long base = static_cast<long>(layer) * config_.max_seq_len * kv_dim;
+        const cpu::ContiguousRows<T> rows{reinterpret_cast<const T*>(r.k.data()) + base,
+                                          reinterpret_cast<const T*>(r.v.data()) + base, kv_dim};
+        scores.resize(static_cast<std::size_t>(group) * (row.pos + 1));
+        const long qo = (static_cast<long>(i) * config_.n_heads + g * group) * hd;
+        cpu::attend_group<T>(q + qo, rows, row.pos + 1, g, group, hd, out + qo, scores.data());
+      }
+    }
+  });
+}
+
+std::size_t ReservedCache::bytes_reserved() const {
+  std::size_t n = 0;
+  for (const auto& s : slots_) n += s ? reservation_bytes() : 0;
+  return n;
+}
+
+std::size_t ReservedCache::bytes_used() const {
+  std::size_t n = 0;
+  for (const auto& s : slots_) n += s ? kv_bytes_for_context(config_, kv_, s->length) : 0;
+  return n;
+}
+
+}  // namespace kvheap::ch01

@@ -1,0 +1,42 @@
+#include "common/bandwidth.hpp"
+
+#include <omp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+
+namespace kvheap {
+
+std::size_t last_level_cache_bytes() {
+  long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  if (l3 > 0) return static_cast<std::size_t>(l3);
+  long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  return l2 > 0 ? static_cast<std::size_t>(l2) : 0;
+}
+
+BandwidthSample measure_read_bandwidth(std::size_t bytes, int repeats) {
+  if (bytes == 0) bytes = std::max<std::size_t>(8 * last_level_cache_bytes(), 256u << 20);
+  const long n = static_cast<long>(bytes / sizeof(float));
+  std::unique_ptr<float[]> buf(new float[n]);
+  // First touch from the threads that will read, so pages land where they are used.
+#pragma omp parallel for schedule(static)
+  for (long i = 0; i < n; ++i) buf[i] = static_cast<float>(i & 7);
+  BandwidthSample s;
+  s.bytes = static_cast<std::size_t>(n) * sizeof(float);
+  s.threads = omp_get_max_threads();
+  volatile float sink = 0.0f;
+  for (int r = 0; r < repeats; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    float total = 0.0f;
+#pragma omp parallel for simd schedule(static) reduction(+ : total)
+    for (long i = 0; i < n; ++i) total += buf[i];
+    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    sink = sink + total;
+    s.gbps = std::max(s.gbps, static_cast<double>(s.bytes) / sec / 1e9);
+  }
+  return s;
+}
+
+}  // namespace kvheap

@@ -1,0 +1,97 @@
+#include "common/cli.hpp"
+
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <iostream>
+
+#include "common/error.hpp"
+#include "common/token_ids.hpp"
+#include "common/tokenizer.hpp"
+
+namespace kvheap {
+
+void add_common_options(CLI::App& app, CommonOptions& o) {
+  app.add_option("--model", o.model,
+                 "Preset name (synthetic weights), llama2.c .bin file, or safetensors folder")
+      ->capture_default_str();
+  app.add_option("--tokenizer", o.tokenizer, "llama2.c tokenizer.bin for --prompt and text output");
+  app.add_option("--prompt", o.prompt, "Prompt text (needs --tokenizer)");
+  app.add_option("--prompt-ids", o.prompt_ids, "Prompt as comma-separated token ids, e.g. 1,403,407");
+  app.add_option("--max-new-tokens", o.max_new_tokens, "Tokens to generate at most")
+      ->capture_default_str();
+  app.add_option("--temperature", o.temperature, "Sampling temperature; 0 = greedy")
+      ->capture_default_str();
+  app.add_option("--top-p", o.top_p, "Nucleus sampling mass in (0, 1]")->capture_default_str();
+  app.add_option("--seed", o.seed, "Sampler seed")->capture_default_str();
+  app.add_option("--model-seed", o.model_seed, "Seed of synthetic weights for preset models")
+      ->capture_default_str();
+  app.add_option("--device", o.device, "Where to run: cpu or cuda")->capture_default_str();
+  app.add_option("--kv-dtype", o.kv_dtype, "KV cache element type: fp32, fp16 or bf16")
+      ->capture_default_str();
+  app.add_option("--kv-budget-mb", o.kv_budget_mb, "Cap on KV cache memory in MB; 0 = no cap")
+      ->capture_default_str();
+  app.add_option("--threads", o.threads, "CPU threads; 0 = all cores")->capture_default_str();
+  app.add_flag("--json", o.json, "Print one JSON object instead of the report");
+  app.add_flag("--ignore-eos", o.ignore_eos, "Do not stop at stop tokens (fixed-length runs)");
+}
+
+int run_cli(CLI::App& app, int argc, char** argv, const std::function<void()>& body) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << app.get_name() << ": " << e.what() << " (run with --help for usage)\n";
+    return 2;
+  }
+  try {
+    body();
+    return 0;
+  } catch (const UsageError& e) {
+    std::cerr << app.get_name() << ": " << e.what() << "\n";
+    return 2;
+  } catch (const Error& e) {
+    std::cerr << app.get_name() << ": " << e.what() << "\n";
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::cerr << app.get_name() << ": out of host memory; try a smaller model or --kv-budget-mb\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << app.get_name() << ": internal error: " << e.what() << "\n";
+    return 1;
+  }
+}
+
+std::vector<int> resolve_prompt(const CommonOptions& o, const ModelConfig& c, const Tokenizer* tok) {
+  if (!o.prompt.empty() && !o.prompt_ids.empty())
+    throw UsageError("give either --prompt or --prompt-ids, not both");
+  if (!o.prompt_ids.empty()) return parse_token_ids(o.prompt_ids, c.vocab_size);
+  if (!o.prompt.empty()) {
+    if (tok == nullptr)
+      throw UsageError("--prompt needs --tokenizer (a llama2.c tokenizer.bin), or give token ids "
+                       "with --prompt-ids");
+    return tok->encode(o.prompt, /*add_bos=*/true);
+  }
+  return {c.bos_id};
+}
+
+SamplerConfig sampler_config(const CommonOptions& o) {
+  SamplerConfig s;
+  s.temperature = o.temperature;
+  s.top_p = o.top_p;
+  s.seed = o.seed;
+  return s;
+}
+
+int apply_threads(const CommonOptions& o) {
+  if (o.threads < 0) throw UsageError(fmt::format("--threads must be >= 0, got {}", o.threads));
+  if (o.threads > 0) omp_set_num_threads(o.threads);
+  return omp_get_max_threads();
+}
+
+}  // namespace kvheap

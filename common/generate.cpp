@@ -1,0 +1,82 @@
+#include "common/generate.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "common/error.hpp"
+
+namespace kvheap {
+
+namespace {
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
+
+void check_generation_fits(std::size_t prompt_tokens, int max_new_tokens, const ModelConfig& c) {
+  if (prompt_tokens == 0)
+    throw InputError("the prompt is empty: give --prompt text or --prompt-ids with at least one "
+                     "token (e.g. the BOS id 1)");
+  if (prompt_tokens > static_cast<std::size_t>(c.max_seq_len))
+    throw InputError(fmt::format("the prompt has {} tokens but the model's context holds {} "
+                                 "(max_seq_len); shorten the prompt",
+                                 prompt_tokens, c.max_seq_len));
+  if (max_new_tokens < 0)
+    throw UsageError(fmt::format("--max-new-tokens must be >= 0, got {}", max_new_tokens));
+  // The last generated token is never fed back, so the context must hold prompt + new - 1.
+  const std::size_t room = static_cast<std::size_t>(c.max_seq_len) - prompt_tokens + 1;
+  if (static_cast<std::size_t>(max_new_tokens) > room)
+    throw UsageError(fmt::format("--max-new-tokens {} runs past the context: the prompt uses {} of "
+                                 "{} positions, so at most {} new tokens fit",
+                                 max_new_tokens, prompt_tokens, c.max_seq_len, room));
+}
+
+GenerationResult generate(const ForwardFn& forward, const ModelConfig& config, int slot,
+                          std::span<const int> prompt, const GenerationConfig& gen,
+                          const std::function<void(int)>& on_token) {
+  check_generation_fits(prompt.size(), gen.max_new_tokens, config);
+  GenerationResult res;
+  res.prompt.assign(prompt.begin(), prompt.end());
+  res.stop_reason = "max_new_tokens";
+  if (gen.max_new_tokens == 0) return res;
+  Sampler sampler(gen.sampling);
+
+  Batch batch;
+  for (std::size_t i = 0; i < prompt.size(); ++i)
+    batch.rows.push_back({prompt[i], slot, static_cast<int>(i), i + 1 == prompt.size()});
+  auto t0 = std::chrono::steady_clock::now();
+  std::span<const float> logits = forward(batch);
+  int next = sampler.sample(logits);
+  res.prefill_seconds = seconds_since(t0);
+
+  t0 = std::chrono::steady_clock::now();
+  while (true) {
+    const bool is_stop =
+        std::find(config.stop_ids.begin(), config.stop_ids.end(), next) != config.stop_ids.end();
+    if (is_stop && !gen.ignore_eos) {
+      res.stop_reason = "stop token";
+      break;
+    }
+    res.generated.push_back(next);
+    if (on_token) on_token(next);
+    if (static_cast<int>(res.generated.size()) == gen.max_new_tokens) break;
+    const int pos = static_cast<int>(prompt.size() + res.generated.size()) - 1;
+    batch.rows.assign(1, BatchRow{next, slot, pos, true});
+    logits = forward(batch);
+    next = sampler.sample(logits);
+    ++res.decode_steps;
+    res.decode_context += pos + 1;
+  }
+  res.decode_seconds = seconds_since(t0);
+  return res;
+}
+
+GenerationResult generate(CpuForward& fwd, KVCache& cache, int slot, std::span<const int> prompt,
+                          const GenerationConfig& gen, const std::function<void(int)>& on_token) {
+  return generate([&](const Batch& b) { return fwd.forward(b, cache); }, fwd.weights().config,
+                  slot, prompt, gen, on_token);
+}
+
+}  // namespace kvheap

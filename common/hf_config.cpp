@@ -1,0 +1,191 @@
+// config.json -> ModelConfig, with a message naming the key for every field that is missing,
+// mistyped or unsupported.
+#include "common/hf_config.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <climits>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "common/error.hpp"
+
+namespace kvheap {
+
+namespace {
+
+using nlohmann::json;
+
+// Families whose checkpoints are plain Llama blocks under the same tensor names. Others (Gemma's
+// offset norms, Phi's fused projections) would load and then compute the wrong thing.
+constexpr const char* kSupportedModelTypes[] = {"llama", "mistral", "qwen2"};
+
+const json* find_value(const json& j, const char* key) {
+  const auto it = j.find(key);
+  return it == j.end() || it->is_null() ? nullptr : &*it;
+}
+
+// Huge values are left for validate() to reject with its range message, but must not wrap first.
+int to_int(const json& v, const char* key, const std::string& where) {
+  if (!v.is_number_integer())
+    throw InputError(fmt::format("'{}': \"{}\" must be an integer, got {}", where, key, v.dump()));
+  const bool fits = v.is_number_unsigned()
+                        ? v.get<std::uint64_t>() <= INT_MAX
+                        : v.get<std::int64_t>() >= INT_MIN && v.get<std::int64_t>() <= INT_MAX;
+  if (!fits)
+    throw InputError(fmt::format("'{}': \"{}\" = {} does not fit in a 32-bit int", where, key,
+                                 v.dump()));
+  return static_cast<int>(v.get<std::int64_t>());
+}
+
+int get_int(const json& j, const char* key, const std::string& where,
+            std::optional<int> fallback = std::nullopt) {
+  const json* v = find_value(j, key);
+  if (v == nullptr) {
+    if (fallback) return *fallback;
+    throw InputError(fmt::format("'{}' is missing required key \"{}\"", where, key));
+  }
+  return to_int(*v, key, where);
+}
+
+float get_float(const json& j, const char* key, const std::string& where,
+                std::optional<float> fallback = std::nullopt) {
+  const json* v = find_value(j, key);
+  if (v == nullptr) {
+    if (fallback) return *fallback;
+    throw InputError(fmt::format("'{}' is missing required key \"{}\"", where, key));
+  }
+  if (!v->is_number())
+    throw InputError(fmt::format("'{}': \"{}\" must be a number, got {}", where, key, v->dump()));
+  return static_cast<float>(v->get<double>());
+}
+
+bool get_bool(const json& j, const char* key, const std::string& where, bool fallback) {
+  const json* v = find_value(j, key);
+  if (v == nullptr) return fallback;
+  if (!v->is_boolean())
+    throw InputError(fmt::format("'{}': \"{}\" must be true or false, got {}", where, key,
+                                 v->dump()));
+  return v->get<bool>();
+}
+
+std::string get_string(const json& j, const char* key, const std::string& where,
+                       const std::string& fallback) {
+  const json* v = find_value(j, key);
+  if (v == nullptr) return fallback;
+  if (!v->is_string())
+    throw InputError(fmt::format("'{}': \"{}\" must be a string, got {}", where, key, v->dump()));
+  return v->get<std::string>();
+}
+
+RopeScaling parse_rope_scaling(const json& j, const std::string& where) {
+  RopeScaling s;
+  const json* rs = find_value(j, "rope_scaling");
+  if (rs == nullptr) return s;
+  if (!rs->is_object())
+    throw InputError(fmt::format("'{}': \"rope_scaling\" must be an object or null, got {}", where,
+                                 rs->dump()));
+  // Newer transformers write "rope_type"; older configs wrote "type".
+  std::string type = get_string(*rs, "rope_type", where, "");
+  if (type.empty()) type = get_string(*rs, "type", where, "");
+  if (type == "default") return s;  // transformers' spelling of "no scaling"
+  if (type != "llama3")
+    throw InputError(fmt::format("'{}': unsupported rope_scaling type '{}'; kvheap supports "
+                                 "\"llama3\" scaling or none",
+                                 where, type));
+  const std::string in = where + " rope_scaling";
+  s.enabled = true;
+  s.factor = get_float(*rs, "factor", in);
+  s.low_freq_factor = get_float(*rs, "low_freq_factor", in);
+  s.high_freq_factor = get_float(*rs, "high_freq_factor", in);
+  s.original_max_position = get_int(*rs, "original_max_position_embeddings", in);
+  return s;
+}
+
+std::vector<int> parse_stop_ids(const json& j, const std::string& where) {
+  const json* v = find_value(j, "eos_token_id");
+  if (v == nullptr) return {2};  // transformers' LlamaConfig default
+  if (!v->is_array()) return {get_int(j, "eos_token_id", where)};
+  std::vector<int> ids;
+  for (const json& id : *v) ids.push_back(to_int(id, "eos_token_id", where));
+  if (ids.empty())
+    throw InputError(fmt::format("'{}': \"eos_token_id\" is an empty list", where));
+  return ids;
+}
+
+// "/models/llama/" and "/models/llama" are both named "llama".
+std::string folder_name(const std::string& dir) {
+  std::filesystem::path p = std::filesystem::absolute(dir).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();
+  return p.filename().string();
+}
+
+}  // namespace
+
+ModelConfig parse_hf_config(const json& j, const std::string& name, const std::string& where) {
+  if (!j.is_object())
+    throw InputError(fmt::format("'{}' must hold a JSON object, got {}", where, j.type_name()));
+
+  const std::string model_type = get_string(j, "model_type", where, "llama");
+  if (std::find(std::begin(kSupportedModelTypes), std::end(kSupportedModelTypes), model_type) ==
+      std::end(kSupportedModelTypes))
+    throw InputError(fmt::format("'{}': unsupported model_type '{}'; kvheap loads {}", where,
+                                 model_type, fmt::join(kSupportedModelTypes, ", ")));
+  const std::string act = get_string(j, "hidden_act", where, "silu");
+  if (act != "silu")
+    throw InputError(fmt::format("'{}': unsupported hidden_act '{}'; kvheap's MLP is SwiGLU (silu)",
+                                 where, act));
+  if (get_bool(j, "mlp_bias", where, false))
+    throw InputError(fmt::format("'{}': \"mlp_bias\": true is not supported (no MLP biases)", where));
+
+  ModelConfig c;
+  c.name = name;
+  c.dim = get_int(j, "hidden_size", where);
+  c.hidden_dim = get_int(j, "intermediate_size", where);
+  c.n_layers = get_int(j, "num_hidden_layers", where);
+  c.n_heads = get_int(j, "num_attention_heads", where);
+  c.n_kv_heads = get_int(j, "num_key_value_heads", where, c.n_heads);
+  if (find_value(j, "head_dim") == nullptr && c.n_heads > 0 && c.dim % c.n_heads != 0)
+    throw InputError(fmt::format("'{}': hidden_size ({}) must be divisible by num_attention_heads "
+                                 "({}) when there is no head_dim",
+                                 where, c.dim, c.n_heads));
+  c.head_dim = get_int(j, "head_dim", where, c.n_heads > 0 ? c.dim / c.n_heads : 0);
+  c.vocab_size = get_int(j, "vocab_size", where);
+  c.max_seq_len = get_int(j, "max_position_embeddings", where);
+  c.rope_theta = get_float(j, "rope_theta", where, 10000.0f);
+  c.norm_eps = get_float(j, "rms_norm_eps", where, 1e-6f);
+  c.tied_embeddings = get_bool(j, "tie_word_embeddings", where, false);
+  c.attention_bias = get_bool(j, "attention_bias", where, model_type == "qwen2");
+  c.rope_style = RopeStyle::Halves;  // HF checkpoints permute q/k for rotate-half RoPE
+  c.rope_scaling = parse_rope_scaling(j, where);
+  c.bos_id = get_int(j, "bos_token_id", where, 1);
+  c.stop_ids = parse_stop_ids(j, where);
+  try {
+    c.validate();
+  } catch (const InputError& e) {
+    throw InputError(fmt::format("'{}': {}", where, e.what()));
+  }
+  return c;
+}
+
+ModelConfig load_hf_config(const std::string& dir) {
+  const std::filesystem::path path = std::filesystem::path(dir) / "config.json";
+  std::ifstream in(path);
+  if (!in)
+    throw InputError(fmt::format("model folder '{}' has no readable config.json; a Hugging Face "
+                                 "model folder holds config.json next to its .safetensors files",
+                                 dir));
+  json j;
+  try {
+    j = json::parse(in);
+  } catch (const json::parse_error& e) {
+    throw InputError(fmt::format("'{}' is not valid JSON: {}", path.string(), e.what()));
+  }
+  return parse_hf_config(j, folder_name(dir), path.string());
+}
+
+}  // namespace kvheap

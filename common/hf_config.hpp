@@ -1,0 +1,33 @@
+// Reading a Hugging Face config.json into a ModelConfig (Llama, Mistral and Qwen2 families).
+//
+// Split from the safetensors loader because the config decides everything the weights are checked
+// against: a wrong head count here would turn into a confusing shape error there.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "common/model_config.hpp"
+
+namespace kvheap {
+
+/// \brief Converts a parsed config.json into a validated ModelConfig named `name`.
+///
+/// Reads hidden_size, intermediate_size, num_hidden_layers, num_attention_heads,
+/// num_key_value_heads (default: num_attention_heads), head_dim (default: hidden_size /
+/// num_attention_heads), vocab_size, max_position_embeddings, rope_theta (default 10000),
+/// rms_norm_eps (default 1e-6), tie_word_embeddings (default false), bos_token_id (default 1),
+/// eos_token_id (an id or a list; default 2), attention_bias (default: true for model_type
+/// "qwen2"), and rope_scaling (absent, null, "default" or "llama3"). RoPE rotates halves, as Hugging
+/// Face checkpoints expect. `where` names the file in error messages. Throws InputError naming the
+/// key for a missing or mistyped field, an unsupported model_type, hidden_act or rope_scaling type,
+/// or a shape that fails ModelConfig::validate().
+[[nodiscard]] ModelConfig parse_hf_config(const nlohmann::json& j, const std::string& name,
+                                          const std::string& where);
+
+/// \brief Reads `dir`/config.json and parses it with parse_hf_config, naming the model after the
+/// folder. Throws InputError when the file is missing or is not valid JSON.
+[[nodiscard]] ModelConfig load_hf_config(const std::string& dir);
+
+}  // namespace kvheap

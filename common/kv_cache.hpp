@@ -1,0 +1,37 @@
+// The narrow interface between the forward pass and a KV-cache policy.
+//
+// Per layer the forward pass asks the cache for two things and nothing else: store this batch's K
+// and V rows, and attend each query row over its own sequence's positions 0..pos. Every chapter
+// swaps the policy behind these two calls; the model code never changes.
+#pragma once
+
+#include <cstddef>
+
+#include "common/batch.hpp"
+
+namespace kvheap {
+
+/// \brief A KV-cache policy for the CPU forward pass (host memory).
+class KVCache {
+ public:
+  virtual ~KVCache() = default;
+
+  /// \brief Stores K and V of every batch row at (row.slot, row.pos) of `layer`.
+  /// \param k [batch.size(), n_kv_heads * head_dim] fp32, RoPE already applied
+  /// \param v [batch.size(), n_kv_heads * head_dim] fp32
+  virtual void write(int layer, const Batch& batch, const float* k, const float* v) = 0;
+
+  /// \brief Causal attention of each row over its sequence's cached positions 0..row.pos.
+  /// \param q   [batch.size(), n_heads * head_dim] fp32, RoPE already applied
+  /// \param out [batch.size(), n_heads * head_dim] fp32, written
+  ///
+  /// Called after write() for the same layer and batch, so rows of one prompt see each other.
+  virtual void attend(int layer, const Batch& batch, const float* q, float* out) = 0;
+
+  /// \brief Bytes of host or device memory the policy holds for K and V right now.
+  [[nodiscard]] virtual std::size_t bytes_reserved() const = 0;
+  /// \brief Bytes that hold a token's K or V (the rest is waste).
+  [[nodiscard]] virtual std::size_t bytes_used() const = 0;
+};
+
+}  // namespace kvheap

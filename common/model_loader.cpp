@@ -1,0 +1,26 @@
+#include "common/model_loader.hpp"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+
+#include "common/error.hpp"
+#include "common/llama2c_loader.hpp"
+#include "common/safetensors_loader.hpp"
+#include "common/synthetic_weights.hpp"
+
+namespace kvheap {
+
+ModelWeights load_model(const std::string& spec, std::uint64_t seed) {
+  if (is_preset(spec)) return make_synthetic_weights(preset(spec), seed);
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(spec, ec)) return load_safetensors(spec);
+  if (fs::is_regular_file(spec, ec)) return load_llama2c(spec);
+  throw InputError(fmt::format(
+      "--model '{}' is neither a preset ({}) nor an existing llama2.c .bin file nor a safetensors "
+      "folder",
+      spec, fmt::join(preset_names(), ", ")));
+}
+
+}  // namespace kvheap

@@ -1,0 +1,18 @@
+// The oracle: the whole sequence recomputed with full causal attention and no cache at all.
+#pragma once
+
+#include <span>
+#include <vector>
+
+#include "common/weights.hpp"
+
+namespace kvheap {
+
+/// \brief Logits [tokens.size(), vocab_size] of every position, computed by running the whole
+/// sequence at once with attention written out directly over this call's own K and V.
+///
+/// Deliberately independent of KVCache and of the attention kernel: single-threaded loops over
+/// plain arrays, so that every cache policy can be checked against it.
+std::vector<float> reference_logits(const ModelWeights& w, std::span<const int> tokens);
+
+}  // namespace kvheap

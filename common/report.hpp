@@ -1,0 +1,51 @@
+// What a chapter's program reports after a run, as a table for people and JSON for tools.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstddef>
+#include <iosfwd>
+#include <string>
+
+#include "common/generate.hpp"
+#include "common/model_config.hpp"
+
+namespace kvheap {
+
+/// \brief Bytes of weights one decode step reads: every matrix once, plus one embedding row.
+///
+/// Napkin math: params x bytes/param, minus the embedding table (only one row is gathered)
+/// unless it doubles as the classifier, which reads it whole.
+std::size_t weight_bytes_per_decode_step(const ModelConfig& c, DType w);
+
+/// \brief Measurements of one generation run.
+struct DecodeReport {
+  std::string chapter;              ///< e.g. "01_cpu_reference"
+  std::string model;
+  std::string device;               ///< "cpu (2 threads)", "NVIDIA H200", ...
+  DType weight_dtype = DType::F32;
+  DType kv_dtype = DType::F32;
+  GenerationResult run;
+  std::size_t kv_reserved_bytes = 0;  ///< held by the cache policy at the end of the run
+  std::size_t kv_used_bytes = 0;      ///< holding real tokens
+  double weight_bytes_per_step = 0;
+  double kv_bytes_per_step = 0;       ///< average over decode steps
+  double peak_gbps = 0;               ///< measured in the same process
+  std::string peak_kind;              ///< "STREAM-like read", "device-to-device copy"
+
+  [[nodiscard]] double prefill_tokens_per_s() const;
+  [[nodiscard]] double decode_tokens_per_s() const;
+  [[nodiscard]] double decode_gbps() const;  ///< (weights + KV) bytes per step x steps / time
+  [[nodiscard]] double waste_fraction() const;
+};
+
+/// \brief Fills the byte counts of `r` from its run, model and dtypes.
+void fill_bytes(DecodeReport& r, const ModelConfig& c);
+
+/// \brief Human-readable report (a few aligned lines).
+void print_report(const DecodeReport& r, std::ostream& os);
+
+/// \brief The "metrics" object of --json output.
+nlohmann::json metrics_json(const DecodeReport& r);
+
+}  // namespace kvheap

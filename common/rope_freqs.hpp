@@ -1,0 +1,13 @@
+// RoPE inverse frequencies for a model, including Llama 3 frequency scaling.
+#pragma once
+
+#include <vector>
+
+#include "common/model_config.hpp"
+
+namespace kvheap {
+
+/// \brief inv_freq[head_dim/2]: theta^(-2i/head_dim), stretched per llama3 rope_scaling if set.
+std::vector<float> rope_inv_freq(const ModelConfig& c);
+
+}  // namespace kvheap

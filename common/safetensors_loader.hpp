@@ -1,0 +1,30 @@
+// Loader for Hugging Face Llama-family model folders: config.json plus safetensors weights, in one
+// file (model.safetensors) or sharded (model.safetensors.index.json naming the shard of each
+// tensor).
+//
+// safetensors layout: a little-endian uint64 N, N bytes of JSON mapping each tensor name to its
+// dtype, shape and [begin, end) byte range, then the data region the ranges index into. Every
+// tensor is widened to fp32 into buffers the returned ModelWeights owns, so the files are unmapped
+// again before the function returns.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/weights.hpp"
+
+namespace kvheap {
+
+/// \brief Upper bound on a safetensors JSON header. Real headers are kilobytes to a few
+/// megabytes; a larger length means a corrupt file or not a safetensors file at all.
+inline constexpr std::uint64_t kMaxSafetensorsHeaderBytes = 100'000'000;
+
+/// \brief Loads a Hugging Face model folder (config.json + F32/F16/BF16 safetensors) as fp32.
+///
+/// The model is named after the folder. Throws InputError naming the file and tensor for a
+/// missing config.json or weight file, invalid JSON, an absurd header length, an unknown dtype,
+/// a missing tensor, a shape that does not match config.json, or data_offsets that fall outside
+/// the file or disagree with shape x dtype size.
+[[nodiscard]] ModelWeights load_safetensors(const std::string& dir);
+
+}  // namespace kvheap

@@ -1,0 +1,56 @@
+// Sampler: picks the next token from the model's logits, greedily or by temperature and nucleus
+// (top-p) sampling, reproducibly for a given seed.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <span>
+#include <utility>
+#include <vector>
+
+namespace kvheap {
+
+/// \brief How to choose the next token. Defaults match llama2.c's run.c.
+struct SamplerConfig {
+  float temperature = 1.0f;  ///< 0 means greedy; higher flattens the distribution
+  float top_p = 0.9f;        ///< nucleus mass in (0, 1]; 1 samples from the full distribution
+  std::uint64_t seed = 42;   ///< same seed, same logits -> same tokens, on every platform
+
+  /// \brief Throws UsageError naming --temperature or --top-p and its valid range.
+  void validate() const;
+};
+
+/// \brief Index of the largest logit; ties go to the lowest index.
+///
+/// Throws InputError when `logits` is empty or holds a NaN.
+[[nodiscard]] int argmax(std::span<const float> logits);
+
+/// \brief Draws token ids from logits; holds the random state and scratch buffers.
+class Sampler {
+ public:
+  /// \brief Validates `config` (UsageError) and seeds the generator.
+  explicit Sampler(SamplerConfig config);
+
+  /// \brief The next token id for `logits` (one per vocabulary entry).
+  ///
+  /// Greedy when temperature is 0; otherwise softmax(logits / temperature), cut to the nucleus
+  /// when top_p < 1, then one draw. Throws InputError when `logits` is empty or holds NaN or +inf.
+  [[nodiscard]] int sample(std::span<const float> logits);
+
+  /// \brief The configuration this sampler was built with.
+  [[nodiscard]] const SamplerConfig& config() const { return config_; }
+
+ private:
+  float next_unit();
+  int sample_full(float u) const;
+  int sample_nucleus(float u);
+
+  SamplerConfig config_;
+  // mt19937_64's output sequence is fixed by the standard; the distributions are not, so we turn
+  // raw output into floats ourselves.
+  std::mt19937_64 rng_;
+  std::vector<float> probs_;                   // [vocab] softmax of the last logits
+  std::vector<std::pair<float, int>> nucleus_;  // candidates (probability, id), sorted on demand
+};
+
+}  // namespace kvheap

@@ -1,0 +1,18 @@
+// Parsing of token ids given on the command line ("--prompt-ids 1,403,407"), for models whose
+// vocabulary ships without a tokenizer (stories260K) and for exact, tokenizer-free prompts.
+#pragma once
+
+#include <string_view>
+#include <vector>
+
+namespace kvheap {
+
+/// \brief Parses comma-separated token ids such as "1, 403,407" into a list.
+///
+/// Spaces and tabs around each id are allowed. Throws UsageError naming the flag, the element and
+/// its 1-based position when the text is empty or an element is empty, not an integer, or too
+/// large for an int; throws InputError when an id lies outside 0..vocab_size-1.
+[[nodiscard]] std::vector<int> parse_token_ids(std::string_view text, int vocab_size,
+                                               std::string_view flag = "--prompt-ids");
+
+}  // namespace kvheap

@@ -1,0 +1,15 @@
+// Explicit instantiations of the CPU attention for the contiguous layout, so that the template is
+// compiled (and warned about) once even before a chapter uses it.
+#include "kernels/attention.hpp"
+
+namespace kvheap::cpu {
+
+#define KVHEAP_INSTANTIATE_ATTEND_GROUP(T)                                                     \
+  template void attend_group<T, ContiguousRows<T>>(const float*, const ContiguousRows<T>&, int, \
+                                                   int, int, int, float*, float*);
+KVHEAP_INSTANTIATE_ATTEND_GROUP(float)
+KVHEAP_INSTANTIATE_ATTEND_GROUP(F16Bits)
+KVHEAP_INSTANTIATE_ATTEND_GROUP(BF16Bits)
+#undef KVHEAP_INSTANTIATE_ATTEND_GROUP
+
+}  // namespace kvheap::cpu

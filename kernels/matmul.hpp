@@ -1,0 +1,18 @@
+// Matrix products against row-major weight matrices: out = x W^T.
+#pragma once
+
+namespace kvheap::cpu {
+
+/// \brief out[n, out_dim] = x[n, in_dim] * W[out_dim, in_dim]^T, split over threads by output
+/// columns.
+///
+/// Decode is a matrix-vector product whose cost is reading W once; splitting W's rows across
+/// threads lets every core stream its own slice, which is what reaches the memory bandwidth.
+/// Each output element is a single dot product whose order does not depend on the thread count,
+/// so results are identical for any number of threads.
+void matmul(float* out, const float* x, const float* w, int n, int in_dim, int out_dim);
+
+/// \brief out[n, dim] += bias[dim] broadcast over rows (no-op when bias is null).
+void add_bias(float* out, const float* bias, int n, int dim);
+
+}  // namespace kvheap::cpu

@@ -1,0 +1,265 @@
+// Chapter 1's claims: the cached CPU decoder equals full recomputation (the oracle), prompt
+// prefill equals token-by-token feeding, RoPE conventions agree, and the reservation policy
+// accounts for every byte.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "chapters/01_cpu_reference/reserved_cache.hpp"
+#include "common/error.hpp"
+#include "common/forward_cpu.hpp"
+#include "common/generate.hpp"
+#include "common/llama2c_loader.hpp"
+#include "common/reference_forward.hpp"
+#include "common/synthetic_weights.hpp"
+#include "tests/support/test_support.hpp"
+
+namespace kvheap {
+namespace {
+
+using ch01::ReservedCache;
+
+/// Greedy-generates `steps` tokens after `prompt` with the cache, recording every step's logits.
+struct Recorded {
+  std::vector<int> tokens;                // prompt + generated
+  std::vector<std::vector<float>> steps;  // logits that produced each generated token
+};
+
+Recorded run_cached(const ModelWeights& w, std::vector<int> prompt, int steps, DType kv) {
+  ReservedCache cache(w.config, kv);
+  const int slot = cache.admit();
+  CpuForward fwd(w);
+  Recorded rec;
+  GenerationConfig gen;
+  gen.max_new_tokens = steps;
+  gen.sampling.temperature = 0.0f;
+  gen.ignore_eos = true;
+  auto forward = [&](const Batch& b) {
+    auto logits = fwd.forward(b, cache);
+    rec.steps.emplace_back(logits.begin(), logits.end());
+    return logits;
+  };
+  GenerationResult r = generate(forward, w.config, slot, prompt, gen);
+  rec.tokens = prompt;
+  rec.tokens.insert(rec.tokens.end(), r.generated.begin(), r.generated.end());
+  return rec;
+}
+
+// Logits of the step that produced token t (t >= prompt length) must equal the oracle's logits
+// at position t - 1, recomputed over the whole sequence with no cache.
+void expect_matches_oracle(const ModelWeights& w, const std::vector<int>& prompt, int steps) {
+  const Recorded rec = run_cached(w, prompt, steps, DType::F32);
+  const std::vector<float> ref = reference_logits(w, rec.tokens);
+  const int V = w.config.vocab_size;
+  ASSERT_EQ(rec.steps.size(), static_cast<std::size_t>(steps));
+  for (int s = 0; s < steps; ++s) {
+    const std::size_t pos = prompt.size() - 1 + s;
+    const std::span<const float> oracle(&ref[pos * V], V);
+    const double err = test::rel_inf_error(rec.steps[s], oracle);
+    ASSERT_LT(err, 1e-5) << "step " << s << " (position " << pos << ")";
+  }
+}
+
+TEST(Ch01CpuReference, CachedDecodeEqualsFullRecomputationTiny) {
+  const ModelWeights w = make_synthetic_weights(preset("tiny"), 7);
+  expect_matches_oracle(w, {1, 5, 9, 33, 2}, 40);
+}
+
+TEST(Ch01CpuReference, CachedDecodeEqualsFullRecomputationWithBiasesAndHalvesRope) {
+  ModelConfig c = preset("tiny");
+  c.attention_bias = true;
+  c.rope_style = RopeStyle::Halves;
+  c.rope_scaling = {true, 8.0f, 1.0f, 4.0f, 32};
+  const ModelWeights w = make_synthetic_weights(c, 11);
+  expect_matches_oracle(w, {1, 17, 4}, 30);
+}
+
+TEST(Ch01CpuReference, CachedDecodeEqualsFullRecomputationStories260K) {
+  KVHEAP_REQUIRE_MODEL(path, "stories260K.bin");
+  const ModelWeights w = load_llama2c(path);
+  expect_matches_oracle(w, {1, 400, 260, 430}, 96);
+}
+
+GenerationResult generate_stories(const ModelWeights& w, float temperature, std::uint64_t seed) {
+  ReservedCache cache(w.config, DType::F32);
+  const int slot = cache.admit();
+  CpuForward fwd(w);
+  GenerationConfig gen;
+  gen.max_new_tokens = w.config.max_seq_len;  // room to reach the end of a story
+  gen.sampling.temperature = temperature;
+  gen.sampling.seed = seed;
+  return generate(fwd, cache, slot, std::vector<int>{1}, gen);
+}
+
+TEST(Ch01CpuReference, Stories260KGreedyFromBosIsDeterministic) {
+  KVHEAP_REQUIRE_MODEL(path, "stories260K.bin");
+  const ModelWeights w = load_llama2c(path);
+  const GenerationResult a = generate_stories(w, 0.0f, 1);
+  const GenerationResult b = generate_stories(w, 0.0f, 2);  // the seed must not matter greedily
+  EXPECT_EQ(a.generated, b.generated);
+  EXPECT_GT(a.generated.size(), 10u);
+  EXPECT_EQ(std::count(a.generated.begin(), a.generated.end(), 1), 0)
+      << "the stop token (BOS) must never be emitted";
+}
+
+// Greedy decoding of stories260K from BOS runs to the end of the context without producing BOS
+// (an independent NumPy implementation agrees token for token), so the stop is checked on
+// sampled stories: the model ends a story by emitting BOS, which stops generation and is not
+// part of the output.
+TEST(Ch01CpuReference, Stories260KSampledStoriesStopAtBos) {
+  KVHEAP_REQUIRE_MODEL(path, "stories260K.bin");
+  const ModelWeights w = load_llama2c(path);
+  int stopped = 0;
+  for (std::uint64_t seed = 1; seed <= 8; ++seed) {
+    const GenerationResult r = generate_stories(w, 1.0f, seed);
+    EXPECT_EQ(std::count(r.generated.begin(), r.generated.end(), 1), 0) << "seed " << seed;
+    if (r.stop_reason == "stop token") {
+      ++stopped;
+      EXPECT_LT(r.generated.size(), static_cast<std::size_t>(w.config.max_seq_len));
+    }
+    EXPECT_EQ(r.generated, generate_stories(w, 1.0f, seed).generated) << "seed " << seed;
+  }
+  EXPECT_GE(stopped, 4) << "most sampled stories should end with BOS well within the context";
+}
+
+TEST(Ch01CpuReference, PrefillAsOneBatchEqualsTokenByToken) {
+  auto check = [](const ModelWeights& w, const std::vector<int>& prompt) {
+    CpuForward fwd(w);
+    ReservedCache batched(w.config, DType::F32), stepped(w.config, DType::F32);
+    const int s1 = batched.admit(), s2 = stepped.admit();
+    Batch b;
+    for (std::size_t i = 0; i < prompt.size(); ++i)
+      b.rows.push_back({prompt[i], s1, static_cast<int>(i), true});
+    const auto all = fwd.forward(b, batched);
+    const std::vector<float> one_pass(all.begin(), all.end());
+    const int V = w.config.vocab_size;
+    for (std::size_t i = 0; i < prompt.size(); ++i) {
+      Batch one;
+      one.rows.push_back({prompt[i], s2, static_cast<int>(i), true});
+      const auto logits = fwd.forward(one, stepped);
+      EXPECT_LT(test::rel_inf_error(logits, std::span<const float>(&one_pass[i * V], V)), 1e-5)
+          << "position " << i;
+    }
+  };
+  check(make_synthetic_weights(preset("tiny"), 3), {1, 8, 99, 100, 3, 3, 7});
+  if (auto p = test::model_file("stories260K.bin"))
+    check(load_llama2c(*p), {1, 400, 260, 430, 301, 29, 280, 500});
+  else if (test::running_in_ci())
+    FAIL() << "KVHEAP_MODELS_DIR must hold stories260K.bin in CI";
+}
+
+// Hugging Face checkpoints permute the rows of wq and wk so that RoPE rotates halves instead of
+// interleaved pairs. Applying that permutation and switching the convention must not change the
+// model.
+TEST(Ch01CpuReference, RopeConventionConversionPreservesLogits) {
+  ModelConfig c = preset("tiny");
+  c.attention_bias = true;
+  const ModelWeights a = make_synthetic_weights(c, 5);
+  ModelWeights b = make_synthetic_weights(c, 5);
+  b.config.rope_style = RopeStyle::Halves;
+  const int hd = c.head_dim;
+  auto permute = [&](const float* src, float* dst, int heads, int cols) {
+    for (int h = 0; h < heads; ++h)
+      for (int i = 0; i < hd / 2; ++i)
+        for (int col = 0; col < cols; ++col) {
+          dst[(static_cast<long>(h) * hd + i) * cols + col] = src[(static_cast<long>(h) * hd + 2 * i) * cols + col];
+          dst[(static_cast<long>(h) * hd + hd / 2 + i) * cols + col] =
+              src[(static_cast<long>(h) * hd + 2 * i + 1) * cols + col];
+        }
+  };
+  for (int l = 0; l < c.n_layers; ++l) {
+    LayerWeights& L = b.layers[l];
+    float* wq = b.allocate(static_cast<std::size_t>(c.q_dim()) * c.dim);
+    float* wk = b.allocate(static_cast<std::size_t>(c.kv_dim()) * c.dim);
+    float* bq = b.allocate(c.q_dim());
+    float* bk = b.allocate(c.kv_dim());
+    permute(a.layers[l].wq, wq, c.n_heads, c.dim);
+    permute(a.layers[l].wk, wk, c.n_kv_heads, c.dim);
+    permute(a.layers[l].bq, bq, c.n_heads, 1);
+    permute(a.layers[l].bk, bk, c.n_kv_heads, 1);
+    L.wq = wq, L.wk = wk, L.bq = bq, L.bk = bk;
+  }
+  const std::vector<int> tokens = {1, 4, 90, 21, 21, 77, 3, 64, 12, 8};
+  const auto la = reference_logits(a, tokens);
+  const auto lb = reference_logits(b, tokens);
+  EXPECT_LT(test::rel_inf_error(la, lb), 1e-5);
+  // And a convention mismatch would be caught: the unpermuted weights with the wrong rotation
+  // give different logits.
+  ModelWeights wrong = make_synthetic_weights(c, 5);
+  wrong.config.rope_style = RopeStyle::Halves;
+  EXPECT_GT(test::rel_inf_error(reference_logits(wrong, tokens), la), 1e-3);
+}
+
+TEST(Ch01CpuReference, HalfPrecisionKvStaysCloseToFp32) {
+  const ModelWeights w = make_synthetic_weights(preset("tiny"), 9);
+  const std::vector<int> prompt = {1, 50, 60};
+  const Recorded f32 = run_cached(w, prompt, 20, DType::F32);
+  for (DType kv : {DType::F16, DType::BF16}) {
+    SCOPED_TRACE(std::string(dtype_name(kv)));
+    const Recorded half = run_cached(w, prompt, 20, kv);
+    // Only the first step is compared exactly on the same tokens: later steps may pick other
+    // tokens. bf16 keeps 8 mantissa bits (relative error 2^-9), fp16 keeps 11.
+    EXPECT_LT(test::rel_inf_error(half.steps[0], f32.steps[0]), kv == DType::BF16 ? 5e-2 : 5e-3);
+    EXPECT_GT(test::rel_inf_error(half.steps[0], f32.steps[0]), 0.0) << "KV was not rounded";
+  }
+}
+
+TEST(Ch01CpuReference, ReservationAccountsForEveryByte) {
+  const ModelConfig c = preset("tiny");
+  const std::size_t per_seq = kv_bytes_for_context(c, DType::F32, c.max_seq_len);
+  ReservedCache cache(c, DType::F32, 2 * per_seq);
+  EXPECT_EQ(cache.reservation_bytes(), per_seq);
+  const int a = cache.admit();
+  const int b = cache.admit();
+  EXPECT_FALSE(cache.can_admit());
+  try {
+    (void)cache.admit();
+    FAIL() << "a third reservation must not fit a two-sequence budget";
+  } catch (const ResourceError& e) {
+    EXPECT_NE(std::string(e.what()).find("budget exhausted"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(cache.bytes_reserved(), 2 * per_seq);
+  EXPECT_EQ(cache.bytes_used(), 0u);
+  const ModelWeights w = make_synthetic_weights(c, 1);
+  CpuForward fwd(w);
+  Batch batch;
+  for (int i = 0; i < 5; ++i) batch.rows.push_back({3, a, i, i == 4});
+  (void)fwd.forward(batch, cache);
+  EXPECT_EQ(cache.length(a), 5);
+  EXPECT_EQ(cache.bytes_used(), kv_bytes_for_context(c, DType::F32, 5));
+  cache.release(b);
+  EXPECT_TRUE(cache.can_admit());
+  cache.release(a);
+  EXPECT_EQ(cache.bytes_reserved(), 0u);
+  EXPECT_THROW(cache.release(a), InputError);
+}
+
+TEST(Ch01CpuReference, BudgetSmallerThanOneSequenceIsRejectedAtStart) {
+  const ModelConfig c = preset("tiny");
+  try {
+    ReservedCache cache(c, DType::F32, 1000);
+    FAIL();
+  } catch (const ResourceError& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot hold even one sequence"), std::string::npos);
+  }
+}
+
+TEST(Ch01CpuReference, BadTokensAndPositionsAreRejected) {
+  const ModelWeights w = make_synthetic_weights(preset("tiny"), 1);
+  ReservedCache cache(w.config, DType::F32);
+  const int slot = cache.admit();
+  CpuForward fwd(w);
+  Batch b;
+  b.rows.push_back({w.config.vocab_size, slot, 0, true});
+  EXPECT_THROW((void)fwd.forward(b, cache), InputError);
+  b.rows[0] = {1, slot, w.config.max_seq_len, true};
+  EXPECT_THROW((void)fwd.forward(b, cache), InputError);
+  EXPECT_THROW(check_generation_fits(0, 10, w.config), InputError);
+  EXPECT_THROW(check_generation_fits(w.config.max_seq_len + 1, 1, w.config), InputError);
+  EXPECT_THROW(check_generation_fits(10, w.config.max_seq_len, w.config), UsageError);
+  EXPECT_NO_THROW(check_generation_fits(10, w.config.max_seq_len - 9, w.config));
+}
+
+}  // namespace
+}  // namespace kvheap

@@ -1,0 +1,257 @@
+// Tests for Sampler and argmax: greedy choice, determinism per seed, empirical frequencies against
+// the softmax, the nucleus cut against a plain full-sort reference, and config validation.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/error.hpp"
+#include "common/sampler.hpp"
+
+namespace kvheap {
+namespace {
+
+// ---- helpers ------------------------------------------------------------------------------------
+
+std::vector<float> random_logits(std::size_t n, std::uint64_t seed, float scale = 3.0f) {
+  std::mt19937_64 rng(seed);
+  std::vector<float> v(n);
+  // Only the test's inputs come from <random> distributions; the sampler never does.
+  std::normal_distribution<float> normal(0.0f, scale);
+  for (float& x : v) x = normal(rng);
+  return v;
+}
+
+std::vector<double> softmax(const std::vector<float>& logits, double temperature) {
+  const double mx = *std::max_element(logits.begin(), logits.end());
+  std::vector<double> p(logits.size());
+  for (std::size_t i = 0; i < p.size(); ++i) p[i] = std::exp((logits[i] - mx) / temperature);
+  const double sum = std::accumulate(p.begin(), p.end(), 0.0);
+  for (double& x : p) x /= sum;
+  return p;
+}
+
+std::vector<double> frequencies(Sampler& s, const std::vector<float>& logits, int draws) {
+  std::vector<double> f(logits.size(), 0.0);
+  for (int i = 0; i < draws; ++i) f[static_cast<std::size_t>(s.sample(logits))] += 1.0 / draws;
+  return f;
+}
+
+// Five standard errors of a frequency over `draws`, plus a little slack for rounding.
+double tolerance(double p, int draws) { return 5.0 * std::sqrt(p * (1.0 - p) / draws) + 1e-3; }
+
+template <typename E, typename Fn>
+void expect_error_mentioning(Fn&& fn, std::initializer_list<std::string_view> parts) {
+  try {
+    fn();
+    ADD_FAILURE() << "expected an exception";
+  } catch (const E& e) {
+    for (const auto part : parts) {
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos)
+          << "'" << part << "' missing from: " << e.what();
+    }
+  }
+}
+
+// ---- argmax and greedy --------------------------------------------------------------------------
+
+TEST(Sampler, ArgmaxTakesTheFirstOfEqualMaxima) {
+  EXPECT_EQ(argmax(std::vector<float>{0.5f}), 0);
+  EXPECT_EQ(argmax(std::vector<float>{1.0f, 3.0f, 2.0f, 3.0f}), 1);
+  EXPECT_EQ(argmax(std::vector<float>{-2.0f, -1.0f, -1.0f}), 1);
+  const float ninf = -std::numeric_limits<float>::infinity();
+  EXPECT_EQ(argmax(std::vector<float>{ninf, ninf, -1e30f}), 2);
+  expect_error_mentioning<InputError>([] { (void)argmax(std::vector<float>{}); }, {"empty"});
+  expect_error_mentioning<InputError>(
+      [] { (void)argmax(std::vector<float>{1.0f, std::nanf(""), 2.0f}); }, {"logit 1", "NaN"});
+}
+
+TEST(Sampler, ZeroTemperatureIsGreedy) {
+  Sampler greedy({.temperature = 0.0f, .top_p = 0.9f, .seed = 7});
+  for (std::uint64_t trial = 0; trial < 50; ++trial) {
+    const std::vector<float> logits = random_logits(1000, trial);
+    EXPECT_EQ(greedy.sample(logits), argmax(logits));
+  }
+}
+
+// ---- determinism --------------------------------------------------------------------------------
+
+TEST(Sampler, SameSeedGivesTheSameSequence) {
+  for (const float top_p : {0.9f, 1.0f}) {
+    SCOPED_TRACE(top_p);
+    Sampler a({.temperature = 1.0f, .top_p = top_p, .seed = 1234});
+    Sampler b({.temperature = 1.0f, .top_p = top_p, .seed = 1234});
+    for (std::uint64_t step = 0; step < 500; ++step) {
+      const std::vector<float> logits = random_logits(300, step, 1.0f);
+      ASSERT_EQ(a.sample(logits), b.sample(logits)) << "step " << step;
+    }
+  }
+}
+
+TEST(Sampler, DifferentSeedsGiveDifferentSequences) {
+  const std::vector<float> flat(64, 0.0f);  // every token equally likely
+  Sampler a({.temperature = 1.0f, .top_p = 1.0f, .seed = 1});
+  Sampler b({.temperature = 1.0f, .top_p = 1.0f, .seed = 2});
+  int differing = 0;
+  for (int i = 0; i < 200; ++i) differing += a.sample(flat) != b.sample(flat) ? 1 : 0;
+  // Two independent streams agree on about 1 draw in 64; 150 of 200 differing is conservative.
+  EXPECT_GT(differing, 150);
+}
+
+// ---- distributions ------------------------------------------------------------------------------
+
+TEST(Sampler, FullDistributionFrequenciesMatchTheSoftmax) {
+  const std::vector<float> logits = {1.0f, 2.5f, 0.0f, -1.0f, 3.0f, 1.5f};
+  const std::vector<double> p = softmax(logits, 1.0);
+  Sampler s({.temperature = 1.0f, .top_p = 1.0f, .seed = 99});
+  const int draws = 20000;
+  const std::vector<double> f = frequencies(s, logits, draws);
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    EXPECT_NEAR(f[i], p[i], tolerance(p[i], draws)) << "token " << i;
+  }
+  EXPECT_GT(f[3], 0.0) << "the least likely token (p = " << p[3] << ") never came up";
+}
+
+TEST(Sampler, TemperatureScalesTheLogits) {
+  const std::vector<float> logits = {2.0f, 1.0f, 0.5f, 0.0f};
+  const int draws = 20000;
+  std::vector<double> top_share;
+  for (const float temperature : {0.5f, 1.0f, 2.0f}) {
+    SCOPED_TRACE(temperature);
+    Sampler s({.temperature = temperature, .top_p = 1.0f, .seed = 5});
+    const std::vector<double> f = frequencies(s, logits, draws);
+    const std::vector<double> p = softmax(logits, temperature);
+    for (std::size_t i = 0; i < p.size(); ++i) EXPECT_NEAR(f[i], p[i], tolerance(p[i], draws));
+    top_share.push_back(f[0]);
+  }
+  // Lower temperature concentrates mass on the most likely token.
+  EXPECT_GT(top_share[0], top_share[1]);
+  EXPECT_GT(top_share[1], top_share[2]);
+  // A tiny temperature is greedy in effect, and must not overflow into NaN.
+  Sampler cold({.temperature = 1e-6f, .top_p = 1.0f, .seed = 5});
+  for (int i = 0; i < 200; ++i) EXPECT_EQ(cold.sample(logits), 0);
+}
+
+TEST(Sampler, TinyTopPAlwaysReturnsTheArgmax) {
+  Sampler s({.temperature = 2.0f, .top_p = 1e-6f, .seed = 3});
+  for (std::uint64_t trial = 0; trial < 200; ++trial) {
+    const std::vector<float> logits = random_logits(500, trial, 0.5f);
+    ASSERT_EQ(s.sample(logits), argmax(logits)) << "trial " << trial;
+  }
+  // Tied maxima: the lowest index, like argmax.
+  EXPECT_EQ(s.sample(std::vector<float>{0.0f, 1.0f, 1.0f}), 1);
+}
+
+TEST(Sampler, NucleusKeepsTheSmallestSetAboveTopP) {
+  // Probabilities 0.5, 0.3, 0.15, 0.05. top_p 0.7 keeps {0, 1} (0.5 is not above 0.7, 0.8 is);
+  // top_p 0.85 keeps {0, 1, 2}. Inside the nucleus the mass is renormalised.
+  const std::vector<float> logits = {std::log(0.5f), std::log(0.3f), std::log(0.15f),
+                                     std::log(0.05f)};
+  const int draws = 20000;
+  Sampler two({.temperature = 1.0f, .top_p = 0.7f, .seed = 11});
+  const std::vector<double> f2 = frequencies(two, logits, draws);
+  EXPECT_NEAR(f2[0], 0.5 / 0.8, tolerance(0.625, draws));
+  EXPECT_NEAR(f2[1], 0.3 / 0.8, tolerance(0.375, draws));
+  EXPECT_EQ(f2[2] + f2[3], 0.0);
+  Sampler three({.temperature = 1.0f, .top_p = 0.85f, .seed = 11});
+  const std::vector<double> f3 = frequencies(three, logits, draws);
+  EXPECT_NEAR(f3[2], 0.15 / 0.95, tolerance(0.15 / 0.95, draws));
+  EXPECT_EQ(f3[3], 0.0);
+}
+
+// The plain algorithm: sort the whole vocabulary, cut at top_p, draw u * mass. The sampler's
+// cutoff only skips tokens that cannot be in the nucleus, so with the same random stream (raw
+// mt19937_64, top 24 bits) both must pick the same token every time.
+int reference_nucleus(const std::vector<float>& logits, float top_p, float u) {
+  const float mx = *std::max_element(logits.begin(), logits.end());
+  std::vector<float> p(logits.size());
+  double sum = 0.0;
+  for (std::size_t i = 0; i < p.size(); ++i) sum += p[i] = std::exp(logits[i] - mx);
+  const auto inv = static_cast<float>(1.0 / sum);
+  std::vector<std::size_t> order(p.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  for (float& x : p) x *= inv;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return p[a] > p[b]; });
+  double mass = 0.0;
+  std::size_t last = order.size() - 1;
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    if ((mass += p[order[i]]) > top_p) {
+      last = i;
+      break;
+    }
+  }
+  double cdf = 0.0;
+  for (std::size_t i = 0; i <= last; ++i) {
+    if (u * mass < (cdf += p[order[i]])) return static_cast<int>(order[i]);
+  }
+  return static_cast<int>(order[last]);
+}
+
+TEST(Sampler, NucleusCutoffMatchesAFullSortReference) {
+  // Small, mid-sized and Llama-sized vocabularies; fewer steps where each one costs more.
+  const std::vector<std::pair<std::size_t, std::uint64_t>> shapes = {{7, 400}, {1000, 200},
+                                                                     {32000, 15}};
+  for (const auto& [vocab, steps] : shapes) {
+    for (const float top_p : {0.5f, 0.9f, 0.99f}) {
+      SCOPED_TRACE(testing::Message() << "vocab " << vocab << ", top_p " << top_p);
+      Sampler s({.temperature = 1.0f, .top_p = top_p, .seed = 77});
+      std::mt19937_64 twin(77);
+      for (std::uint64_t step = 0; step < steps; ++step) {
+        const std::vector<float> logits = random_logits(vocab, step, 2.0f);
+        const float u = static_cast<float>(twin() >> 40) * 0x1p-24f;
+        ASSERT_EQ(s.sample(logits), reference_nucleus(logits, top_p, u)) << "step " << step;
+      }
+    }
+  }
+}
+
+TEST(Sampler, MaskedTokensAreNeverSampled) {
+  const float ninf = -std::numeric_limits<float>::infinity();
+  const std::vector<float> logits = {ninf, 0.0f, ninf, 0.0f, ninf};
+  for (const float top_p : {0.5f, 1.0f}) {
+    Sampler s({.temperature = 1.0f, .top_p = top_p, .seed = 8});
+    for (int i = 0; i < 2000; ++i) {
+      const int t = s.sample(logits);
+      ASSERT_TRUE(t == 1 || t == 3) << t;
+    }
+  }
+  Sampler one({.temperature = 1.0f, .top_p = 0.9f, .seed = 8});
+  EXPECT_EQ(one.sample(std::vector<float>{4.0f}), 0);
+}
+
+// ---- errors -------------------------------------------------------------------------------------
+
+TEST(Sampler, InvalidConfigsNameTheFlag) {
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const float t : {-0.1f, -inf, inf, std::nanf("")}) {
+    SCOPED_TRACE(t);
+    expect_error_mentioning<UsageError>([&] { Sampler s({.temperature = t}); },
+                                        {"--temperature", ">= 0"});
+  }
+  for (const float p : {0.0f, -0.5f, 1.0001f, 2.0f, std::nanf("")}) {
+    SCOPED_TRACE(p);
+    expect_error_mentioning<UsageError>([&] { Sampler s({.top_p = p}); }, {"--top-p", "(0, 1]"});
+  }
+  EXPECT_NO_THROW(Sampler({.temperature = 0.0f, .top_p = 1.0f}));
+}
+
+TEST(Sampler, BadLogitsAreInputErrors) {
+  Sampler s({});
+  expect_error_mentioning<InputError>([&] { (void)s.sample(std::vector<float>{}); }, {"empty"});
+  expect_error_mentioning<InputError>(
+      [&] { (void)s.sample(std::vector<float>{0.0f, 1.0f, std::nanf("")}); }, {"logit 2", "NaN"});
+  const float inf = std::numeric_limits<float>::infinity();
+  expect_error_mentioning<InputError>(
+      [&] { (void)s.sample(std::vector<float>{inf, 0.0f}); }, {"logit 0"});
+  expect_error_mentioning<InputError>(
+      [&] { (void)s.sample(std::vector<float>{-inf, -inf}); }, {"-inf"});
+}
+
+}  // namespace
+}  // namespace kvheap
