@@ -17,7 +17,11 @@ std::size_t last_level_cache_bytes() {
 }
 
 BandwidthSample measure_read_bandwidth(std::size_t bytes, int repeats) {
-  if (bytes == 0) bytes = std::max<std::size_t>(8 * last_level_cache_bytes(), 256u << 20);
+  // 8x the LLC defeats the cache; the 1 GiB cap keeps the probe quick on servers whose OS reports
+  // a large shared L3.
+  if (bytes == 0)
+    bytes = std::clamp<std::size_t>(8 * last_level_cache_bytes(), std::size_t{256} << 20,
+                                    std::size_t{1} << 30);
   const long n = static_cast<long>(bytes / sizeof(float));
   std::unique_ptr<float[]> buf(new float[n]);
   // First touch from the threads that will read, so pages land where they are used.

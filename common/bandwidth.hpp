@@ -15,7 +15,7 @@ struct BandwidthSample {
 /// \brief Size of the last-level cache in bytes (0 when the OS does not say).
 std::size_t last_level_cache_bytes();
 
-/// \brief Reads a buffer of `bytes` (default: 8x the last-level cache, at least 256 MiB) with all
+/// \brief Reads a buffer of `bytes` (default: 8x the last-level cache, clamped to [256 MiB, 1 GiB]) with all
 /// OpenMP threads, summing floats so the loads cannot be optimised away, and returns the best
 /// rate of `repeats` passes. Each thread reads the slice it first touched, as the decode matmul
 /// does with its slice of every weight matrix.

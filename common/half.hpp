@@ -14,8 +14,8 @@
 
 namespace kvheap {
 
-/// \brief Widens an IEEE binary16 bit pattern to fp32. Exact: every fp16 value, subnormals, infinities
-/// and NaN payloads included, is representable in fp32.
+/// \brief Widens an IEEE binary16 bit pattern to fp32. Exact: every fp16 value, subnormals,
+/// infinities and NaN payloads included, is representable in fp32.
 inline float fp16_to_float(std::uint16_t h) {
   const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
   const std::uint32_t exp = (h >> 10) & 0x1fu;

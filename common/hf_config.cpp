@@ -37,8 +37,8 @@ int to_int(const json& v, const char* key, const std::string& where) {
                         ? v.get<std::uint64_t>() <= INT_MAX
                         : v.get<std::int64_t>() >= INT_MIN && v.get<std::int64_t>() <= INT_MAX;
   if (!fits)
-    throw InputError(fmt::format("'{}': \"{}\" = {} does not fit in a 32-bit int", where, key,
-                                 v.dump()));
+    throw InputError(
+        fmt::format("'{}': \"{}\" = {} does not fit in a 32-bit int", where, key, v.dump()));
   return static_cast<int>(v.get<std::int64_t>());
 }
 
@@ -68,8 +68,8 @@ bool get_bool(const json& j, const char* key, const std::string& where, bool fal
   const json* v = find_value(j, key);
   if (v == nullptr) return fallback;
   if (!v->is_boolean())
-    throw InputError(fmt::format("'{}': \"{}\" must be true or false, got {}", where, key,
-                                 v->dump()));
+    throw InputError(
+        fmt::format("'{}': \"{}\" must be true or false, got {}", where, key, v->dump()));
   return v->get<bool>();
 }
 
@@ -87,16 +87,17 @@ RopeScaling parse_rope_scaling(const json& j, const std::string& where) {
   const json* rs = find_value(j, "rope_scaling");
   if (rs == nullptr) return s;
   if (!rs->is_object())
-    throw InputError(fmt::format("'{}': \"rope_scaling\" must be an object or null, got {}", where,
-                                 rs->dump()));
+    throw InputError(
+        fmt::format("'{}': \"rope_scaling\" must be an object or null, got {}", where, rs->dump()));
   // Newer transformers write "rope_type"; older configs wrote "type".
   std::string type = get_string(*rs, "rope_type", where, "");
   if (type.empty()) type = get_string(*rs, "type", where, "");
   if (type == "default") return s;  // transformers' spelling of "no scaling"
   if (type != "llama3")
-    throw InputError(fmt::format("'{}': unsupported rope_scaling type '{}'; kvheap supports "
-                                 "\"llama3\" scaling or none",
-                                 where, type));
+    throw InputError(
+        fmt::format("'{}': unsupported rope_scaling type '{}'; kvheap supports "
+                    "\"llama3\" scaling or none",
+                    where, type));
   const std::string in = where + " rope_scaling";
   s.enabled = true;
   s.factor = get_float(*rs, "factor", in);
@@ -112,8 +113,7 @@ std::vector<int> parse_stop_ids(const json& j, const std::string& where) {
   if (!v->is_array()) return {get_int(j, "eos_token_id", where)};
   std::vector<int> ids;
   for (const json& id : *v) ids.push_back(to_int(id, "eos_token_id", where));
-  if (ids.empty())
-    throw InputError(fmt::format("'{}': \"eos_token_id\" is an empty list", where));
+  if (ids.empty()) throw InputError(fmt::format("'{}': \"eos_token_id\" is an empty list", where));
   return ids;
 }
 
@@ -140,7 +140,8 @@ ModelConfig parse_hf_config(const json& j, const std::string& name, const std::s
     throw InputError(fmt::format("'{}': unsupported hidden_act '{}'; kvheap's MLP is SwiGLU (silu)",
                                  where, act));
   if (get_bool(j, "mlp_bias", where, false))
-    throw InputError(fmt::format("'{}': \"mlp_bias\": true is not supported (no MLP biases)", where));
+    throw InputError(
+        fmt::format("'{}': \"mlp_bias\": true is not supported (no MLP biases)", where));
 
   ModelConfig c;
   c.name = name;
@@ -150,9 +151,10 @@ ModelConfig parse_hf_config(const json& j, const std::string& name, const std::s
   c.n_heads = get_int(j, "num_attention_heads", where);
   c.n_kv_heads = get_int(j, "num_key_value_heads", where, c.n_heads);
   if (find_value(j, "head_dim") == nullptr && c.n_heads > 0 && c.dim % c.n_heads != 0)
-    throw InputError(fmt::format("'{}': hidden_size ({}) must be divisible by num_attention_heads "
-                                 "({}) when there is no head_dim",
-                                 where, c.dim, c.n_heads));
+    throw InputError(
+        fmt::format("'{}': hidden_size ({}) must be divisible by num_attention_heads "
+                    "({}) when there is no head_dim",
+                    where, c.dim, c.n_heads));
   c.head_dim = get_int(j, "head_dim", where, c.n_heads > 0 ? c.dim / c.n_heads : 0);
   c.vocab_size = get_int(j, "vocab_size", where);
   c.max_seq_len = get_int(j, "max_position_embeddings", where);
@@ -176,9 +178,10 @@ ModelConfig load_hf_config(const std::string& dir) {
   const std::filesystem::path path = std::filesystem::path(dir) / "config.json";
   std::ifstream in(path);
   if (!in)
-    throw InputError(fmt::format("model folder '{}' has no readable config.json; a Hugging Face "
-                                 "model folder holds config.json next to its .safetensors files",
-                                 dir));
+    throw InputError(
+        fmt::format("model folder '{}' has no readable config.json; a Hugging Face "
+                    "model folder holds config.json next to its .safetensors files",
+                    dir));
   json j;
   try {
     j = json::parse(in);

@@ -4,9 +4,8 @@
 // against: a wrong head count here would turn into a confusing shape error there.
 #pragma once
 
-#include <string>
-
 #include <nlohmann/json_fwd.hpp>
+#include <string>
 
 #include "common/model_config.hpp"
 
@@ -19,10 +18,10 @@ namespace kvheap {
 /// num_attention_heads), vocab_size, max_position_embeddings, rope_theta (default 10000),
 /// rms_norm_eps (default 1e-6), tie_word_embeddings (default false), bos_token_id (default 1),
 /// eos_token_id (an id or a list; default 2), attention_bias (default: true for model_type
-/// "qwen2"), and rope_scaling (absent, null, "default" or "llama3"). RoPE rotates halves, as Hugging
-/// Face checkpoints expect. `where` names the file in error messages. Throws InputError naming the
-/// key for a missing or mistyped field, an unsupported model_type, hidden_act or rope_scaling type,
-/// or a shape that fails ModelConfig::validate().
+/// "qwen2"), and rope_scaling (absent, null, "default" or "llama3"). RoPE rotates halves, as
+/// Hugging Face checkpoints expect. `where` names the file in error messages. Throws InputError
+/// naming the key for a missing or mistyped field, an unsupported model_type, hidden_act or
+/// rope_scaling type, or a shape that fails ModelConfig::validate().
 [[nodiscard]] ModelConfig parse_hf_config(const nlohmann::json& j, const std::string& name,
                                           const std::string& where);
 

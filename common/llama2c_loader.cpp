@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <limits>
 #include <memory>
+#include <stdexcept>
 
 #include "common/error.hpp"
 #include "common/mapped_file.hpp"
@@ -86,13 +87,14 @@ ModelConfig make_config(const std::string& path, const std::byte* fields, int vo
   try {
     c.validate();
   } catch (const InputError& e) {
-    throw InputError(fmt::format("checkpoint '{}': {} (is this a llama2.c checkpoint?)", path,
-                                 e.what()));
+    throw InputError(
+        fmt::format("checkpoint '{}': {} (is this a llama2.c checkpoint?)", path, e.what()));
   }
   if (!divides)
-    throw InputError(fmt::format("checkpoint '{}': invalid model config: dim ({}) must be divisible "
-                                 "by n_heads ({})",
-                                 path, c.dim, c.n_heads));
+    throw InputError(
+        fmt::format("checkpoint '{}': invalid model config: dim ({}) must be divisible "
+                    "by n_heads ({})",
+                    path, c.dim, c.n_heads));
   return c;
 }
 
@@ -105,9 +107,10 @@ Header parse_header(const MappedFile& f) {
 
   if (magic == kLlama2cMagic) {
     if (size < kLlama2cV1HeaderBytes)
-      throw InputError(fmt::format("checkpoint '{}' truncated: a llama2.c version 1 header needs {} "
-                                   "bytes, found {}",
-                                   f.path(), kLlama2cV1HeaderBytes, size));
+      throw InputError(
+          fmt::format("checkpoint '{}' truncated: a llama2.c version 1 header needs {} "
+                      "bytes, found {}",
+                      f.path(), kLlama2cV1HeaderBytes, size));
     h.version = read_i32(p + 4);
     if (h.version != 1)
       throw InputError(fmt::format(
@@ -125,9 +128,10 @@ Header parse_header(const MappedFile& f) {
   }
 
   if (size < kLlama2cV0HeaderBytes)
-    throw InputError(fmt::format("checkpoint '{}' truncated: a llama2.c header needs {} bytes, "
-                                 "found {}",
-                                 f.path(), kLlama2cV0HeaderBytes, size));
+    throw InputError(
+        fmt::format("checkpoint '{}' truncated: a llama2.c header needs {} bytes, "
+                    "found {}",
+                    f.path(), kLlama2cV0HeaderBytes, size));
   // Legacy files encode an unshared classifier as a negative vocab_size. INT_MIN has no positive
   // counterpart; pass it through so validation rejects it by value.
   const std::int32_t raw_vocab = read_i32(p + 20);
@@ -176,14 +180,16 @@ ModelWeights load_llama2c(const std::string& path) {
   const u64 expected = llama2c_file_size(c, h.version);
   const u64 found = file->size();
   if (found < expected)
-    throw InputError(fmt::format("checkpoint '{}' truncated: expected {} bytes for {} (llama2.c "
-                                 "version {}), found {}",
-                                 path, expected, shape_summary(c), h.version, found));
+    throw InputError(
+        fmt::format("checkpoint '{}' truncated: expected {} bytes for {} (llama2.c "
+                    "version {}), found {}",
+                    path, expected, shape_summary(c), h.version, found));
   if (found > expected)
-    throw InputError(fmt::format("checkpoint '{}' has {} trailing bytes beyond the {} that the "
-                                 "header describes ({}, llama2.c version {}); the header does not "
-                                 "match the tensors",
-                                 path, found - expected, expected, shape_summary(c), h.version));
+    throw InputError(
+        fmt::format("checkpoint '{}' has {} trailing bytes beyond the {} that the "
+                    "header describes ({}, llama2.c version {}); the header does not "
+                    "match the tensors",
+                    path, found - expected, expected, shape_summary(c), h.version));
 
   ModelWeights w;
   w.config = c;
@@ -203,12 +209,12 @@ ModelWeights load_llama2c(const std::string& path) {
     for (std::size_t l = 0; l < w.layers.size(); ++l) w.layers[l].*field = base + l * each;
   };
 
-  const std::size_t d = static_cast<std::size_t>(c.dim), hid = static_cast<std::size_t>(c.hidden_dim);
-  const std::size_t vocab = static_cast<std::size_t>(c.vocab_size);
-  const std::size_t q = static_cast<std::size_t>(c.q_dim()), kv = static_cast<std::size_t>(c.kv_dim());
+  // validate() bounded every field, so these products fit in size_t with room to spare.
+  const std::size_t d = c.dim, hid = c.hidden_dim, vocab = c.vocab_size;
+  const std::size_t q = c.q_dim(), kv = c.kv_dim();
 
   if (h.version == 0) {
-    w.token_embedding = take(vocab * d);  // [vocab_size, dim]
+    w.token_embedding = take(vocab * d);   // [vocab_size, dim]
     stacked(d, &LayerWeights::attn_norm);  // [n_layers, dim]
     stacked(q * d, &LayerWeights::wq);     // [n_layers, q_dim, dim]
     stacked(kv * d, &LayerWeights::wk);    // [n_layers, kv_dim, dim]
@@ -221,7 +227,7 @@ ModelWeights load_llama2c(const std::string& path) {
     w.final_norm = take(d);                // [dim]
     // Precomputed RoPE cos/sin tables, [seq_len, head_dim/2] each: the forward pass computes its
     // own (with the configured theta and scaling), so these are skipped.
-    (void)take(2 * static_cast<std::size_t>(c.max_seq_len) * static_cast<std::size_t>(c.head_dim / 2));
+    (void)take(2 * static_cast<std::size_t>(c.max_seq_len) * (c.head_dim / 2));
   } else {
     stacked(d, &LayerWeights::attn_norm);  // [n_layers, dim]
     stacked(d, &LayerWeights::ffn_norm);   // [n_layers, dim]
@@ -236,6 +242,10 @@ ModelWeights load_llama2c(const std::string& path) {
     stacked(hid * d, &LayerWeights::w3);   // [n_layers, hidden_dim, dim]
   }
   w.classifier = c.tied_embeddings ? w.token_embedding : take(vocab * d);  // [vocab_size, dim]
+  // The walk above and llama2c_file_size() describe the same layout; if they ever disagree, that
+  // is a bug here, not a bad file.
+  if (reinterpret_cast<const std::byte*>(cursor) != file->data() + file->size())
+    throw std::logic_error("llama2.c loader: tensor walk does not end at the computed file size");
 
   w.storage.push_back(std::move(file));
   return w;

@@ -24,7 +24,8 @@
 
 namespace kvheap {
 
-static_assert(std::endian::native == std::endian::little, "safetensors loader assumes little-endian");
+static_assert(std::endian::native == std::endian::little,
+              "safetensors loader assumes little-endian");
 
 namespace {
 
@@ -35,8 +36,8 @@ using Shape = std::vector<std::uint64_t>;
 /// One mapped .safetensors file with its parsed header.
 struct Shard {
   std::unique_ptr<MappedFile> file;
-  json header;                          // {name: {dtype, shape, data_offsets}, "__metadata__": ...}
-  const std::byte* data = nullptr;      // start of the data region; offsets are relative to it
+  json header;                      // {name: {dtype, shape, data_offsets}, "__metadata__": ...}
+  const std::byte* data = nullptr;  // start of the data region; offsets are relative to it
   std::uint64_t data_size = 0;
   [[nodiscard]] const std::string& path() const { return file->path(); }
 };
@@ -46,25 +47,28 @@ Shard open_shard(const fs::path& path) {
   s.file = std::make_unique<MappedFile>(path.string());
   const std::uint64_t size = s.file->size();
   if (size < 8)
-    throw InputError(fmt::format("safetensors file '{}' truncated: {} bytes is too short for the "
-                                 "8-byte header length",
-                                 s.path(), size));
+    throw InputError(
+        fmt::format("safetensors file '{}' truncated: {} bytes is too short for the "
+                    "8-byte header length",
+                    s.path(), size));
   std::uint64_t n = 0;
   std::memcpy(&n, s.file->data(), 8);
   if (n > kMaxSafetensorsHeaderBytes)
-    throw InputError(fmt::format("safetensors file '{}' declares a {}-byte JSON header, over the "
-                                 "{}-byte limit; the file is corrupt or not safetensors",
-                                 s.path(), n, kMaxSafetensorsHeaderBytes));
+    throw InputError(
+        fmt::format("safetensors file '{}' declares a {}-byte JSON header, over the "
+                    "{}-byte limit; the file is corrupt or not safetensors",
+                    s.path(), n, kMaxSafetensorsHeaderBytes));
   if (n > size - 8)
-    throw InputError(fmt::format("safetensors file '{}' declares a {}-byte JSON header but only {} "
-                                 "bytes follow the length field",
-                                 s.path(), n, size - 8));
+    throw InputError(
+        fmt::format("safetensors file '{}' declares a {}-byte JSON header but only {} "
+                    "bytes follow the length field",
+                    s.path(), n, size - 8));
   const auto* text = reinterpret_cast<const char*>(s.file->data() + 8);
   try {
     s.header = json::parse(text, text + n);
   } catch (const json::parse_error& e) {
-    throw InputError(fmt::format("header of safetensors file '{}' is not valid JSON: {}", s.path(),
-                                 e.what()));
+    throw InputError(
+        fmt::format("header of safetensors file '{}' is not valid JSON: {}", s.path(), e.what()));
   }
   if (!s.header.is_object())
     throw InputError(fmt::format("header of safetensors file '{}' must be a JSON object, got {}",
@@ -85,9 +89,10 @@ class TensorSource {
     } else if (fs::exists(single)) {
       shards_.push_back(open_shard(single));
     } else {
-      throw InputError(fmt::format("model folder '{}' has neither model.safetensors nor "
-                                   "model.safetensors.index.json",
-                                   dir));
+      throw InputError(
+          fmt::format("model folder '{}' has neither model.safetensors nor "
+                      "model.safetensors.index.json",
+                      dir));
     }
   }
 
@@ -111,9 +116,10 @@ class TensorSource {
       throw InputError(fmt::format("missing tensor '{}': not listed in the weight_map of '{}'",
                                    name, index_path_));
     if (!index_path_.empty())
-      throw InputError(fmt::format("missing tensor '{}': '{}' maps it to '{}', whose header does "
-                                   "not list it",
-                                   name, index_path_, shard->path()));
+      throw InputError(
+          fmt::format("missing tensor '{}': '{}' maps it to '{}', whose header does "
+                      "not list it",
+                      name, index_path_, shard->path()));
     throw InputError(fmt::format("missing tensor '{}' in '{}'", name, shard->path()));
   }
 
@@ -135,9 +141,10 @@ class TensorSource {
       // Plain names only: an index must not send the loader to files outside the folder.
       const std::string f = file.is_string() ? file.get<std::string>() : std::string();
       if (f.empty() || f.find('/') != std::string::npos || f == "." || f == "..")
-        throw InputError(fmt::format("'{}': weight_map entry for '{}' must be a file name in the "
-                                     "same folder, got {}",
-                                     index_path_, tensor, file.dump()));
+        throw InputError(
+            fmt::format("'{}': weight_map entry for '{}' must be a file name in the "
+                        "same folder, got {}",
+                        index_path_, tensor, file.dump()));
       auto [it, inserted] = shard_ids.emplace(f, shards_.size());
       if (inserted) shards_.push_back(open_shard(index.parent_path() / f));
       shard_of_.emplace(tensor, it->second);
@@ -146,8 +153,8 @@ class TensorSource {
   }
 
   std::vector<Shard> shards_;
-  std::string index_path_;                         // empty for a single model.safetensors
-  std::map<std::string, std::size_t> shard_of_;    // tensor name -> shard (indexed folders only)
+  std::string index_path_;                       // empty for a single model.safetensors
+  std::map<std::string, std::size_t> shard_of_;  // tensor name -> shard (indexed folders only)
 };
 
 // Reads a JSON array of non-negative integers; nullopt when it is anything else.
@@ -174,7 +181,8 @@ const float* load_tensor(ModelWeights& w, const TensorSource& src, const std::st
   if (dtype == "F32") elem = 4;
   if (dtype == "F16" || dtype == "BF16") elem = 2;
   if (elem == 0)
-    throw InputError(fmt::format("{} has dtype '{}'; kvheap loads F32, F16 and BF16", where, dtype));
+    throw InputError(
+        fmt::format("{} has dtype '{}'; kvheap loads F32, F16 and BF16", where, dtype));
 
   const auto found = uint_array(entry->value("shape", json()));
   if (!found) throw InputError(where + " has no \"shape\" list of non-negative integers");
@@ -193,10 +201,10 @@ const float* load_tensor(ModelWeights& w, const TensorSource& src, const std::st
   std::uint64_t count = 1;
   for (std::uint64_t d : shape) count *= d;
   if (end - begin != count * elem)
-    throw InputError(fmt::format("{} has data_offsets [{}, {}] spanning {} bytes, but shape [{}] "
-                                 "in {} needs {}",
-                                 where, begin, end, end - begin, fmt::join(shape, ", "), dtype,
-                                 count * elem));
+    throw InputError(
+        fmt::format("{} has data_offsets [{}, {}] spanning {} bytes, but shape [{}] "
+                    "in {} needs {}",
+                    where, begin, end, end - begin, fmt::join(shape, ", "), dtype, count * elem));
 
   float* out = w.allocate(count);
   const std::byte* in = shard->data + begin;  // not necessarily aligned: copy, never cast
@@ -245,9 +253,10 @@ ModelWeights load_safetensors(const std::string& dir) {
     // Llama's attention_bias also biases o_proj; there is no field for it, and dropping it would
     // be a silent wrong answer.
     if (src.find(p + "self_attn.o_proj.bias").second != nullptr)
-      throw InputError(fmt::format("'{}' has tensor '{}self_attn.o_proj.bias'; kvheap supports "
-                                   "biases on q/k/v only (Qwen2 style)",
-                                   dir, p));
+      throw InputError(
+          fmt::format("'{}' has tensor '{}self_attn.o_proj.bias'; kvheap supports "
+                      "biases on q/k/v only (Qwen2 style)",
+                      dir, p));
     L.ffn_norm = load(p + "post_attention_layernorm.weight", {d});  // [dim]
     L.w1 = load(p + "mlp.gate_proj.weight", {hidden, d});           // [hidden_dim, dim]
     L.w2 = load(p + "mlp.down_proj.weight", {d, hidden});           // [dim, hidden_dim]

@@ -30,9 +30,9 @@ TEST(Half, EveryFp16PatternSurvivesARoundTripThroughFloat) {
 TEST(Half, Fp16WidensToTheExactValue) {
   EXPECT_EQ(fp16_to_float(0x3c00), 1.0f);
   EXPECT_EQ(fp16_to_float(0xc000), -2.0f);
-  EXPECT_EQ(fp16_to_float(0x7bff), 65504.0f);      // largest finite
-  EXPECT_EQ(fp16_to_float(0x0400), 0x1p-14f);      // smallest normal
-  EXPECT_EQ(fp16_to_float(0x0001), 0x1p-24f);      // smallest subnormal
+  EXPECT_EQ(fp16_to_float(0x7bff), 65504.0f);         // largest finite
+  EXPECT_EQ(fp16_to_float(0x0400), 0x1p-14f);         // smallest normal
+  EXPECT_EQ(fp16_to_float(0x0001), 0x1p-24f);         // smallest subnormal
   EXPECT_EQ(fp16_to_float(0x03ff), 1023 * 0x1p-24f);  // largest subnormal
   EXPECT_EQ(fp16_to_float(0x7c00), std::numeric_limits<float>::infinity());
   EXPECT_EQ(fp16_to_float(0xfc00), -std::numeric_limits<float>::infinity());
@@ -65,12 +65,12 @@ TEST(Half, FloatToFp16OverflowsToInfinityPastHalfwayBeyondMax) {
 }
 
 TEST(Half, FloatToFp16HandlesSubnormalsAndUnderflow) {
-  EXPECT_EQ(float_to_fp16(0x1p-24f), 0x0001);                             // smallest subnormal
+  EXPECT_EQ(float_to_fp16(0x1p-24f), 0x0001);  // smallest subnormal
   EXPECT_EQ(float_to_fp16(-0x1p-24f), 0x8001);
-  EXPECT_EQ(float_to_fp16(0x1p-25f), 0x0000);                             // tie with 0: even 0
-  EXPECT_EQ(float_to_fp16(std::nextafter(0x1p-25f, 1.0f)), 0x0001);       // just past the tie
-  EXPECT_EQ(float_to_fp16(3 * 0x1p-25f), 0x0002);                         // tie 1|2: even 2
-  EXPECT_EQ(float_to_fp16(5 * 0x1p-25f), 0x0002);                         // tie 2|3: even 2
+  EXPECT_EQ(float_to_fp16(0x1p-25f), 0x0000);                        // tie with 0: even 0
+  EXPECT_EQ(float_to_fp16(std::nextafter(0x1p-25f, 1.0f)), 0x0001);  // just past the tie
+  EXPECT_EQ(float_to_fp16(3 * 0x1p-25f), 0x0002);                    // tie 1|2: even 2
+  EXPECT_EQ(float_to_fp16(5 * 0x1p-25f), 0x0002);                    // tie 2|3: even 2
   EXPECT_EQ(float_to_fp16(0x1p-14f - 0x1p-25f), 0x0400);  // tie 0x3ff|0x400: up into the normals
   EXPECT_EQ(float_to_fp16(1e-10f), 0x0000);
   EXPECT_EQ(float_to_fp16(std::numeric_limits<float>::denorm_min()), 0x0000);

@@ -16,10 +16,10 @@
 namespace kvheap {
 namespace {
 
-using ::testing::AllOf;
-using ::testing::HasSubstr;
 using nlohmann::json;
 using test::input_error_of;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
 
 // The tiny preset as a Hugging Face export: 2 layers, 4 query heads over 2 KV heads.
 ModelConfig hf_config(bool tied = true) {
@@ -72,13 +72,13 @@ TEST_P(SafetensorsRoundTrip, LoadsExactlyTheStoredValues) {
   EXPECT_EQ(c.stop_ids, std::vector<int>{2});
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    DTypesAndShards, SafetensorsRoundTrip,
-    ::testing::Combine(::testing::Values(DType::F32, DType::F16, DType::BF16),
-                       ::testing::Values(1, 3)),
-    [](const auto& info) {
-      return fmt::format("{}_{}shard", dtype_name(std::get<0>(info.param)), std::get<1>(info.param));
-    });
+INSTANTIATE_TEST_SUITE_P(DTypesAndShards, SafetensorsRoundTrip,
+                         ::testing::Combine(::testing::Values(DType::F32, DType::F16, DType::BF16),
+                                            ::testing::Values(1, 3)),
+                         [](const auto& info) {
+                           return fmt::format("{}_{}shard", dtype_name(std::get<0>(info.param)),
+                                              std::get<1>(info.param));
+                         });
 
 TEST(SafetensorsLoader, TiedAndUntiedClassifiers) {
   const Folder tied(hf_config(true));
@@ -93,7 +93,8 @@ TEST(SafetensorsLoader, TiedAndUntiedClassifiers) {
   test::expect_same_tensors(u, untied.weights);
 
   // config.json decides: an lm_head.weight in a tied folder is ignored, not loaded.
-  test::edit_json_file(untied.file("config.json"), [](json& j) { j["tie_word_embeddings"] = true; });
+  test::edit_json_file(untied.file("config.json"),
+                       [](json& j) { j["tie_word_embeddings"] = true; });
   const ModelWeights ignored = load_safetensors(untied.dir);
   EXPECT_EQ(ignored.classifier, ignored.token_embedding);
 }
@@ -171,9 +172,8 @@ TEST(SafetensorsLoader, ConfigDefaultsFollowTransformers) {
 
 TEST(SafetensorsLoader, UnknownDtypeIsNamedWithTheSupportedOnes) {
   const Folder f;
-  test::edit_safetensors_header(f.file("model.safetensors"), [](json& h) {
-    h["model.norm.weight"]["dtype"] = "I8";
-  });
+  test::edit_safetensors_header(f.file("model.safetensors"),
+                                [](json& h) { h["model.norm.weight"]["dtype"] = "I8"; });
   EXPECT_THAT(f.error(), AllOf(HasSubstr("'model.norm.weight'"), HasSubstr("dtype 'I8'"),
                                HasSubstr("F32, F16 and BF16")));
 }
@@ -187,8 +187,8 @@ TEST(SafetensorsLoader, MissingTensorIsNamed) {
   const Folder sharded(hf_config(), DType::F32, 3);
   test::edit_json_file(sharded.file("model.safetensors.index.json"),
                        [](json& j) { j["weight_map"].erase("model.norm.weight"); });
-  EXPECT_THAT(sharded.error(), AllOf(HasSubstr("missing tensor 'model.norm.weight'"),
-                                     HasSubstr("weight_map")));
+  EXPECT_THAT(sharded.error(),
+              AllOf(HasSubstr("missing tensor 'model.norm.weight'"), HasSubstr("weight_map")));
 }
 
 TEST(SafetensorsLoader, ShapeMismatchNamesTensorAndBothShapes) {
@@ -207,7 +207,9 @@ TEST(SafetensorsLoader, DataOffsetsOutsideTheFileOrDisagreeingWithTheShape) {
     h["model.norm.weight"]["data_offsets"] = {0, std::uint64_t{1} << 40};
   });
   EXPECT_THAT(f.error(), AllOf(HasSubstr("'model.norm.weight'"), HasSubstr("outside the")));
-  test::edit_safetensors_header(st, [](json& h) { h["model.norm.weight"]["data_offsets"] = {0, 8}; });
+  test::edit_safetensors_header(st, [](json& h) {
+    h["model.norm.weight"]["data_offsets"] = {0, 8};
+  });
   EXPECT_THAT(f.error(), AllOf(HasSubstr("spanning 8 bytes"), HasSubstr("needs 256")));
 }
 
@@ -249,7 +251,8 @@ TEST(SafetensorsLoader, MissingFilesAreNamed) {
 TEST(SafetensorsLoader, UnsupportedOrInvalidConfigsAreNamed) {
   const Folder f;
   test::edit_json_file(f.file("config.json"), [](json& j) { j["model_type"] = "gemma"; });
-  EXPECT_THAT(f.error(), AllOf(HasSubstr("model_type 'gemma'"), HasSubstr("llama, mistral, qwen2")));
+  EXPECT_THAT(f.error(),
+              AllOf(HasSubstr("model_type 'gemma'"), HasSubstr("llama, mistral, qwen2")));
   test::edit_json_file(f.file("config.json"), [](json& j) {
     j["model_type"] = "llama";
     j["num_key_value_heads"] = 3;

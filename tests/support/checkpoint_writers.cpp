@@ -40,9 +40,12 @@ void put_as(std::string& out, const float* p, std::size_t n, DType dtype) {
 
 const char* safetensors_dtype(DType t) {
   switch (t) {
-    case DType::F32: return "F32";
-    case DType::F16: return "F16";
-    case DType::BF16: return "BF16";
+    case DType::F32:
+      return "F32";
+    case DType::F16:
+      return "F16";
+    case DType::BF16:
+      return "BF16";
   }
   return "?";
 }
@@ -83,8 +86,7 @@ ModelWeights random_weights(const ModelConfig& c, std::uint64_t seed) {
   // in the "expected" side of a comparison.
   auto fill = [&](std::size_t n) {
     float* p = w.allocate(n);
-    for (std::size_t i = 0; i < n; ++i)
-      p[i] = static_cast<float>(rng() >> 40) * 0x1p-24f - 0.5f;
+    for (std::size_t i = 0; i < n; ++i) p[i] = static_cast<float>(rng() >> 40) * 0x1p-24f - 0.5f;
     return p;
   };
   const std::size_t d = c.dim, hid = c.hidden_dim, vocab = c.vocab_size;
@@ -210,11 +212,12 @@ json hf_config_json(const ModelConfig& c) {
             {"rope_scaling", nullptr}};
   j["eos_token_id"] = c.stop_ids.size() == 1 ? json(c.stop_ids[0]) : json(c.stop_ids);
   if (c.rope_scaling.enabled)
-    j["rope_scaling"] = {{"rope_type", "llama3"},
-                         {"factor", c.rope_scaling.factor},
-                         {"low_freq_factor", c.rope_scaling.low_freq_factor},
-                         {"high_freq_factor", c.rope_scaling.high_freq_factor},
-                         {"original_max_position_embeddings", c.rope_scaling.original_max_position}};
+    j["rope_scaling"] = {
+        {"rope_type", "llama3"},
+        {"factor", c.rope_scaling.factor},
+        {"low_freq_factor", c.rope_scaling.low_freq_factor},
+        {"high_freq_factor", c.rope_scaling.high_freq_factor},
+        {"original_max_position_embeddings", c.rope_scaling.original_max_position}};
   return j;
 }
 
@@ -240,9 +243,12 @@ void write_safetensors(const ModelWeights& w, const std::string& dir, DType dtyp
 
 float stored_as(float x, DType dtype) {
   switch (dtype) {
-    case DType::F32: return x;
-    case DType::F16: return fp16_to_float(float_to_fp16(x));
-    case DType::BF16: return bf16_to_float(float_to_bf16(x));
+    case DType::F32:
+      return x;
+    case DType::F16:
+      return fp16_to_float(float_to_fp16(x));
+    case DType::BF16:
+      return bf16_to_float(float_to_bf16(x));
   }
   return x;
 }
@@ -289,7 +295,8 @@ void expect_same_tensors(const ModelWeights& got, const ModelWeights& want, DTyp
     for (std::size_t j = 0; j < w[i].numel(); ++j) {
       // Bit patterns, not ==, so -0.0 vs 0.0 or a changed NaN would show up too.
       if (std::bit_cast<std::uint32_t>(g[i].data[j]) !=
-          std::bit_cast<std::uint32_t>(stored_as(w[i].data[j], stored)) && mismatches++ == 0)
+              std::bit_cast<std::uint32_t>(stored_as(w[i].data[j], stored)) &&
+          mismatches++ == 0)
         first = j;
     }
     EXPECT_EQ(mismatches, 0u) << g[i].name << ": first mismatch at element " << first << ", got "

@@ -27,9 +27,9 @@ namespace kvheap::test {
 
 /// \brief One tensor of a model under its Hugging Face name.
 struct NamedTensor {
-  std::string name;                   ///< e.g. "model.layers.0.self_attn.q_proj.weight"
-  std::vector<std::uint64_t> shape;   ///< row-major, e.g. {q_dim, dim}
-  const float* data = nullptr;        ///< [product of shape]
+  std::string name;                  ///< e.g. "model.layers.0.self_attn.q_proj.weight"
+  std::vector<std::uint64_t> shape;  ///< row-major, e.g. {q_dim, dim}
+  const float* data = nullptr;       ///< [product of shape]
 
   /// \brief Number of elements: the product of shape.
   [[nodiscard]] std::size_t numel() const;

@@ -1,0 +1,167 @@
+// Barriers and warp collectives of the CPU simulator: the BlockRunner members behind
+// __syncthreads, __syncwarp, shuffles and votes, and the detail:: entry points the kernel-side
+// intrinsics call (see thread_state.hpp).
+#include <bit>
+#include <cstdio>
+#include <string>
+
+#include "device/sim/block_runner.hpp"
+
+namespace kvheap::sim {
+
+using detail::BlockSync;
+using detail::WarpOp;
+
+int BlockRunner::block_sync(BlockSync kind, int predicate, const std::source_location& site) {
+  BlockBarrier& b = barrier_;
+  if (b.arrived == 0) {
+    b.kind = kind;
+    b.site = site;
+    b.accumulator = kind == BlockSync::And ? 1 : 0;
+  } else if (b.kind != kind || !same_site(b.site, site)) {
+    fail(divergence_report(kind, site));
+  }
+  const int p = predicate != 0 ? 1 : 0;
+  if (kind == BlockSync::Count) b.accumulator += p;
+  if (kind == BlockSync::And) b.accumulator &= p;
+  if (kind == BlockSync::Or) b.accumulator |= p;
+
+  Fiber& me = fibers_[current_];
+  me.wait = Wait::Block;
+  me.site = site;
+  if (++b.arrived == static_cast<unsigned>(n_threads_)) {
+    // The generation moves on: everyone waiting here may run again.
+    b.result = b.accumulator;
+    b.arrived = 0;
+    ++b.generation;
+    for (int t = 0; t < n_threads_; ++t) {
+      if (fibers_[t].wait == Wait::Block) {
+        fibers_[t].wait = Wait::None;
+        make_ready(t);
+      }
+    }
+  } else {
+    wait_until_ready();
+  }
+  me.wait = Wait::None;
+  return b.result;
+}
+
+std::uint64_t BlockRunner::warp_collective(WarpOp op, unsigned mask, std::uint64_t value, int arg,
+                                           int width, const std::source_location& site) {
+  const int t = current_;
+  const int warp = t / 32;
+  const int lane = t % 32;
+  const unsigned bit = 1u << lane;
+  WarpState& w = warps_[warp];
+  char hex[16];
+  std::snprintf(hex, sizeof hex, "0x%08x", mask);
+  if ((mask & bit) == 0) {
+    fail("thread " + thread_name(t) + " (lane " + std::to_string(lane) + " of warp " +
+         std::to_string(warp) + ") called " + warp_op_name(op) + " at " + site_string(site) +
+         " with mask " + hex + ", which does not include its own lane");
+  }
+  if (is_shuffle(op) && (width < 1 || width > 32 || !std::has_single_bit(unsigned(width)))) {
+    fail(std::string(warp_op_name(op)) + " at " + site_string(site) + ": width " +
+         std::to_string(width) + " is not a power of two between 1 and 32");
+  }
+
+  // Join the open group of this (mask, operation) that this lane has not joined yet, or open one.
+  WarpGroup* g = nullptr;
+  int index = -1;
+  for (int i = 0; i < 32 && g == nullptr; ++i) {
+    WarpGroup& c = w.groups[i];
+    if (c.in_use && !c.complete && c.mask == mask && joins(c.op, op) && (c.arrived & bit) == 0) {
+      g = &c;
+      index = i;
+    }
+  }
+  for (int i = 0; i < 32 && g == nullptr; ++i) {
+    if (!w.groups[i].in_use) {
+      g = &w.groups[i];
+      index = i;
+      *g = WarpGroup{};
+      g->in_use = true;
+      g->op = op;
+      g->mask = mask;
+      g->site = site;
+    }
+  }
+  if (g == nullptr) fail("internal error: warp " + std::to_string(warp) + " ran out of groups");
+
+  g->value[lane] = value;
+  if (is_shuffle(op)) g->source[lane] = static_cast<std::int8_t>(shuffle_source(op, lane, arg, width));
+  g->arrived |= bit;
+  Fiber& me = fibers_[t];
+  me.wait = Wait::Warp;
+  me.group = index;
+  me.site = site;
+  if (missing_lanes(*g, w) == 0) {
+    complete_group(warp, *g);
+  } else {
+    wait_until_ready();
+  }
+  me.wait = Wait::None;
+  me.group = -1;
+  const std::uint64_t result = group_result(*g, lane);
+  if (--g->readers == 0) g->in_use = false;
+  return result;
+}
+
+void BlockRunner::complete_group(int warp, WarpGroup& g) {
+  g.complete = true;
+  g.readers = static_cast<unsigned>(std::popcount(g.arrived));
+  for (int lane = 0; lane < 32; ++lane) {
+    if ((g.arrived >> lane & 1u) != 0) make_ready(warp * 32 + lane);  // skips the running lane
+  }
+}
+
+void BlockRunner::complete_satisfied_groups(int warp) {
+  WarpState& w = warps_[warp];
+  for (WarpGroup& g : w.groups) {
+    if (g.in_use && !g.complete && missing_lanes(g, w) == 0) complete_group(warp, g);
+  }
+}
+
+unsigned BlockRunner::active_mask() const {
+  const WarpState& w = warps_[current_ / 32];
+  return w.existing & ~w.exited;
+}
+
+namespace detail {
+namespace {
+
+BlockRunner& runner(const char* what, const std::source_location& site) {
+  BlockRunner* r = BlockRunner::running();
+  if (r == nullptr) {
+    std::fprintf(stderr, "kvheap simulator: %s called outside a kernel launch at %s\n", what,
+                 site_string(site).c_str());
+    std::abort();
+  }
+  return *r;
+}
+
+}  // namespace
+
+int block_sync(BlockSync kind, int predicate, const std::source_location& site) {
+  return runner(block_sync_name(kind), site).block_sync(kind, predicate, site);
+}
+
+std::uint64_t warp_collective(WarpOp op, unsigned mask, std::uint64_t value, int arg, int width,
+                              const std::source_location& site) {
+  return runner(warp_op_name(op), site).warp_collective(op, mask, value, arg, width, site);
+}
+
+unsigned active_mask() { return runner("__activemask", std::source_location::current()).active_mask(); }
+
+void trap(const std::source_location& site) {
+  runner("__trap", site).fail("__trap() called at " + site_string(site));
+}
+
+int current_worker() {
+  BlockRunner* r = BlockRunner::running();
+  return r != nullptr ? r->worker() : -1;
+}
+
+}  // namespace detail
+}  // namespace kvheap::sim

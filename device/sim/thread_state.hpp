@@ -1,0 +1,50 @@
+// The per-OS-thread state that simulated kernels read (threadIdx, blockIdx, blockDim, gridDim,
+// the dynamic shared memory of the block) and the entry points their intrinsics call.
+//
+// Kernel code sees this only through device/sim/intrinsics.hpp; the simulator sets it. The
+// variables are thread_local because one OS thread runs one block at a time: every fiber of the
+// block sees the same blockIdx, and the scheduler rewrites threadIdx before resuming a fiber.
+#pragma once
+
+#include <vector_types.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <source_location>
+
+namespace kvheap::sim::detail {
+
+inline thread_local uint3 t_thread_idx{0, 0, 0};
+inline thread_local uint3 t_block_idx{0, 0, 0};
+inline thread_local dim3 t_block_dim{1, 1, 1};
+inline thread_local dim3 t_grid_dim{1, 1, 1};
+inline thread_local std::byte* t_dynamic_smem = nullptr;   ///< this block's dynamic shared memory
+inline thread_local std::size_t t_dynamic_smem_bytes = 0;  ///< its size, as launched
+
+/// \brief The flavours of the block-wide barrier.
+enum class BlockSync : std::uint8_t { Plain, Count, And, Or };
+
+/// \brief The warp collectives; all go through one exchange in the scheduler.
+enum class WarpOp : std::uint8_t { Sync, ShflIdx, ShflUp, ShflDown, ShflXor, Ballot, Any, All };
+
+/// \brief __syncthreads and its _count/_and/_or forms: waits for the whole block at `site`;
+/// returns the count of threads with a non-zero predicate (Count) or the and/or of them.
+int block_sync(BlockSync kind, int predicate, const std::source_location& site);
+
+/// \brief One warp collective: contributes `value` for this lane, waits for the lanes of `mask`,
+/// and returns this lane's result (the partner's bits for shuffles, the vote for votes).
+/// `arg` is the source lane, delta or xor mask of a shuffle; `width` its segment width.
+std::uint64_t warp_collective(WarpOp op, unsigned mask, std::uint64_t value, int arg, int width,
+                              const std::source_location& site);
+
+/// \brief Lanes of the calling warp that exist and have not exited.
+unsigned active_mask();
+
+/// \brief __trap(): fails the launch with the call site.
+[[noreturn]] void trap(const std::source_location& site);
+
+/// \brief Index of the OS worker thread running the calling block (0 = the launching thread);
+/// lets tests observe that blocks really ran on several threads.
+int current_worker();
+
+}  // namespace kvheap::sim::detail

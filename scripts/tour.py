@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""Runs every built chapter on one model and prints a table comparing their cache policies.
+
+Each chapter program prints one JSON object with --json; this script only collects and formats
+those numbers. It writes the same table to docs/results/<device>.md.
+"""
+import argparse
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+
+CHAPTERS = [
+    ("01_cpu_reference", "reserve max_seq_len per sequence", []),
+]
+
+
+def cpu_name():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "cpu"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--bin", default="build/cpu/bin", help="folder with the chapter programs")
+    ap.add_argument("--model", default="stories15m", help="preset name, .bin file or safetensors folder")
+    ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--results", default="docs/results", help="where to write <device>.md")
+    args = ap.parse_args()
+
+    rows = []
+    for name, policy, extra in CHAPTERS:
+        exe = os.path.join(args.bin, "ch" + name)
+        if not os.path.exists(exe):
+            continue
+        cmd = [exe, "--model", args.model, "--prompt-ids", "1", "--max-new-tokens",
+               str(args.max_new_tokens), "--temperature", "0", "--ignore-eos", "--json"] + extra
+        print("$", " ".join(cmd), file=sys.stderr)
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+        j = json.loads(out)
+        m = j["metrics"]
+        rows.append((name, policy, m))
+
+    if not rows:
+        sys.exit("tour: no chapter programs found in " + args.bin)
+    device = rows[0][2]["device"]
+    header = ("| chapter | policy | KV reserved MB | KV used MB | waste % | decode tokens/s | "
+              "MB read/step | GB/s | % of peak |")
+    lines = [f"# kvheap tour on {cpu_name()}", "",
+             f"model `{args.model}`, prompt [BOS], {args.max_new_tokens} new tokens, greedy, {device}",
+             "", header, "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, policy, m in rows:
+        mb_step = (m["weight_bytes_per_step"] + m["kv_bytes_per_step"]) / 1e6
+        pct = 100.0 * m["decode_gbps"] / m["peak_gbps"] if m["peak_gbps"] else float("nan")
+        lines.append(f"| {name} | {policy} | {m['kv_reserved_bytes'] / 1e6:.2f} | "
+                     f"{m['kv_used_bytes'] / 1e6:.2f} | {100 * m['kv_waste_fraction']:.1f} | "
+                     f"{m['decode_tokens_per_s']:.1f} | {mb_step:.2f} | {m['decode_gbps']:.2f} | "
+                     f"{pct:.1f} |")
+    lines += ["", f"peak: {rows[0][2]['peak_kind']} measured by each program at start "
+                  f"({rows[0][2]['peak_gbps']:.2f} GB/s for chapter 1)."]
+    table = "\n".join(lines) + "\n"
+    print(table)
+    os.makedirs(args.results, exist_ok=True)
+    slug = re.sub(r"[^a-z0-9]+", "-", cpu_name().lower()).strip("-")
+    path = os.path.join(args.results, f"tour-{slug}.md")
+    with open(path, "w") as f:
+        f.write(table)
+    print(f"tour: wrote {path}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

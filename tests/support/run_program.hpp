@@ -1,0 +1,20 @@
+// Runs a built kvheap program as a child process and captures what it printed, for CLI tests.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace kvheap::test {
+
+/// \brief What a program printed and how it exited.
+struct ProgramResult {
+  int exit_code = -1;  ///< exit status, or 128 + signal when it was killed
+  std::string out;     ///< standard output
+  std::string err;     ///< standard error
+};
+
+/// \brief Runs `program` (a target name such as "ch01_cpu_reference", found in KVHEAP_BIN_DIR)
+/// with `args`, without a shell, and waits for it.
+ProgramResult run_program(const std::string& program, const std::vector<std::string>& args);
+
+}  // namespace kvheap::test

@@ -1,0 +1,145 @@
+// The command line every chapter shares: --json output and exit codes for bad input.
+//
+// Usage errors (unknown flags, malformed numbers, impossible values) exit 2; input and resource
+// errors (bad files, out-of-range ids, exhausted budgets) exit 1; both print one line on stderr
+// that names the problem.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "tests/support/run_program.hpp"
+#include "tests/support/test_support.hpp"
+
+namespace kvheap {
+namespace {
+
+using test::run_program;
+
+const char* kCh01 = "ch01_cpu_reference";
+
+// One line on stderr that contains `needle`.
+void expect_one_line_error(const test::ProgramResult& r, const std::string& needle) {
+  EXPECT_NE(r.err.find(needle), std::string::npos) << "stderr: " << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "stderr: " << r.err;
+  EXPECT_TRUE(r.out.empty()) << "stdout: " << r.out;
+}
+
+TEST(Cli, JsonPrintsGeneratedIdsAndMetrics) {
+  const auto r = run_program(kCh01, {"--model", "tiny", "--prompt-ids", "1,5,9", "--max-new-tokens",
+                                     "12", "--ignore-eos", "--json", "--no-peak"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_TRUE(j.contains("generated_ids"));
+  EXPECT_EQ(j["generated_ids"].size(), 12u);
+  EXPECT_EQ(j["prompt_ids"], nlohmann::json({1, 5, 9}));
+  EXPECT_GT(j["metrics"]["decode_tokens_per_s"].get<double>(), 0.0);
+  EXPECT_GT(j["metrics"]["kv_reserved_bytes"].get<double>(), j["metrics"]["kv_used_bytes"].get<double>());
+}
+
+TEST(Cli, Stories260KJsonMatchesTheLibrary) {
+  KVHEAP_REQUIRE_MODEL(path, "stories260K.bin");
+  const auto r = run_program(kCh01, {"--model", path, "--prompt-ids", "1", "--max-new-tokens", "200",
+                                     "--temperature", "0", "--json", "--no-peak"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto ids = nlohmann::json::parse(r.out)["generated_ids"].get<std::vector<int>>();
+  EXPECT_EQ(ids.size(), 200u);  // greedy stories260K does not emit BOS within 200 tokens
+  const auto again = run_program(kCh01, {"--model", path, "--prompt-ids", "1", "--max-new-tokens",
+                                         "200", "--temperature", "0", "--json", "--no-peak",
+                                         "--threads", "1"});
+  EXPECT_EQ(nlohmann::json::parse(again.out)["generated_ids"].get<std::vector<int>>(), ids)
+      << "thread count must not change greedy output";
+}
+
+TEST(Cli, UnknownFlagExitsTwo) {
+  const auto r = run_program(kCh01, {"--model", "tiny", "--frobnicate"});
+  EXPECT_EQ(r.exit_code, 2);
+  expect_one_line_error(r, "--frobnicate");
+}
+
+TEST(Cli, MalformedNumberExitsTwo) {
+  const auto r = run_program(kCh01, {"--model", "tiny", "--max-new-tokens", "ten"});
+  EXPECT_EQ(r.exit_code, 2);
+  expect_one_line_error(r, "ten");
+}
+
+TEST(Cli, MalformedPromptIdsExitTwo) {
+  const auto r = run_program(kCh01, {"--model", "tiny", "--prompt-ids", "1,x7,3"});
+  EXPECT_EQ(r.exit_code, 2);
+  expect_one_line_error(r, "x7");
+}
+
+TEST(Cli, TokenIdOutsideTheVocabularyExitsOne) {
+  const auto r = run_program(kCh01, {"--model", "tiny", "--prompt-ids", "1,128", "--no-peak"});
+  EXPECT_EQ(r.exit_code, 1);
+  expect_one_line_error(r, "128");
+}
+
+TEST(Cli, MissingModelExitsOne) {
+  const auto r = run_program(kCh01, {"--model", "/nonexistent/model.bin"});
+  EXPECT_EQ(r.exit_code, 1);
+  expect_one_line_error(r, "/nonexistent/model.bin");
+}
+
+TEST(Cli, CudaDeviceInChapterOneExitsTwo) {
+  const auto r = run_program(kCh01, {"--model", "tiny", "--device", "cuda"});
+  EXPECT_EQ(r.exit_code, 2);
+  expect_one_line_error(r, "CPU only");
+}
+
+TEST(Cli, MaxNewTokensPastTheContextExitsTwo) {
+  const auto r = run_program(kCh01, {"--model", "tiny", "--max-new-tokens", "500"});
+  EXPECT_EQ(r.exit_code, 2);
+  expect_one_line_error(r, "past the context");
+}
+
+TEST(Cli, KvBudgetTooSmallForOneSequenceExitsOne) {
+  const auto r = run_program(kCh01, {"--model", "tiny", "--kv-budget-mb", "0.001", "--no-peak"});
+  EXPECT_EQ(r.exit_code, 1);
+  expect_one_line_error(r, "cannot hold even one sequence");
+}
+
+TEST(Cli, BadKvDtypeAndSamplerValuesExitTwo) {
+  auto r = run_program(kCh01, {"--model", "tiny", "--kv-dtype", "int4"});
+  EXPECT_EQ(r.exit_code, 2);
+  expect_one_line_error(r, "int4");
+  r = run_program(kCh01, {"--model", "tiny", "--temperature", "-1", "--no-peak"});
+  EXPECT_EQ(r.exit_code, 2);
+  expect_one_line_error(r, "--temperature");
+  r = run_program(kCh01, {"--model", "tiny", "--top-p", "1.5", "--no-peak"});
+  EXPECT_EQ(r.exit_code, 2);
+  expect_one_line_error(r, "--top-p");
+}
+
+TEST(Cli, PromptTextWithoutTokenizerExitsTwo) {
+  const auto r = run_program(kCh01, {"--model", "tiny", "--prompt", "Once upon a time"});
+  EXPECT_EQ(r.exit_code, 2);
+  expect_one_line_error(r, "--tokenizer");
+}
+
+TEST(Cli, TokenizerOfAnotherVocabularyExitsOne) {
+  KVHEAP_REQUIRE_MODEL(model, "stories260K.bin");
+  KVHEAP_REQUIRE_MODEL(tok, "tokenizer.bin");
+  const auto r = run_program(kCh01, {"--model", model, "--tokenizer", tok, "--prompt", "Hi"});
+  EXPECT_EQ(r.exit_code, 1);
+  expect_one_line_error(r, "512");
+}
+
+TEST(Cli, HelpExitsZero) {
+  const auto r = run_program(kCh01, {"--help"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.out.find("--kv-budget-mb"), std::string::npos);
+}
+
+TEST(Cli, KvCalculatorPrintsTheNapkinMath) {
+  const auto r = run_program("ch01_kv_calculator", {"--model", "llama-3-8b", "--kv-dtype", "bf16",
+                                                   "--context", "1024", "--memory-gb", "80"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("= 131072 B"), std::string::npos) << r.out;
+  // 80e9 - 16.06e9 of weights = 63.94e9 for KV: 59 reservations of 1.07 GB, 476 of 134 MB.
+  EXPECT_NE(r.out.find("reserving max_seq_len : 59"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("1024 tokens: 476"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace kvheap
