@@ -36,19 +36,25 @@ void check_generation_fits(std::size_t prompt_tokens, int max_new_tokens, const 
 GenerationResult generate(const ForwardFn& forward, const ModelConfig& config, int slot,
                           std::span<const int> prompt, const GenerationConfig& gen,
                           const std::function<void(int)>& on_token) {
+  Sampler sampler(gen.sampling);
+  return generate_with([&](const Batch& b) { return sampler.sample(forward(b)); }, config, slot,
+                       prompt, gen, on_token);
+}
+
+GenerationResult generate_with(const NextTokenFn& next_token, const ModelConfig& config, int slot,
+                               std::span<const int> prompt, const GenerationConfig& gen,
+                               const std::function<void(int)>& on_token) {
   check_generation_fits(prompt.size(), gen.max_new_tokens, config);
   GenerationResult res;
   res.prompt.assign(prompt.begin(), prompt.end());
   res.stop_reason = "max_new_tokens";
   if (gen.max_new_tokens == 0) return res;
-  Sampler sampler(gen.sampling);
 
   Batch batch;
   for (std::size_t i = 0; i < prompt.size(); ++i)
     batch.rows.push_back({prompt[i], slot, static_cast<int>(i), i + 1 == prompt.size()});
   auto t0 = std::chrono::steady_clock::now();
-  std::span<const float> logits = forward(batch);
-  int next = sampler.sample(logits);
+  int next = next_token(batch);
   res.prefill_seconds = seconds_since(t0);
 
   t0 = std::chrono::steady_clock::now();
@@ -64,8 +70,7 @@ GenerationResult generate(const ForwardFn& forward, const ModelConfig& config, i
     if (static_cast<int>(res.generated.size()) == gen.max_new_tokens) break;
     const int pos = static_cast<int>(prompt.size() + res.generated.size()) - 1;
     batch.rows.assign(1, BatchRow{next, slot, pos, true});
-    logits = forward(batch);
-    next = sampler.sample(logits);
+    next = next_token(batch);
     ++res.decode_steps;
     res.decode_context += pos + 1;
   }

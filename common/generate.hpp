@@ -15,14 +15,14 @@ namespace kvheap {
 
 /// \brief What to generate and how to pick tokens.
 struct GenerationConfig {
-  int max_new_tokens = 64;
-  SamplerConfig sampling;
+  int max_new_tokens = 64;  ///< at most this many tokens are generated
+  SamplerConfig sampling;   ///< greedy, temperature, top-p, seed
   bool ignore_eos = false;  ///< generate exactly max_new_tokens (for benchmarks)
 };
 
 /// \brief Tokens and timings of one generation.
 struct GenerationResult {
-  std::vector<int> prompt;
+  std::vector<int> prompt;          ///< the prompt's token ids
   std::vector<int> generated;       ///< without the prompt and without the stop token
   std::string stop_reason;          ///< "stop token", "max_new_tokens"
   double prefill_seconds = 0.0;     ///< the prompt's forward pass
@@ -38,7 +38,18 @@ void check_generation_fits(std::size_t prompt_tokens, int max_new_tokens, const 
 /// \brief A forward pass over one batch, whatever the backend; returns the wanted rows' logits.
 using ForwardFn = std::function<std::span<const float>(const Batch&)>;
 
-/// \brief Runs prefill then decode for the sequence in `slot`; `on_token` sees each new token.
+/// \brief A forward pass that also picks the next token of the batch's last logit row (lets a GPU
+/// backend take the argmax on the device instead of copying the logits back).
+using NextTokenFn = std::function<int(const Batch&)>;
+
+/// \brief Runs prefill then decode for the sequence in `slot`, choosing tokens with `next_token`;
+/// `on_token` sees each new token. `gen.sampling` is not used.
+GenerationResult generate_with(const NextTokenFn& next_token, const ModelConfig& config, int slot,
+                               std::span<const int> prompt, const GenerationConfig& gen,
+                               const std::function<void(int)>& on_token = {});
+
+/// \brief Runs prefill then decode for the sequence in `slot`, sampling with `gen.sampling`;
+/// `on_token` sees each new token.
 GenerationResult generate(const ForwardFn& forward, const ModelConfig& config, int slot,
                           std::span<const int> prompt, const GenerationConfig& gen,
                           const std::function<void(int)>& on_token = {});

@@ -224,6 +224,11 @@ void Tokenizer::append_code_point(std::string_view bytes, std::vector<int>& out)
 }
 
 std::vector<int> Tokenizer::encode(std::string_view text, bool add_bos) const {
+  // Positions below are ints; a gigabyte prompt is a mistake, not something to tokenize.
+  if (text.size() > (std::size_t{1} << 30)) {
+    throw InputError(fmt::format("cannot encode {} bytes of text: the limit is 1 GiB",
+                                 text.size()));
+  }
   std::vector<int> tokens;
   tokens.reserve(text.size() + 2);
   if (add_bos) tokens.push_back(kBos);

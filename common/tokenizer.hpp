@@ -7,6 +7,8 @@
 // pair whose concatenation scores highest.
 #pragma once
 
+#include <cstddef>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
