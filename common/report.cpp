@@ -5,6 +5,8 @@
 
 #include <ostream>
 
+#include "common/tokenizer.hpp"
+
 namespace kvheap {
 
 std::size_t weight_bytes_per_decode_step(const ModelConfig& c, DType w) {
@@ -82,6 +84,26 @@ nlohmann::json metrics_json(const DecodeReport& r) {
           {"device", r.device},
           {"weight_dtype", dtype_name(r.weight_dtype)},
           {"kv_dtype", dtype_name(r.kv_dtype)}};
+}
+
+void print_run(const DecodeReport& r, const ModelConfig& c, const Tokenizer* tok, bool json,
+               std::ostream& os) {
+  if (json) {
+    nlohmann::json j = {{"chapter", r.chapter},
+                        {"model", c.name},
+                        {"prompt_ids", r.run.prompt},
+                        {"generated_ids", r.run.generated},
+                        {"metrics", metrics_json(r)}};
+    if (tok != nullptr) j["text"] = tok->decode(r.run.generated);
+    os << j.dump() << "\n";
+    return;
+  }
+  os << describe(c) << "\n";
+  if (tok != nullptr)
+    os << "text: " << tok->decode(r.run.generated) << "\n";
+  else
+    fmt::print(os, "generated ids: {}\n", fmt::join(r.run.generated, ","));
+  print_report(r, os);
 }
 
 }  // namespace kvheap

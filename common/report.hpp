@@ -21,21 +21,24 @@ std::size_t weight_bytes_per_decode_step(const ModelConfig& c, DType w);
 /// \brief Measurements of one generation run.
 struct DecodeReport {
   std::string chapter;              ///< e.g. "01_cpu_reference"
-  std::string model;
+  std::string model;                ///< model name from its config
   std::string device;               ///< "cpu (2 threads)", "NVIDIA H200", ...
-  DType weight_dtype = DType::F32;
-  DType kv_dtype = DType::F32;
-  GenerationResult run;
+  DType weight_dtype = DType::F32;  ///< element type of the weights as read each step
+  DType kv_dtype = DType::F32;      ///< element type of the KV cache
+  GenerationResult run;             ///< tokens and timings
   std::size_t kv_reserved_bytes = 0;  ///< held by the cache policy at the end of the run
   std::size_t kv_used_bytes = 0;      ///< holding real tokens
-  double weight_bytes_per_step = 0;
+  double weight_bytes_per_step = 0;   ///< weights read by one decode step
   double kv_bytes_per_step = 0;       ///< average over decode steps
   double peak_gbps = 0;               ///< measured in the same process
   std::string peak_kind;              ///< "STREAM-like read", "device-to-device copy"
 
+  /// \brief Prompt tokens per second of the prefill pass.
   [[nodiscard]] double prefill_tokens_per_s() const;
+  /// \brief Decode steps per second.
   [[nodiscard]] double decode_tokens_per_s() const;
   [[nodiscard]] double decode_gbps() const;  ///< (weights + KV) bytes per step x steps / time
+  /// \brief 1 - used / reserved: the share of the cache's memory holding no token.
   [[nodiscard]] double waste_fraction() const;
 };
 
@@ -47,5 +50,13 @@ void print_report(const DecodeReport& r, std::ostream& os);
 
 /// \brief The "metrics" object of --json output.
 nlohmann::json metrics_json(const DecodeReport& r);
+
+class Tokenizer;
+
+/// \brief Prints a finished run the way every chapter does: one JSON object (`json`) with
+/// chapter, model, prompt_ids, generated_ids, text (when `tok` is given) and metrics; or the
+/// model description, the generated text or ids, and the report.
+void print_run(const DecodeReport& r, const ModelConfig& c, const Tokenizer* tok, bool json,
+               std::ostream& os);
 
 }  // namespace kvheap

@@ -1,10 +1,10 @@
 // ch01_cpu_reference: generate with the CPU decoder and the naive reservation policy, and report
 // tokens/s, KV reserved vs used, bytes per decode step and achieved bandwidth.
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <iostream>
 #include <memory>
-#include <nlohmann/json.hpp>
 
 #include "chapters/01_cpu_reference/reserved_cache.hpp"
 #include "common/bandwidth.hpp"
@@ -17,6 +17,19 @@
 #include "common/tokenizer.hpp"
 
 using namespace kvheap;
+
+namespace {
+
+/// Physical memory of the host in bytes: the most a KV budget on the CPU could ever hold.
+double host_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long page_size = ::sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page_size <= 0)
+    throw ResourceError("cannot read this host's physical memory size (sysconf failed)");
+  return static_cast<double>(pages) * static_cast<double>(page_size);
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"kvheap chapter 1: the CPU reference decoder with max_seq_len reservation",
@@ -32,8 +45,16 @@ int main(int argc, char** argv) {
                                    "chapter 2); expected --device cpu",
                                    o.device));
     const DType kv = parse_dtype(o.kv_dtype);
-    if (o.kv_budget_mb < 0)
+    // Negated so that NaN fails too: it would otherwise reach the size_t conversion below.
+    if (!(o.kv_budget_mb >= 0))
       throw UsageError(fmt::format("--kv-budget-mb must be >= 0, got {}", o.kv_budget_mb));
+    // A budget the host cannot back is a promise the cache would break mid-run (or, for inf, an
+    // undefined conversion); refuse it before the model is loaded.
+    const double host_mb = host_memory_bytes() / 1e6;
+    if (o.kv_budget_mb > host_mb)
+      throw ResourceError(fmt::format("--kv-budget-mb {} is more than this host's {:.0f} MB of "
+                                      "physical memory; give a budget of at most {:.0f} MB",
+                                      o.kv_budget_mb, host_mb, host_mb));
     const int threads = apply_threads(o);
     const ModelWeights weights = load_model(o.model, o.model_seed);
     const ModelConfig& c = weights.config;
@@ -62,19 +83,6 @@ int main(int argc, char** argv) {
     rep.kv_used_bytes = cache.bytes_used();
     fill_bytes(rep, c);
 
-    if (o.json) {
-      nlohmann::json j = {{"chapter", rep.chapter},
-                          {"model", c.name},
-                          {"prompt_ids", prompt},
-                          {"generated_ids", rep.run.generated},
-                          {"metrics", metrics_json(rep)}};
-      if (tok) j["text"] = tok->decode(rep.run.generated);
-      std::cout << j.dump() << "\n";
-    } else {
-      std::cout << describe(c) << "\n";
-      if (tok) std::cout << "text: " << tok->decode(rep.run.generated) << "\n";
-      else std::cout << "generated ids: " << fmt::format("{}", fmt::join(rep.run.generated, ",")) << "\n";
-      print_report(rep, std::cout);
-    }
+    print_run(rep, c, tok.get(), o.json, std::cout);
   });
 }
