@@ -21,8 +21,9 @@ struct BatchRow {
 
 /// \brief Rows of one forward pass. Rows of the same slot appear in increasing position order.
 struct Batch {
-  std::vector<BatchRow> rows;
+  std::vector<BatchRow> rows;  ///< [n] in the order their logits come back
 
+  /// \brief Number of rows.
   [[nodiscard]] int size() const { return static_cast<int>(rows.size()); }
   /// \brief Number of rows whose logits are wanted (the classifier's batch size).
   [[nodiscard]] int num_logit_rows() const {

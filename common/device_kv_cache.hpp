@@ -21,11 +21,13 @@ class DeviceKVCache {
   virtual void prepare(const Batch& batch) = 0;
 
   /// \brief Stores K and V of every batch row at (row.slot, row.pos) of `layer`.
+  /// \param layer which transformer block, 0-based
   /// \param k [batch.size(), n_kv_heads * head_dim] fp32 device memory, RoPE applied
   /// \param v [batch.size(), n_kv_heads * head_dim] fp32 device memory
   virtual void write(int layer, const float* k, const float* v) = 0;
 
   /// \brief Causal attention of each row over its sequence's positions 0..row.pos.
+  /// \param layer which transformer block, 0-based
   /// \param q   [batch.size(), n_heads * head_dim] fp32 device memory, RoPE applied
   /// \param out [batch.size(), n_heads * head_dim] fp32 device memory, written
   virtual void attend(int layer, const float* q, float* out) = 0;

@@ -22,6 +22,7 @@ class CpuForward {
   /// Throws InputError for a token id outside the vocabulary or a position past max_seq_len.
   std::span<const float> forward(const Batch& batch, KVCache& cache);
 
+  /// \brief The model this pass runs.
   [[nodiscard]] const ModelWeights& weights() const { return w_; }
 
  private:

@@ -17,11 +17,15 @@ class KVCache {
   virtual ~KVCache() = default;
 
   /// \brief Stores K and V of every batch row at (row.slot, row.pos) of `layer`.
+  /// \param layer which transformer block, 0-based
+  /// \param batch the rows being run; row i's K and V are row i of `k` and `v`
   /// \param k [batch.size(), n_kv_heads * head_dim] fp32, RoPE already applied
   /// \param v [batch.size(), n_kv_heads * head_dim] fp32
   virtual void write(int layer, const Batch& batch, const float* k, const float* v) = 0;
 
   /// \brief Causal attention of each row over its sequence's cached positions 0..row.pos.
+  /// \param layer which transformer block, 0-based
+  /// \param batch the rows being run, as passed to write()
   /// \param q   [batch.size(), n_heads * head_dim] fp32, RoPE already applied
   /// \param out [batch.size(), n_heads * head_dim] fp32, written
   ///

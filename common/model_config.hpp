@@ -18,7 +18,7 @@ enum class RopeStyle { Interleaved, Halves };
 
 /// \brief Llama 3 style frequency scaling of RoPE ("rope_scaling": {"rope_type": "llama3"}).
 struct RopeScaling {
-  bool enabled = false;
+  bool enabled = false;                  ///< false: plain RoPE
   float factor = 1.0f;                   ///< overall stretch of long wavelengths
   float low_freq_factor = 1.0f;          ///< wavelengths above original/low are stretched fully
   float high_freq_factor = 1.0f;         ///< wavelengths below original/high are left alone
@@ -30,19 +30,19 @@ struct ModelConfig {
   std::string name = "unnamed";  ///< preset or checkpoint name, for reports
   int dim = 0;                   ///< residual stream width
   int hidden_dim = 0;            ///< SwiGLU inner width
-  int n_layers = 0;
+  int n_layers = 0;              ///< transformer blocks
   int n_heads = 0;               ///< query heads
   int n_kv_heads = 0;            ///< key/value heads (grouped-query attention when < n_heads)
   int head_dim = 0;              ///< per-head width; usually dim / n_heads
-  int vocab_size = 0;
+  int vocab_size = 0;            ///< tokens the embedding and classifier cover
   int max_seq_len = 0;           ///< longest context the model accepts
-  float rope_theta = 10000.0f;
-  float norm_eps = 1e-5f;
+  float rope_theta = 10000.0f;   ///< RoPE base frequency
+  float norm_eps = 1e-5f;        ///< RMSNorm epsilon
   bool tied_embeddings = true;   ///< classifier shares the token-embedding matrix
   bool attention_bias = false;   ///< q/k/v projections carry biases (Qwen2)
-  RopeStyle rope_style = RopeStyle::Interleaved;
-  RopeScaling rope_scaling;
-  int bos_id = 1;
+  RopeStyle rope_style = RopeStyle::Interleaved;  ///< which dimensions RoPE pairs
+  RopeScaling rope_scaling;                       ///< llama3 frequency scaling, if any
+  int bos_id = 1;                                 ///< beginning-of-sequence token
   std::vector<int> stop_ids = {1};  ///< token ids that end generation (llama2.c: BOS)
 
   /// \brief Query width: n_heads * head_dim.

@@ -32,7 +32,7 @@ struct LayerWeights {
 
 /// \brief Every tensor of the model plus the storage that owns them.
 struct ModelWeights {
-  ModelConfig config;
+  ModelConfig config;                      ///< the shape these tensors have
   const float* token_embedding = nullptr;  ///< [vocab_size, dim]
   std::vector<LayerWeights> layers;        ///< [n_layers]
   const float* final_norm = nullptr;       ///< [dim]

@@ -16,18 +16,24 @@ namespace kvheap::cpu {
 
 /// \brief Storage element of the KV cache: float, or raw fp16/bf16 bits.
 struct F16Bits {
-  std::uint16_t bits;
+  std::uint16_t bits;  ///< IEEE binary16 bit pattern
 };
 /// \brief bf16 bits stored in the KV cache.
 struct BF16Bits {
-  std::uint16_t bits;
+  std::uint16_t bits;  ///< bfloat16 bit pattern (the top half of an fp32)
 };
 
+/// \brief Widens a stored KV element to fp32.
 inline float to_float(float v) { return v; }
+/// \copydoc to_float(float)
 inline float to_float(F16Bits v) { return fp16_to_float(v.bits); }
+/// \copydoc to_float(float)
 inline float to_float(BF16Bits v) { return bf16_to_float(v.bits); }
+/// \brief Rounds fp32 to the KV storage type (round to nearest even).
 inline void from_float(float x, float& out) { out = x; }
+/// \copydoc from_float(float, float&)
 inline void from_float(float x, F16Bits& out) { out.bits = float_to_fp16(x); }
+/// \copydoc from_float(float, float&)
 inline void from_float(float x, BF16Bits& out) { out.bits = float_to_bf16(x); }
 
 /// \brief Attention of one query row over positions [0, n_ctx) for one KV head's query group.
@@ -81,7 +87,9 @@ struct ContiguousRows {
   const T* k_base;  ///< [n_ctx, n_kv_heads, head_dim] with row stride `stride`
   const T* v_base;  ///< same layout as k_base
   long stride;      ///< elements between consecutive positions
+  /// \brief Position t's K row.
   const T* k(int t) const { return k_base + t * stride; }
+  /// \brief Position t's V row.
   const T* v(int t) const { return v_base + t * stride; }
 };
 
