@@ -21,6 +21,11 @@ macro(kvheap_resolve_cuda_mode)
       set(CMAKE_CUDA_ARCHITECTURES 80 90)
     endif()
     enable_language(CUDA)
+    # CMake 3.25 does not know nvcc's C++20 flag (3.26 does); nvcc has had it since CUDA 12.
+    if(NOT DEFINED CMAKE_CUDA20_STANDARD_COMPILE_OPTION)
+      set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+      set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+    endif()
     set(CMAKE_CUDA_STANDARD 20)
     set(CMAKE_CUDA_STANDARD_REQUIRED ON)
     find_package(CUDAToolkit REQUIRED)
@@ -60,4 +65,24 @@ function(kvheap_add_bench name)
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE kvheap_common benchmark::benchmark ${ARG_LIBS})
   set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY "${CMAKE_BINARY_DIR}/bench")
+endfunction()
+
+# kvheap_cuda_sources(<target> <files...>)
+# Adds .cu files to a target and links the device layer. KVHEAP_CUDA=real compiles them with
+# nvcc; KVHEAP_CUDA=sim compiles them as C++ with the host compiler against the CPU simulator
+# (KVHEAP_SIM, from kvheap_device), so every kernel also runs without a GPU.
+function(kvheap_cuda_sources target)
+  if(NOT KVHEAP_CUDA_MODE MATCHES "^(real|sim)$")
+    message(FATAL_ERROR "kvheap_cuda_sources(${target}): .cu files need KVHEAP_CUDA=real or sim")
+  endif()
+  target_sources(${target} PRIVATE ${ARGN})
+  if(KVHEAP_CUDA_MODE STREQUAL "sim")
+    # An explicit LANGUAGE makes CMake (>= 3.20) pass "-x c++", so g++/clang++ read .cu as C++.
+    set_source_files_properties(${ARGN} TARGET_DIRECTORY ${target} PROPERTIES LANGUAGE CXX)
+  else()
+    # Lets device code call constexpr host functions (std::min, ...), as the simulator does.
+    target_compile_options(${target} PRIVATE
+                           $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr>)
+  endif()
+  target_link_libraries(${target} PUBLIC kvheap_device)
 endfunction()

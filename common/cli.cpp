@@ -17,7 +17,17 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
       ->capture_default_str();
   app.add_option("--tokenizer", o.tokenizer, "llama2.c tokenizer.bin for --prompt and text output");
   app.add_option("--prompt", o.prompt, "Prompt text (needs --tokenizer)");
-  app.add_option("--prompt-ids", o.prompt_ids, "Prompt as comma-separated token ids, e.g. 1,403,407");
+  // An explicitly empty list (often an unset shell variable) must not fall back to the BOS-only
+  // default: that would be a silent wrong answer.
+  app.add_option("--prompt-ids", o.prompt_ids, "Prompt as comma-separated token ids, e.g. 1,403,407")
+      ->check(CLI::Validator(
+          [](std::string& ids) {
+            return ids.find_first_not_of(" \t") == std::string::npos
+                       ? std::string("the list is empty; expected comma-separated token ids "
+                                     "like 1,2,3")
+                       : std::string();
+          },
+          "IDS"));
   app.add_option("--max-new-tokens", o.max_new_tokens, "Tokens to generate at most")
       ->capture_default_str();
   app.add_option("--temperature", o.temperature, "Sampling temperature; 0 = greedy")

@@ -185,7 +185,7 @@ ModelConfig load_hf_config(const std::string& dir) {
   json j;
   try {
     j = json::parse(in);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e400
     throw InputError(fmt::format("'{}' is not valid JSON: {}", path.string(), e.what()));
   }
   return parse_hf_config(j, folder_name(dir), path.string());

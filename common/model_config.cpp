@@ -57,6 +57,9 @@ std::vector<Preset> build_presets() {
   p.push_back({"llama-3-8b", "Meta Llama 3 8B",
                make("llama-3-8b", 4096, 14336, 32, 32, 8, 128, 128256, 8192, 500000.0f, 1e-5f,
                     false)});
+  p.push_back({"llama-3-8b-4l", "Llama 3 8B shape with 4 layers (synthetic, for GPU benchmarks)",
+               make("llama-3-8b-4l", 4096, 14336, 4, 32, 8, 128, 128256, 8192, 500000.0f, 1e-5f,
+                    false)});
   p.push_back({"llama-3-70b", "Meta Llama 3 70B",
                make("llama-3-70b", 8192, 28672, 80, 64, 8, 128, 128256, 8192, 500000.0f, 1e-5f,
                     false)});

@@ -66,7 +66,7 @@ Shard open_shard(const fs::path& path) {
   const auto* text = reinterpret_cast<const char*>(s.file->data() + 8);
   try {
     s.header = json::parse(text, text + n);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e400
     throw InputError(
         fmt::format("header of safetensors file '{}' is not valid JSON: {}", s.path(), e.what()));
   }
@@ -130,7 +130,7 @@ class TensorSource {
     json j;
     try {
       j = json::parse(in);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e400
       throw InputError(fmt::format("'{}' is not valid JSON: {}", index_path_, e.what()));
     }
     const auto wm = j.is_object() ? j.find("weight_map") : j.end();

@@ -1,6 +1,8 @@
 // RMSNorm: y = x / sqrt(mean(x^2) + eps) * weight, per row.
 #pragma once
 
+#include "kernels/cuda_stream.hpp"
+
 namespace kvheap::cpu {
 
 /// \brief out[n, dim] = rmsnorm(x[n, dim]) * weight[dim]; out may alias x.
@@ -10,3 +12,15 @@ namespace kvheap::cpu {
 void rmsnorm(float* out, const float* x, const float* weight, int n, int dim, float eps);
 
 }  // namespace kvheap::cpu
+
+namespace kvheap::cuda {
+
+/// \brief CUDA twin of cpu::rmsnorm on device memory (rmsnorm.cu): one block per row, the mean of
+/// squares summed in fp32 through warp shuffles and shared memory; out may alias x.
+/// \param out    [n, dim] written
+/// \param x      [n, dim]
+/// \param weight [dim] gain
+void rmsnorm(float* out, const float* x, const float* weight, int n, int dim, float eps,
+             StreamHandle stream = nullptr);
+
+}  // namespace kvheap::cuda

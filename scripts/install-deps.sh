@@ -9,7 +9,7 @@ packages=(
   libcli11-dev nlohmann-json3-dev libfmt-dev
   doxygen doxygen-awesome-css graphviz
   python3-matplotlib
-  clang libclang-rt-14-dev clang-format clang-tidy
+  clang libclang-rt-14-dev libomp-dev clang-format clang-tidy
 )
 
 missing=()

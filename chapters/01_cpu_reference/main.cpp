@@ -52,9 +52,9 @@ int main(int argc, char** argv) {
     // undefined conversion); refuse it before the model is loaded.
     const double host_mb = host_memory_bytes() / 1e6;
     if (o.kv_budget_mb > host_mb)
-      throw ResourceError(fmt::format("--kv-budget-mb {} is more than this host's {:.0f} MB of "
-                                      "physical memory; give a budget of at most {:.0f} MB",
-                                      o.kv_budget_mb, host_mb, host_mb));
+      throw ResourceError(fmt::format("--kv-budget-mb {} asks for more than this host's "
+                                      "physical memory ({:.0f} MB)",
+                                      o.kv_budget_mb, host_mb));
     const int threads = apply_threads(o);
     const ModelWeights weights = load_model(o.model, o.model_seed);
     const ModelConfig& c = weights.config;

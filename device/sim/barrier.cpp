@@ -101,20 +101,19 @@ const char* block_sync_name(detail::BlockSync kind) {
   return "__syncthreads()";
 }
 
-bool same_site(const std::source_location& a, const std::source_location& b) {
-  return a.line() == b.line() && a.column() == b.column() &&
-         std::strcmp(a.file_name(), b.file_name()) == 0;
+bool same_site(const detail::SourceSite& a, const detail::SourceSite& b) {
+  return a.line == b.line && a.column == b.column && std::strcmp(a.file, b.file) == 0;
 }
 
-std::string site_string(const std::source_location& s) {
-  std::string_view file = s.file_name();
+std::string site_string(const detail::SourceSite& s) {
+  std::string_view file = s.file;
   // Keep "folder/file.cu": enough to find it, short enough to read in a test log.
   const auto last = file.rfind('/');
   if (last != std::string_view::npos && last > 0) {
     const auto before = file.rfind('/', last - 1);
     file.remove_prefix(before == std::string_view::npos ? 0 : before + 1);
   }
-  return std::string(file) + ":" + std::to_string(s.line());
+  return std::string(file) + ":" + std::to_string(s.line);
 }
 
 std::string ranges_string(const std::vector<int>& ids) {
@@ -124,7 +123,10 @@ std::string ranges_string(const std::vector<int>& ids) {
     while (j + 1 < ids.size() && ids[j + 1] == ids[j] + 1) ++j;
     if (!out.empty()) out += ", ";
     out += std::to_string(ids[i]);
-    if (j > i) out += "-" + std::to_string(ids[j]);
+    if (j > i) {
+      out += '-';  // appended piecewise: GCC 12 warns falsely (-Wrestrict) on "-" + to_string
+      out += std::to_string(ids[j]);
+    }
     i = j + 1;
   }
   return out;

@@ -7,7 +7,6 @@
 #pragma once
 
 #include <cstdint>
-#include <source_location>
 #include <string>
 #include <vector>
 
@@ -20,7 +19,7 @@ struct BlockBarrier {
   unsigned arrived = 0;           ///< threads waiting in the current generation
   std::uint64_t generation = 0;   ///< bumped each time the whole block has arrived
   detail::BlockSync kind = detail::BlockSync::Plain;
-  std::source_location site{};    ///< where the first thread of this generation arrived
+  detail::SourceSite site{};    ///< where the first thread of this generation arrived
   int accumulator = 0;            ///< count / and / or of this generation's predicates
   int result = 0;                 ///< the last completed generation's outcome
 };
@@ -40,7 +39,7 @@ struct WarpGroup {
   unsigned mask = 0;
   unsigned arrived = 0;   ///< lanes that have contributed
   unsigned readers = 0;   ///< members that have not yet read their result
-  std::source_location site{};
+  detail::SourceSite site{};
   std::uint64_t value[32]{};  ///< each lane's contribution: the bits of its value or predicate
   std::int8_t source[32]{};   ///< shuffles: the lane each lane reads
 };
@@ -73,9 +72,9 @@ const char* warp_op_name(detail::WarpOp op);
 /// \brief "__syncthreads()", "__syncthreads_count()", ...
 const char* block_sync_name(detail::BlockSync kind);
 /// \brief Two call sites are the same when file, line and column match.
-bool same_site(const std::source_location& a, const std::source_location& b);
+bool same_site(const detail::SourceSite& a, const detail::SourceSite& b);
 /// \brief The last two components of the file and the line: "tests/sim_kernels.cu:42".
-std::string site_string(const std::source_location& s);
+std::string site_string(const detail::SourceSite& s);
 /// \brief Sorted ids printed as ranges: "0-15, 17, 20-31".
 std::string ranges_string(const std::vector<int>& sorted_ids);
 

@@ -11,7 +11,6 @@
 
 #include <cstddef>
 #include <memory>
-#include <source_location>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -41,10 +40,10 @@ class BlockRunner {
   std::string run_block(const LaunchSpec& spec, uint3 block_idx, int worker);
 
   /// \brief __syncthreads and its _count/_and/_or forms (see detail::block_sync).
-  int block_sync(detail::BlockSync kind, int predicate, const std::source_location& site);
+  int block_sync(detail::BlockSync kind, int predicate, const detail::SourceSite& site);
   /// \brief One warp collective (see detail::warp_collective).
   std::uint64_t warp_collective(detail::WarpOp op, unsigned mask, std::uint64_t value, int arg,
-                                int width, const std::source_location& site);
+                                int width, const detail::SourceSite& site);
   /// \brief Lanes of the calling thread's warp that exist and have not exited.
   [[nodiscard]] unsigned active_mask() const;
   /// \brief Fails the block with `message` (first failure wins) and unwinds the calling fiber.
@@ -68,7 +67,7 @@ class BlockRunner {
     State state = State::Done;
     Wait wait = Wait::None;
     int group = -1;  // index in the warp's groups while wait == Warp
-    std::source_location site{};
+    detail::SourceSite site{};
   };
 
   /// Thrown inside a fiber to unwind it once the block has failed; never escapes the fiber.
@@ -87,7 +86,7 @@ class BlockRunner {
   void complete_satisfied_groups(int warp);
   [[nodiscard]] std::string deadlock_report() const;
   [[nodiscard]] std::string divergence_report(detail::BlockSync kind,
-                                              const std::source_location& site) const;
+                                              const detail::SourceSite& site) const;
   [[nodiscard]] std::string where_waiting(const Fiber& f) const;
   [[nodiscard]] std::string thread_name(int t) const;
 

@@ -31,6 +31,12 @@ int describe(const void* addr, char* buf, std::size_t size) {
                          runner->kernel_name(), runner->stacks().stack_bytes() / 1024, addr);
   }
   const auto found = DeviceMemory::instance().find_mapping_nonblocking(addr);
+  if (!found && runner != nullptr) {
+    return std::snprintf(buf, size,
+                         "kvheap simulator: kernel %s faulted on address %p, which is not device "
+                         "memory (a null or host pointer, or an index far out of bounds)\n",
+                         runner->kernel_name(), addr);
+  }
   if (!found) return -1;
   const Allocation& a = *found;
   char who[320];

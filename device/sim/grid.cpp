@@ -22,7 +22,9 @@ std::atomic<int> g_workers{0};  // 0: not chosen yet
 std::mutex g_launch_mutex;      // one grid at a time: the pool serves one launch
 
 std::string dims(dim3 d) {
-  return "(" + std::to_string(d.x) + "," + std::to_string(d.y) + "," + std::to_string(d.z) + ")";
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "(%u,%u,%u)", d.x, d.y, d.z);
+  return buf;
 }
 
 /// Persistent threads that run job(i) for i in 1..n-1 while the caller runs job(0).

@@ -85,15 +85,15 @@ std::string BlockRunner::deadlock_report() const {
 }
 
 std::string BlockRunner::divergence_report(detail::BlockSync kind,
-                                           const std::source_location& site) const {
+                                           const detail::SourceSite& site) const {
   std::vector<int> waiting;
   for (int t = 0; t < n_threads_; ++t) {
     if (fibers_[t].wait == Wait::Block) waiting.push_back(t);
   }
-  return "divergent barrier: " + who("thread", waiting) + " wait at " +
-         block_sync_name(barrier_.kind) + " at " + site_string(barrier_.site) + ", but thread " +
-         thread_name(current_) + " arrived at " + block_sync_name(kind) + " at " +
-         site_string(site) +
+  const char* verb = waiting.size() == 1 ? " waits at " : " wait at ";
+  return "divergent barrier: " + who("thread", waiting) + verb + block_sync_name(barrier_.kind) +
+         " at " + site_string(barrier_.site) + ", but thread " + thread_name(current_) +
+         " arrived at " + block_sync_name(kind) + " at " + site_string(site) +
          "; every thread of a block must reach the same __syncthreads (CUDA leaves a divergent "
          "barrier undefined)";
 }

@@ -12,7 +12,7 @@ namespace kvheap::sim {
 using detail::BlockSync;
 using detail::WarpOp;
 
-int BlockRunner::block_sync(BlockSync kind, int predicate, const std::source_location& site) {
+int BlockRunner::block_sync(BlockSync kind, int predicate, const detail::SourceSite& site) {
   BlockBarrier& b = barrier_;
   if (b.arrived == 0) {
     b.kind = kind;
@@ -48,7 +48,7 @@ int BlockRunner::block_sync(BlockSync kind, int predicate, const std::source_loc
 }
 
 std::uint64_t BlockRunner::warp_collective(WarpOp op, unsigned mask, std::uint64_t value, int arg,
-                                           int width, const std::source_location& site) {
+                                           int width, const detail::SourceSite& site) {
   const int t = current_;
   const int warp = t / 32;
   const int lane = t % 32;
@@ -131,7 +131,7 @@ unsigned BlockRunner::active_mask() const {
 namespace detail {
 namespace {
 
-BlockRunner& runner(const char* what, const std::source_location& site) {
+BlockRunner& runner(const char* what, const detail::SourceSite& site) {
   BlockRunner* r = BlockRunner::running();
   if (r == nullptr) {
     std::fprintf(stderr, "kvheap simulator: %s called outside a kernel launch at %s\n", what,
@@ -143,18 +143,18 @@ BlockRunner& runner(const char* what, const std::source_location& site) {
 
 }  // namespace
 
-int block_sync(BlockSync kind, int predicate, const std::source_location& site) {
+int block_sync(BlockSync kind, int predicate, const detail::SourceSite& site) {
   return runner(block_sync_name(kind), site).block_sync(kind, predicate, site);
 }
 
 std::uint64_t warp_collective(WarpOp op, unsigned mask, std::uint64_t value, int arg, int width,
-                              const std::source_location& site) {
+                              const detail::SourceSite& site) {
   return runner(warp_op_name(op), site).warp_collective(op, mask, value, arg, width, site);
 }
 
-unsigned active_mask() { return runner("__activemask", std::source_location::current()).active_mask(); }
+unsigned active_mask() { return runner("__activemask", detail::SourceSite{}).active_mask(); }
 
-void trap(const std::source_location& site) {
+void trap(const detail::SourceSite& site) {
   runner("__trap", site).fail("__trap() called at " + site_string(site));
 }
 

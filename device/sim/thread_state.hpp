@@ -10,9 +10,21 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <source_location>
 
 namespace kvheap::sim::detail {
+
+/// \brief Where an intrinsic was called, captured by a defaulted argument at the call site.
+///
+/// std::source_location would do, but clang 14 with libstdc++ 12 lacks it; the builtins behind
+/// it work in both compilers, and as default arguments they report the outermost caller.
+struct SourceSite {
+  const char* file;
+  unsigned line;
+  unsigned column;
+  constexpr SourceSite(const char* f = __builtin_FILE(), unsigned l = __builtin_LINE(),
+                       unsigned c = __builtin_COLUMN())
+      : file(f), line(l), column(c) {}
+};
 
 inline thread_local uint3 t_thread_idx{0, 0, 0};
 inline thread_local uint3 t_block_idx{0, 0, 0};
@@ -29,19 +41,19 @@ enum class WarpOp : std::uint8_t { Sync, ShflIdx, ShflUp, ShflDown, ShflXor, Bal
 
 /// \brief __syncthreads and its _count/_and/_or forms: waits for the whole block at `site`;
 /// returns the count of threads with a non-zero predicate (Count) or the and/or of them.
-int block_sync(BlockSync kind, int predicate, const std::source_location& site);
+int block_sync(BlockSync kind, int predicate, const SourceSite& site);
 
 /// \brief One warp collective: contributes `value` for this lane, waits for the lanes of `mask`,
 /// and returns this lane's result (the partner's bits for shuffles, the vote for votes).
 /// `arg` is the source lane, delta or xor mask of a shuffle; `width` its segment width.
 std::uint64_t warp_collective(WarpOp op, unsigned mask, std::uint64_t value, int arg, int width,
-                              const std::source_location& site);
+                              const SourceSite& site);
 
 /// \brief Lanes of the calling warp that exist and have not exited.
 unsigned active_mask();
 
 /// \brief __trap(): fails the launch with the call site.
-[[noreturn]] void trap(const std::source_location& site);
+[[noreturn]] void trap(const SourceSite& site);
 
 /// \brief Index of the OS worker thread running the calling block (0 = the launching thread);
 /// lets tests observe that blocks really ran on several threads.

@@ -1,0 +1,130 @@
+// kvheap::launch: the one way kvheap launches a kernel, in .cu files only.
+//
+//   __global__ void scale(float* x, float s, int n);              // in some .cu file
+//   kvheap::launch<scale>(dim3(blocks), dim3(256), 0, stream, x, 2.0f, n);
+//
+// Under nvcc it is the triple-chevron launch followed by cudaGetLastError (and, with
+// KVHEAP_CUDA_SYNC=1, a stream synchronisation so asynchronous faults are pinned on the kernel
+// that caused them). In the simulator it runs the grid on the CPU before returning. Either way a
+// failure throws kvheap::LaunchError naming the kernel: "kernel block_sum<256> failed: ...".
+// The kernel is a template argument so its name is known at compile time in both builds.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#include "common/error.hpp"
+#include "device/cuda_compat.hpp"
+#include "device/device.hpp"
+
+#if defined(KVHEAP_SIM)
+#include <array>
+
+#include "device/sim/sim.hpp"
+#endif
+
+namespace kvheap {
+
+namespace detail {
+
+template <class... P>
+struct KernelParams {};
+
+template <class F>
+struct KernelTraits;
+template <class... P>
+struct KernelTraits<void (*)(P...)> {
+  using Params = KernelParams<P...>;
+};
+template <class... P>
+struct KernelTraits<void (*)(P...) noexcept> {
+  using Params = KernelParams<P...>;
+};
+
+/// \brief The kernel's name as the compiler spells the template argument: "block_sum<256>".
+template <auto Kernel>
+constexpr std::string_view kernel_name() {
+  // GCC: "... [with auto Kernel = block_sum<256>; std::string_view = ...]"
+  // Clang: "... [Kernel = &block_sum<256>]"
+  std::string_view p = __PRETTY_FUNCTION__;
+  const std::size_t start = p.find("Kernel = ");
+  if (start == std::string_view::npos) return p;
+  p.remove_prefix(start + 9);
+  if (!p.empty() && p.front() == '&') p.remove_prefix(1);
+  const std::size_t end = p.find_first_of(";]");
+  return p.substr(0, end);
+}
+
+/// \brief Converts an argument to its parameter type as a call would (implicitly).
+template <class P>
+P pass(std::type_identity_t<P> value) {
+  return value;
+}
+
+template <auto Kernel, class... P, class... Args>
+void launch_impl(KernelParams<P...>, dim3 grid, dim3 block, std::size_t smem_bytes,
+                 cudaStream_t stream, Args&&... args) {
+  static_assert(sizeof...(P) == sizeof...(Args), "kvheap::launch: wrong number of kernel arguments");
+  static_assert((!std::is_reference_v<P> && ...), "kernel parameters are passed by value");
+  static_assert((std::is_trivially_copyable_v<P> && ...),
+                "kernel parameters must be trivially copyable");
+  constexpr std::string_view name = kernel_name<Kernel>();
+#if defined(KVHEAP_SIM)
+  using Tuple = std::tuple<std::remove_cv_t<P>...>;
+  const Tuple params(pass<P>(std::forward<Args>(args))...);
+  // Pointer parameters, so the simulator can refuse host pointers before anything runs.
+  std::array<sim::PointerArg, sizeof...(P) + 1> pointers{};
+  std::size_t n_pointers = 0;
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    auto note = [&]<std::size_t J>(std::integral_constant<std::size_t, J>) {
+      if constexpr (std::is_pointer_v<std::tuple_element_t<J, Tuple>>) {
+        pointers[n_pointers++] =
+            sim::PointerArg{static_cast<int>(J), static_cast<const void*>(std::get<J>(params))};
+      }
+    };
+    (note(std::integral_constant<std::size_t, I>{}), ...);
+  }(std::index_sequence_for<P...>{});
+  const std::string readable = readable_kernel_name(name);  // for the fault handler's messages
+  sim::LaunchSpec spec;
+  spec.kernel_name = readable;
+  spec.kernel = reinterpret_cast<const void*>(Kernel);
+  spec.grid = grid;
+  spec.block = block;
+  spec.dynamic_smem_bytes = smem_bytes;
+  spec.stream = stream;
+  spec.run_thread = [](const void* packed) { std::apply(Kernel, *static_cast<const Tuple*>(packed)); };
+  spec.args = &params;
+  spec.pointer_args = std::span<const sim::PointerArg>(pointers.data(), n_pointers);
+  if (const cudaError_t e = sim::launch_kernel(spec); e != cudaSuccess) {
+    throw LaunchError(launch_failure(name, e, sim::last_error_detail()));
+  }
+#else
+  Kernel<<<grid, block, smem_bytes, stream>>>(pass<P>(std::forward<Args>(args))...);
+  if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) {
+    throw LaunchError(launch_failure(name, e, "launch refused"));
+  }
+  if (sync_after_launch()) {
+    if (const cudaError_t e = cudaStreamSynchronize(stream); e != cudaSuccess) {
+      throw LaunchError(launch_failure(name, e, "while running (KVHEAP_CUDA_SYNC=1)"));
+    }
+  }
+#endif
+}
+
+}  // namespace detail
+
+/// \brief Launches `Kernel` on `grid` x `block` threads with `smem_bytes` of dynamic shared
+/// memory on `stream`; arguments convert to the kernel's parameter types as in a call.
+/// Throws LaunchError naming the kernel when the launch (or, in the simulator, the run) fails.
+template <auto Kernel, class... Args>
+void launch(dim3 grid, dim3 block, std::size_t smem_bytes, cudaStream_t stream, Args&&... args) {
+  using Traits = detail::KernelTraits<std::remove_cv_t<decltype(Kernel)>>;
+  detail::launch_impl<Kernel>(typename Traits::Params{}, grid, block, smem_bytes, stream,
+                              std::forward<Args>(args)...);
+}
+
+}  // namespace kvheap

@@ -1,0 +1,71 @@
+// The fuzz entry points: one function per target, shared by the libFuzzer programs in fuzz/ and
+// by the regression test that replays the seed corpus and every crash found so far.
+//
+// Each function feeds one input through a piece of kvheap that reads untrusted bytes. A
+// kvheap::Error (or a CLI11 parse error, which the programs turn into exit code 2) is the expected
+// answer to a bad input and is swallowed; anything else escapes: another exception, a crash, a
+// sanitizer report, a hang. Oracles that go beyond "did not crash" (a loaded checkpoint tiles its
+// file exactly, decode(encode(text)) == text) throw std::logic_error, so they escape too.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace kvheap {
+
+/// \brief Separates the parts of a multi-part fuzz input (a safetensors folder, a tokenizer and
+/// its text). Inputs are split at its occurrences, left to right.
+inline constexpr std::string_view kFuzzPartSeparator = "\n--kvheap-part--\n";
+
+/// \brief What kvheap made of one fuzz input.
+enum class FuzzOutcome {
+  Accepted,  ///< the input was valid and every oracle held
+  Rejected,  ///< kvheap refused it with its own error type (the expected answer to bad input)
+};
+
+/// \brief One fuzz target: its program name (fuzz_<what>, also the corpus folder's name) and the
+/// function that runs one input through it.
+struct FuzzTarget {
+  const char* name;                                         ///< e.g. "fuzz_llama2c_loader"
+  /// Runs one input; throws on a finding. When rejected and `why` is not null, stores kvheap's
+  /// message there.
+  FuzzOutcome (*run)(std::span<const std::uint8_t> input, std::string* why);
+};
+
+/// \brief Every fuzz target, in a fixed order.
+[[nodiscard]] std::span<const FuzzTarget> fuzz_targets();
+
+/// \brief Input: the bytes of a llama2.c checkpoint (version 0 or 1). Loads it through a scratch
+/// file and checks that the tensors tile the file exactly.
+FuzzOutcome fuzz_llama2c_loader(std::span<const std::uint8_t> input, std::string* why = nullptr);
+
+/// \brief Input: config.json, separator, model.safetensors[, separator,
+/// model.safetensors.index.json]; without a separator the whole input is model.safetensors next
+/// to a fixed, valid config.json of a tiny model.
+FuzzOutcome fuzz_safetensors(std::span<const std::uint8_t> input, std::string* why = nullptr);
+
+/// \brief Input: the whole input is encoded and decoded with a small built-in vocabulary (the
+/// round trip must be exact). When it holds a separator, the part before it is one selector byte
+/// plus a tokenizer.bin, loaded with a vocab_size derived from its record count, and the part
+/// after it is text to encode and decode with that vocabulary.
+FuzzOutcome fuzz_tokenizer(std::span<const std::uint8_t> input, std::string* why = nullptr);
+
+/// \brief Input: command-line tokens separated by newlines, parsed by a CLI11 app built with
+/// add_common_options; then the prompt is resolved (--prompt-ids through parse_token_ids,
+/// --prompt through the built-in vocabulary) against a small config and checked with the same
+/// functions the chapter programs use. No model is run.
+FuzzOutcome fuzz_cli(std::span<const std::uint8_t> input, std::string* why = nullptr);
+
+/// \brief libFuzzer-shaped wrapper of fuzz_llama2c_loader; always returns 0.
+int fuzz_llama2c_loader_one(const std::uint8_t* data, std::size_t size);
+/// \brief libFuzzer-shaped wrapper of fuzz_safetensors; always returns 0.
+int fuzz_safetensors_one(const std::uint8_t* data, std::size_t size);
+/// \brief libFuzzer-shaped wrapper of fuzz_tokenizer; always returns 0.
+int fuzz_tokenizer_one(const std::uint8_t* data, std::size_t size);
+/// \brief libFuzzer-shaped wrapper of fuzz_cli; always returns 0.
+int fuzz_cli_one(const std::uint8_t* data, std::size_t size);
+
+}  // namespace kvheap

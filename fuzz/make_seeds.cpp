@@ -1,0 +1,162 @@
+// fuzz_make_seeds: writes the seed corpus of every fuzz target (fuzz/corpus/<target>/), small
+// valid inputs made with the same checkpoint writers the loader tests use, plus a few broken
+// ones. Seeds named valid_* must be accepted; tests/test_fuzz_regressions.cpp checks that.
+//
+//   build/<preset>/fuzz/fuzz_make_seeds fuzz/corpus
+#include <fmt/format.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "fuzz/entry_points.hpp"
+#include "fuzz/fuzz_support.hpp"
+#include "tests/support/checkpoint_writers.hpp"
+
+namespace fs = std::filesystem;
+using namespace kvheap;
+
+namespace {
+
+fs::path g_out;
+fs::path g_tmp;
+
+void seed(const std::string& target, const std::string& name, const std::string& bytes) {
+  fs::create_directories(g_out / target);
+  test::write_bytes((g_out / target / name).string(), bytes);
+}
+
+std::string join(std::initializer_list<std::string> parts) {
+  std::string out;
+  for (const std::string& p : parts) out += (out.empty() ? "" : std::string(kFuzzPartSeparator)) + p;
+  return out;
+}
+
+// The smallest shape that still has grouped-query attention: 1 layer, 2 query heads over 1 KV
+// head, head_dim 4, vocabulary 8. It matches the fixed config.json of fuzz_safetensors.
+ModelConfig tiny(bool tied) {
+  ModelConfig c = preset("tiny");
+  c.name = "seed";
+  c.dim = 8;
+  c.hidden_dim = 16;
+  c.n_layers = 1;
+  c.n_heads = 2;
+  c.n_kv_heads = 1;
+  c.head_dim = 4;
+  c.vocab_size = 8;
+  c.max_seq_len = 4;
+  c.tied_embeddings = tied;
+  return c;
+}
+
+void llama2c_seeds() {
+  const std::string path = (g_tmp / "m.bin").string();
+  for (int version : {0, 1}) {
+    for (bool tied : {true, false}) {
+      test::write_llama2c(test::random_weights(tiny(tied), 7), path, version);
+      const std::string bytes = test::read_bytes(path);
+      const std::string kind = fmt::format("v{}_{}", version, tied ? "tied" : "untied");
+      seed("fuzz_llama2c_loader", "valid_" + kind + ".bin", bytes);
+      if (tied) {
+        seed("fuzz_llama2c_loader", "truncated_" + kind + ".bin", bytes.substr(0, bytes.size() / 2));
+        seed("fuzz_llama2c_loader", "trailing_" + kind + ".bin", bytes + std::string(4, '\0'));
+      }
+    }
+  }
+}
+
+// One safetensors folder as fuzz_safetensors reads it: config.json, separator, model.safetensors.
+std::string folder_input(const ModelConfig& c, DType dtype, bool with_index = false) {
+  const ModelWeights w = test::random_weights(c, 11);
+  const fs::path dir = g_tmp / "hf";
+  fs::remove_all(dir);
+  test::write_safetensors(w, dir.string(), dtype);
+  const std::string config = test::read_bytes((dir / "config.json").string());
+  const std::string st = test::read_bytes((dir / "model.safetensors").string());
+  if (!with_index) return join({config, st});
+  nlohmann::json map = nlohmann::json::object();
+  for (const test::NamedTensor& t : test::hf_tensors(w)) map[t.name] = "model.safetensors";
+  return join({config, st, nlohmann::json{{"weight_map", map}}.dump()});
+}
+
+void safetensors_seeds() {
+  ModelConfig hf = tiny(true);
+  hf.rope_style = RopeStyle::Halves;
+  hf.stop_ids = {2};
+  const std::string with_config = folder_input(hf, DType::F32);
+  // Without a separator the input is only model.safetensors, next to the fixed config.json.
+  seed("fuzz_safetensors", "valid_weights_only.safetensors",
+       with_config.substr(with_config.find(kFuzzPartSeparator) + kFuzzPartSeparator.size()));
+  seed("fuzz_safetensors", "valid_f32.folder", with_config);
+  seed("fuzz_safetensors", "valid_f16.folder", folder_input(hf, DType::F16));
+  ModelConfig untied = hf;
+  untied.tied_embeddings = false;
+  seed("fuzz_safetensors", "valid_bf16_untied.folder", folder_input(untied, DType::BF16));
+  ModelConfig qwen = hf;
+  qwen.attention_bias = true;
+  seed("fuzz_safetensors", "valid_qwen2_biases.folder", folder_input(qwen, DType::F32));
+  ModelConfig llama3 = hf;
+  llama3.rope_scaling = {true, 8.0f, 1.0f, 4.0f, 2};
+  seed("fuzz_safetensors", "valid_llama3_rope_scaling.folder", folder_input(llama3, DType::BF16));
+  seed("fuzz_safetensors", "valid_index.folder", folder_input(hf, DType::F32, true));
+  static constexpr char kLong[] = "\xff\xff\0\0\0\0\0\0{}";  // 65535-byte header, 2 present
+  seed("fuzz_safetensors", "header_too_long.safetensors", std::string(kLong, sizeof kLong - 1));
+}
+
+void tokenizer_seeds() {
+  const std::string story = "Once upon a time, there was a little girl. She was happy.";
+  // Selector byte 1 loads the vocabulary with exactly the records it holds.
+  seed("fuzz_tokenizer", "valid_builtin_vocab.tok", join({"\x01" + fuzz::builtin_vocab_bytes(), story}));
+  seed("fuzz_tokenizer", "valid_story.txt", story);
+  seed("fuzz_tokenizer", "valid_utf8.txt", "caf\xC3\xA9 \xE6\x97\xA5\xE6\x9C\xAC \xF0\x9F\x99\x82 ok");
+  static constexpr char kBroken[] = "\xC3(\xE6\x97 \xFF\x80 \xF0\x9F\0x";
+  seed("fuzz_tokenizer", "valid_invalid_utf8.bin", std::string(kBroken, sizeof kBroken - 1));
+  // A vocabulary without byte tokens: encoding anything outside it is an error, not a crash.
+  std::string small(4, '\0');
+  for (const char* p : {"<unk>", "\n<s>\n", "\n</s>\n", " ", "a", "b", "ab", " ab"}) {
+    const float score = -1.0f;
+    const auto len = static_cast<std::int32_t>(std::string(p).size());
+    small.append(reinterpret_cast<const char*>(&score), 4);
+    small.append(reinterpret_cast<const char*>(&len), 4);
+    small.append(p);
+  }
+  seed("fuzz_tokenizer", "valid_no_byte_tokens.tok", join({"\x01" + small, "abab ab"}));
+  seed("fuzz_tokenizer", "missing_byte_token.tok", join({"\x01" + small, "abc"}));
+  seed("fuzz_tokenizer", "one_token_short.tok", join({std::string(1, '\0') + small, "ab"}));
+}
+
+void cli_seeds() {
+  seed("fuzz_cli", "valid_prompt_ids.args", "--prompt-ids\n1, 5,9\n--max-new-tokens\n8\n--json");
+  seed("fuzz_cli", "valid_prompt_text.args",
+       "--tokenizer\ntokenizer.bin\n--prompt\nOnce upon a time\n--temperature\n0.8\n--top-p\n0.9");
+  seed("fuzz_cli", "valid_all_flags.args",
+       "--model\nstories15m\n--seed\n7\n--model-seed\n3\n--device\ncpu\n--kv-dtype\nbf16\n"
+       "--kv-budget-mb\n12.5\n--threads\n1\n--ignore-eos\n--max-new-tokens=4\n--prompt-ids=1");
+  seed("fuzz_cli", "valid_defaults.args", "");
+  seed("fuzz_cli", "unknown_flag.args", "--frobnicate");
+  seed("fuzz_cli", "malformed_number.args", "--max-new-tokens\nten");
+  seed("fuzz_cli", "past_context.args", "--prompt-ids\n1,2,3\n--max-new-tokens\n95");
+  seed("fuzz_cli", "prompt_without_tokenizer.args", "--prompt\nhello");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::cerr << "usage: fuzz_make_seeds <corpus folder, e.g. fuzz/corpus>\n";
+    return 2;
+  }
+  g_out = argv[1];
+  g_tmp = fs::temp_directory_path() / fmt::format("kvheap-seeds-{}", ::getpid());
+  fs::create_directories(g_tmp);
+  llama2c_seeds();
+  safetensors_seeds();
+  tokenizer_seeds();
+  cli_seeds();
+  fs::remove_all(g_tmp);
+  std::cout << "seeds written under " << g_out.string() << "\n";
+  return 0;
+}

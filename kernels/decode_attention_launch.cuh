@@ -1,0 +1,106 @@
+// Host side of decode attention for any row locator: picks the kernel instantiation (KV dtype x
+// head_dim x group size) and runs the split-K merge. Chapter 3's paged attention calls
+// launch_decode_attention with its own locator; nothing here depends on the layout.
+#pragma once
+
+#include "device/cuda_compat.hpp"
+
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "common/error.hpp"
+#include "device/launch.hpp"
+#include "kernels/decode_attention.cuh"
+
+namespace kvheap::cuda::detail {
+
+/// \brief Everything one decode-attention launch needs; picks the kernel instantiation for the
+/// KV dtype, head_dim and group size, then runs the split-K merge when the plan splits.
+template <class Locator>
+struct AttentionLaunch {
+  const float* q;         // [n, n_heads, head_dim]
+  const void* k_cache;    // [rows, n_kv_heads, head_dim]
+  const void* v_cache;    // [rows, n_kv_heads, head_dim]
+  const int* n_ctx;       // [n]
+  Locator loc;
+  KernelDims d;
+  float* out;                // [n, n_heads, head_dim]
+  float* part_acc;           // [splits, n, n_heads, head_dim] or null
+  SoftmaxState* part_state;  // [splits, n, n_heads] or null
+  StreamHandle stream;
+
+  template <class T, int HD, int G>
+  void run() const {
+    const long long blocks = static_cast<long long>(d.n) * d.n_kv_heads * d.chunks;
+    if (blocks > INT_MAX)
+      throw InputError("decode_attention: " + std::to_string(blocks) +
+                       " (row, KV head) blocks exceed the grid limit");
+    // Two warp records for the tree merge: at most 2 x 16 x 258 x 4 B = 33 KB, under 48 KB.
+    const std::size_t smem = (kWarps / 2) * G * (d.head_dim + 2) * sizeof(float);
+    launch<decode_attention_kernel<T, HD, G, Locator>>(
+        dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(d.splits)), dim3(kThreads),
+        smem, stream, q, static_cast<const T*>(k_cache), static_cast<const T*>(v_cache), n_ctx,
+        loc, d, out, part_acc, part_state);
+  }
+  template <class T, int HD>
+  void by_group() const {
+    const int h = d.heads_per_block;
+    if (h <= 1) return run<T, HD, 1>();
+    if (h <= 2) return run<T, HD, 2>();
+    if (h <= 4) return run<T, HD, 4>();
+    if (h <= 8) return run<T, HD, 8>();
+    return run<T, HD, 16>();
+  }
+  template <class T>
+  void by_head_dim() const {
+    if (d.head_dim == 64) return by_group<T, 64>();
+    if (d.head_dim == 128) return by_group<T, 128>();
+    return by_group<T, 0>();
+  }
+};
+
+/// \brief Validates, plans and launches decode attention over the layout `loc` describes; the
+/// body of every layout's public decode-attention function.
+template <class Locator>
+void launch_decode_attention(DType kv, const float* q, const void* k_cache, const void* v_cache,
+                             const int* n_ctx, Locator loc, const AttentionShape& shape,
+                             float* out, AttentionWorkspace& workspace, StreamHandle stream,
+                             int force_splits) {
+  const AttentionPlan plan = plan_attention(shape, force_splits);
+  if (shape.n == 0) return;
+  // The kernel moves q, out and the cache in 16-byte vectors; every offset inside them is a
+  // multiple of 16 bytes (head_dim % 8 == 0), so only the base pointers can break alignment.
+  const void* vectors[] = {q, k_cache, v_cache, out};
+  for (const void* p : vectors)
+    if (reinterpret_cast<std::uintptr_t>(p) % 16 != 0)
+      throw InputError("decode_attention: q, out and the caches must be 16-byte aligned");
+  KernelDims d{};
+  d.n = shape.n;
+  d.n_heads = shape.n_heads;
+  d.n_kv_heads = shape.n_kv_heads;
+  d.head_dim = shape.head_dim;
+  d.group = shape.n_heads / shape.n_kv_heads;
+  d.heads_per_block = plan.heads_per_block;
+  d.chunks = plan.chunks;
+  d.splits = plan.splits;
+  d.scale = 1.0f / sqrtf(static_cast<float>(shape.head_dim));  // as in cpu::attend_group
+  AttentionLaunch<Locator> l{q, k_cache, v_cache, n_ctx, loc, d, out, nullptr, nullptr, stream};
+  const std::size_t rows = static_cast<std::size_t>(shape.n) * shape.n_heads;
+  if (plan.splits > 1) {
+    workspace.reserve(rows * plan.splits, shape.head_dim);
+    l.part_acc = workspace.acc();
+    l.part_state = workspace.states();
+  }
+  switch (kv) {
+    case DType::F32: l.template by_head_dim<float>(); break;
+    case DType::F16: l.template by_head_dim<__half>(); break;
+    case DType::BF16: l.template by_head_dim<__nv_bfloat16>(); break;
+  }
+  if (plan.splits > 1)
+    merge_splits(l.part_state, l.part_acc, out, plan.splits, static_cast<int>(rows),
+                 shape.head_dim, stream);
+}
+
+}  // namespace kvheap::cuda::detail

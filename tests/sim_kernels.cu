@@ -1,0 +1,261 @@
+// Test kernels for the device layer and the CPU simulator (see sim_kernels.hpp). They are written
+// as ordinary CUDA: the same file runs on a GPU (KVHEAP_CUDA=real) and in the simulator.
+#include "device/cuda_compat.hpp"
+#include "device/device.hpp"
+#include "device/launch.hpp"
+#include "tests/sim_kernels.hpp"
+
+namespace kvheap::test {
+namespace {
+
+constexpr unsigned kFull = 0xffffffffu;
+
+__device__ unsigned thread_in_block() {
+  return threadIdx.x + threadIdx.y * blockDim.x + threadIdx.z * blockDim.x * blockDim.y;
+}
+__device__ unsigned block_in_grid() {
+  return blockIdx.x + blockIdx.y * gridDim.x + blockIdx.z * gridDim.x * gridDim.y;
+}
+__device__ unsigned threads_per_block() { return blockDim.x * blockDim.y * blockDim.z; }
+
+template <bool UseXor>
+__device__ long long warp_sum(long long v) {
+  for (int offset = 16; offset > 0; offset /= 2) {
+    v += UseXor ? __shfl_xor_sync(kFull, v, offset) : __shfl_down_sync(kFull, v, offset);
+  }
+  return v;  // every lane (xor) or lane 0 (down) holds the warp's sum
+}
+
+// Block sizes must be multiples of 32 here: full-mask shuffles read every lane.
+template <bool UseXor>
+__global__ void block_sum_kernel(const long long* values, long long* sums) {
+  __shared__ long long warp_sums[32];
+  const unsigned t = thread_in_block();
+  const unsigned lane = t % 32;
+  const unsigned warp = t / 32;
+  const unsigned n_warps = threads_per_block() / 32;
+  long long v = warp_sum<UseXor>(values[block_in_grid() * threads_per_block() + t]);
+  if (lane == 0) warp_sums[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    v = warp_sum<UseXor>(lane < n_warps ? warp_sums[lane] : 0);
+    if (lane == 0) sums[block_in_grid()] = v;
+  }
+}
+
+__global__ void votes_kernel(unsigned* ballot, int* any, int* all_true, int* all_even,
+                             int* count) {
+  const unsigned t = blockIdx.x * blockDim.x + threadIdx.x;
+  const unsigned lane = threadIdx.x % 32;
+  ballot[t] = __ballot_sync(kFull, lane % 3 == 0);
+  any[t] = __any_sync(kFull, lane == 5);
+  all_true[t] = __all_sync(kFull, 1);
+  all_even[t] = __all_sync(kFull, lane % 2 == 0);
+  count[t] = __syncthreads_count(threadIdx.x % 2 == 1);
+}
+
+__global__ void shuffles_kernel(int* out_idx, int* out_up, int* out_down, int* out_xor,
+                                float* out_half, int src, int delta, int lane_mask, int width) {
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const int value = 10 * lane + 1;
+  out_idx[threadIdx.x] = __shfl_sync(kFull, value, src, width);
+  out_up[threadIdx.x] = __shfl_up_sync(kFull, value, static_cast<unsigned>(delta), width);
+  out_down[threadIdx.x] = __shfl_down_sync(kFull, value, static_cast<unsigned>(delta), width);
+  out_xor[threadIdx.x] = __shfl_xor_sync(kFull, value, lane_mask, width);
+  const __half h = __float2half(static_cast<float>(lane) + 0.5f);
+  out_half[threadIdx.x] = __half2float(__shfl_xor_sync(kFull, h, 1));
+}
+
+__global__ void atomics_kernel(int* count, unsigned long long* id_sum, float* float_sum,
+                               int* max_id, unsigned* cas_count, int* worker_of_block) {
+  const unsigned id = block_in_grid() * threads_per_block() + thread_in_block();
+  // A few barriers give the other worker threads time to pick up blocks of their own.
+  for (int round = 0; round < 4; ++round) __syncthreads();
+  atomicAdd(count, 1);
+  atomicAdd(id_sum, static_cast<unsigned long long>(id));
+  atomicAdd(float_sum, 1.0f);
+  atomicMax(max_id, static_cast<int>(id));
+  unsigned seen = *static_cast<volatile unsigned*>(cas_count);
+  for (;;) {
+    const unsigned before = atomicCAS(cas_count, seen, seen + 1);
+    if (before == seen) break;
+    seen = before;
+  }
+  if (thread_in_block() == 0) {
+#if defined(KVHEAP_SIM)
+    worker_of_block[block_in_grid()] = sim::detail::current_worker();
+#else
+    worker_of_block[block_in_grid()] = 0;
+#endif
+  }
+}
+
+// A __device__ helper with its own __shared__ array: it too must be per block.
+__device__ unsigned block_max(unsigned v) {
+  __shared__ unsigned scratch;
+  if (thread_in_block() == 0) scratch = 0;
+  __syncthreads();
+  atomicMax(&scratch, v);
+  __syncthreads();
+  const unsigned result = scratch;
+  __syncthreads();
+  return result;
+}
+
+__global__ void static_smem_kernel(int* errors) {
+  __shared__ unsigned tile[1024];
+  const unsigned t = thread_in_block();
+  const unsigned n = threads_per_block();
+  for (unsigned round = 0; round < 3; ++round) {
+    const unsigned mine = (block_in_grid() * 7 + round) * 4096 + t;
+    tile[t] = mine;
+    __syncthreads();
+    const unsigned other = (t + 1 + round) % n;
+    if (tile[other] != mine - t + other) atomicAdd(errors, 1);
+    if (block_max(t) != n - 1) atomicAdd(errors, 1);
+    __syncthreads();
+  }
+}
+
+__global__ void dynamic_smem_kernel(int* errors) {
+  __shared__ unsigned fixed[32];
+  unsigned* dyn = kvheap::dynamic_smem<unsigned>();
+  const unsigned words = kvheap::dynamic_smem_bytes() / sizeof(unsigned);
+  const unsigned t = thread_in_block();
+  const unsigned n = threads_per_block();
+  const unsigned tag = block_in_grid() * 100000u;
+  if (t == 0) {
+    const auto* a = reinterpret_cast<const char*>(dyn);
+    const auto* b = reinterpret_cast<const char*>(fixed);
+    if (a < b + sizeof fixed && b < a + words * sizeof(unsigned)) atomicAdd(errors, 1000);
+  }
+  if (t < 32) fixed[t] = tag + 77 + t;
+  for (unsigned i = t; i < words; i += n) dyn[i] = tag + i;
+  __syncthreads();
+  for (unsigned i = (t + 5) % n; i < words; i += n) {
+    if (dyn[i] != tag + i) atomicAdd(errors, 1);
+  }
+  if (t < 32 && fixed[31 - t] != tag + 77 + (31 - t)) atomicAdd(errors, 1);
+}
+
+__global__ void fill_kernel(float* x, float value, int n) {
+  for (int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); i < n;
+       i += static_cast<int>(gridDim.x * blockDim.x)) {
+    x[i] = value;
+  }
+}
+
+__global__ void write_past_end_kernel(float* x, int n, int past_end) {
+  if (threadIdx.x == 0) x[n + past_end] = 1.0f;
+}
+
+__global__ void sync_in_first_warp_only_kernel(int* out) {
+  if (threadIdx.x < 32) __syncthreads();  // the bug under test: threads 32-63 skip it
+  out[threadIdx.x] = 1;
+}
+
+__global__ void sync_at_two_sites_kernel(int* out) {
+  if (threadIdx.x % 2 == 0) {
+    __syncthreads();
+  } else {
+    __syncthreads();  // a second call site: a divergent barrier
+  }
+  out[threadIdx.x] = 1;
+}
+
+__global__ void mismatched_syncwarp_kernel(int* out) {
+  if (threadIdx.x < 16) {
+    __syncwarp(kFull);  // waits for lanes 16-31, which never come
+  } else {
+    __syncwarp(0xffff0000u);
+  }
+  __syncthreads();
+  out[threadIdx.x] = 1;
+}
+
+__global__ void syncwarp_without_own_lane_kernel(int* out) {
+  __syncwarp(0x1u);
+  out[threadIdx.x] = 1;
+}
+
+__global__ void big_smem_kernel(int* errors) {
+  unsigned char* bytes = kvheap::dynamic_smem<unsigned char>();
+  const unsigned n = kvheap::dynamic_smem_bytes();
+  for (unsigned i = threadIdx.x; i < n; i += blockDim.x) bytes[i] = static_cast<unsigned char>(i * 13);
+  __syncthreads();
+  for (unsigned i = threadIdx.x; i < n; i += blockDim.x) {
+    const unsigned j = n - 1 - i;
+    if (bytes[j] != static_cast<unsigned char>(j * 13)) atomicAdd(errors, 1);
+  }
+}
+
+}  // namespace
+
+void block_sum(const long long* values, long long* sums, dim3 grid, dim3 block, WarpReduce how) {
+  if (how == WarpReduce::Xor) {
+    kvheap::launch<block_sum_kernel<true>>(grid, block, 0, nullptr, values, sums);
+  } else {
+    kvheap::launch<block_sum_kernel<false>>(grid, block, 0, nullptr, values, sums);
+  }
+}
+
+void votes(unsigned* ballot, int* any, int* all_true, int* all_even, int* count, dim3 grid,
+           dim3 block) {
+  kvheap::launch<votes_kernel>(grid, block, 0, nullptr, ballot, any, all_true, all_even, count);
+}
+
+void shuffles(int* out_idx, int* out_up, int* out_down, int* out_xor, float* out_half, int src,
+              int delta, int lane_mask, int width, int threads) {
+  kvheap::launch<shuffles_kernel>(dim3(1), dim3(threads), 0, nullptr, out_idx, out_up, out_down,
+                                  out_xor, out_half, src, delta, lane_mask, width);
+}
+
+void atomics(int* count, unsigned long long* id_sum, float* float_sum, int* max_id,
+             unsigned* cas_count, int* worker_of_block, dim3 grid, dim3 block) {
+  kvheap::launch<atomics_kernel>(grid, block, 0, nullptr, count, id_sum, float_sum, max_id,
+                                 cas_count, worker_of_block);
+}
+
+void static_smem(int* errors, dim3 grid, dim3 block) {
+  kvheap::launch<static_smem_kernel>(grid, block, 0, nullptr, errors);
+}
+
+void dynamic_smem(int* errors, dim3 grid, dim3 block, unsigned smem_bytes) {
+  kvheap::launch<dynamic_smem_kernel>(grid, block, smem_bytes, nullptr, errors);
+}
+
+void fill(float* x, float value, int n, dim3 grid, dim3 block, cudaStream_t stream) {
+  kvheap::launch<fill_kernel>(grid, block, 0, stream, x, value, n);
+}
+
+void write_past_end(float* x, int n, int past_end) {
+  kvheap::launch<write_past_end_kernel>(dim3(1), dim3(32), 0, nullptr, x, n, past_end);
+  KVHEAP_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+void sync_in_first_warp_only(int* out) {
+  kvheap::launch<sync_in_first_warp_only_kernel>(dim3(1), dim3(64), 0, nullptr, out);
+}
+
+void sync_at_two_sites(int* out) {
+  kvheap::launch<sync_at_two_sites_kernel>(dim3(1), dim3(64), 0, nullptr, out);
+}
+
+void mismatched_syncwarp(int* out) {
+  kvheap::launch<mismatched_syncwarp_kernel>(dim3(1), dim3(32), 0, nullptr, out);
+}
+
+void syncwarp_without_own_lane(int* out) {
+  kvheap::launch<syncwarp_without_own_lane_kernel>(dim3(1), dim3(32), 0, nullptr, out);
+}
+
+void set_big_smem_limit(int bytes) {
+  KVHEAP_CUDA_CHECK(
+      cudaFuncSetAttribute(big_smem_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+}
+
+void big_smem(int* errors, unsigned smem_bytes) {
+  kvheap::launch<big_smem_kernel>(dim3(2), dim3(256), smem_bytes, nullptr, errors);
+}
+
+}  // namespace kvheap::test

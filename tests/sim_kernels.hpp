@@ -1,0 +1,69 @@
+// Host-side entry points of the test kernels in tests/sim_kernels.cu, which exercise the device
+// layer and the CPU simulator (barriers, warp intrinsics, atomics, shared memory, faults). Plain
+// C++ so test_simulator.cpp compiles with the host compiler in both CUDA builds. Every pointer
+// argument is device memory; every function launches through kvheap::launch (and so throws
+// kvheap::LaunchError on failure).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+namespace kvheap::test {
+
+/// \brief Which shuffle a warp reduction uses.
+enum class WarpReduce { Xor, Down };
+
+/// \brief sums[b] = sum of values[b * threads_per_block + t] over the threads t of block b (blocks
+/// numbered x-fastest), reduced through warp shuffles and shared memory.
+/// \param values [blocks * threads_per_block]
+/// \param sums   [blocks]
+void block_sum(const long long* values, long long* sums, dim3 grid, dim3 block, WarpReduce how);
+
+/// \brief Per thread t of a 1-D launch: ballot of (lane % 3 == 0), __any_sync(lane == 5),
+/// __all_sync(true), __all_sync(lane is even), and __syncthreads_count(t is odd).
+/// \param ballot, any, all_true, all_even, count  each [total threads]
+void votes(unsigned* ballot, int* any, int* all_true, int* all_even, int* count, dim3 grid,
+           dim3 block);
+
+/// \brief Per thread of one block: value = 10 * lane + 1 shuffled with idx(src), up(delta),
+/// down(delta), xor(mask) at `width`, and a __half value shuffled with xor 1.
+/// \param out [5 * block.x]: idx, up, down, xor results, then the __half result as float
+void shuffles(int* out_idx, int* out_up, int* out_down, int* out_xor, float* out_half, int src,
+              int delta, int lane_mask, int width, int threads);
+
+/// \brief Every thread adds 1 to *count, its global id to *id_sum, 1.0f to *float_sum, takes
+/// atomicMax of its id into *max_id and increments *cas_count with an atomicCAS loop; thread 0
+/// of each block writes the simulator worker that ran it to worker_of_block[block] (0 on a GPU).
+void atomics(int* count, unsigned long long* id_sum, float* float_sum, int* max_id,
+             unsigned* cas_count, int* worker_of_block, dim3 grid, dim3 block);
+
+/// \brief Blocks fill a static __shared__ tile (and a __device__ helper's own __shared__ array)
+/// with block-specific values, cross a few barriers, and count in *errors every value that is
+/// not their own.
+void static_smem(int* errors, dim3 grid, dim3 block);
+
+/// \brief Like static_smem with the launch's dynamic shared memory (`smem_bytes`) plus a static
+/// array, also counting in *errors any overlap between the two.
+void dynamic_smem(int* errors, dim3 grid, dim3 block, unsigned smem_bytes);
+
+/// \brief x[i] = value for i < n; a grid-stride loop.
+void fill(float* x, float value, int n, dim3 grid, dim3 block, cudaStream_t stream = nullptr);
+
+/// \brief Writes x[n + past_end] from thread 0: an out-of-bounds write for the fault tests.
+void write_past_end(float* x, int n, int past_end);
+
+/// \brief A 64-thread block whose first warp alone calls __syncthreads.
+void sync_in_first_warp_only(int* out);
+/// \brief Odd and even threads call two different __syncthreads.
+void sync_at_two_sites(int* out);
+/// \brief Lanes 0-15 wait in __syncwarp(0xffffffff) while lanes 16-31 go on to __syncthreads.
+void mismatched_syncwarp(int* out);
+/// \brief Every lane calls __syncwarp(0x1): lanes other than 0 are not in their own mask.
+void syncwarp_without_own_lane(int* out);
+
+/// \brief Sets cudaFuncAttributeMaxDynamicSharedMemorySize of the big-shared-memory kernel.
+void set_big_smem_limit(int bytes);
+/// \brief Runs a kernel that writes and checks `smem_bytes` of dynamic shared memory;
+/// *errors counts bad reads.
+void big_smem(int* errors, unsigned smem_bytes);
+
+}  // namespace kvheap::test

@@ -1,0 +1,345 @@
+// Chapter 2's kernels against their CPU twins: the KV write stores exactly the bits of
+// cpu::kv_write, and decode attention equals cpu::attend_group over ContiguousRows on the same
+// cache contents.
+//
+// Tolerance: 1e-5 relative to the largest |out| (test::rel_inf_error). fp16/bf16 caches are built
+// on the host already rounded, and the twin reads those same rounded values, so the dtype adds no
+// error of its own: the kernels widen exactly and compute in fp32. What remains is summation order
+// (shuffle trees, online softmax, split-K merges) and expf's 2 ulp, about 1e-6 in practice.
+//
+// In the simulator build every case runs on the CPU (each CUDA thread a fiber), so shapes are
+// chosen to keep the file under a minute there; in a real build without a GPU the tests skip.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "common/error.hpp"
+#include "common/model_config.hpp"
+#include "device/buffers.hpp"
+#include "device/device.hpp"
+#include "kernels/attention.hpp"
+#include "kernels/decode_attention.hpp"
+#include "kernels/kv_write.hpp"
+#include "tests/support/test_support.hpp"
+
+namespace kvheap {
+namespace {
+
+#define KVHEAP_REQUIRE_DEVICE()                                                              \
+  if (auto why_ = device_unavailable_reason()) {                                             \
+    GTEST_SKIP() << *why_ << "; decode attention runs on a GPU or in the KVHEAP_CUDA=sim build"; \
+  }
+
+constexpr double kTol = 1e-5;
+
+/// One attention problem: heads, a cache of `slots` reservations, and per batch row its slot and
+/// context length. Cache rows beyond a row's context hold random values too, so reading past
+/// n_ctx would show.
+struct Problem {
+  DType kv = DType::F32;
+  int n_heads = 4, n_kv_heads = 2, head_dim = 64;
+  int slots = 4, max_seq_len = 128;
+  std::vector<int> slot;  // [n]
+  std::vector<int> ctx;   // [n]
+  float q_scale = 1.0f;   // larger: peakier softmax, which stresses the running max
+  unsigned seed = 1;
+  [[nodiscard]] int n() const { return static_cast<int>(slot.size()); }
+  [[nodiscard]] int kv_dim() const { return n_kv_heads * head_dim; }
+  [[nodiscard]] std::size_t cache_elems() const {
+    return static_cast<std::size_t>(slots) * max_seq_len * kv_dim();
+  }
+};
+
+/// Host copies of the inputs: caches in the KV dtype (raw bytes) and fp32 queries.
+struct HostData {
+  std::vector<unsigned char> k, v;  // [slots * max_seq_len, kv_dim] in the KV dtype
+  std::vector<float> q;             // [n, n_heads, head_dim]
+};
+
+template <class F>
+void with_kv_type(DType t, F&& f) {
+  switch (t) {
+    case DType::F32: f(float{}); break;
+    case DType::F16: f(cpu::F16Bits{}); break;
+    case DType::BF16: f(cpu::BF16Bits{}); break;
+  }
+}
+
+HostData make_data(const Problem& p) {
+  std::mt19937 rng(p.seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  HostData h;
+  with_kv_type(p.kv, [&](auto tag) {
+    using T = decltype(tag);
+    for (auto* bytes : {&h.k, &h.v}) {
+      bytes->resize(p.cache_elems() * sizeof(T));
+      T* e = reinterpret_cast<T*>(bytes->data());
+      for (std::size_t i = 0; i < p.cache_elems(); ++i) cpu::from_float(nd(rng), e[i]);
+    }
+  });
+  h.q.resize(static_cast<std::size_t>(p.n()) * p.n_heads * p.head_dim);
+  for (float& x : h.q) x = p.q_scale * nd(rng);
+  return h;
+}
+
+/// The CPU twin: attend_group per (row, KV head) over the row's slot.
+std::vector<float> run_twin(const Problem& p, const HostData& h) {
+  std::vector<float> out(h.q.size());
+  const int group = p.n_heads / p.n_kv_heads;
+  with_kv_type(p.kv, [&](auto tag) {
+    using T = decltype(tag);
+    for (int i = 0; i < p.n(); ++i) {
+      const long base = static_cast<long>(p.slot[i]) * p.max_seq_len * p.kv_dim();
+      const cpu::ContiguousRows<T> rows{reinterpret_cast<const T*>(h.k.data()) + base,
+                                        reinterpret_cast<const T*>(h.v.data()) + base,
+                                        p.kv_dim()};
+      std::vector<float> scores(static_cast<std::size_t>(group) * std::max(p.ctx[i], 1));
+      for (int g = 0; g < p.n_kv_heads; ++g) {
+        const long qo = (static_cast<long>(i) * p.n_heads + g * group) * p.head_dim;
+        cpu::attend_group<T>(h.q.data() + qo, rows, p.ctx[i], g, group, p.head_dim,
+                             out.data() + qo, scores.data());
+      }
+    }
+  });
+  return out;
+}
+
+/// The kernel on the same data; `force_splits` as in cuda::decode_attention.
+std::vector<float> run_kernel(const Problem& p, const HostData& h, int force_splits,
+                              cuda::AttentionWorkspace& ws) {
+  std::vector<std::int64_t> base(p.n());
+  for (int i = 0; i < p.n(); ++i) base[i] = static_cast<std::int64_t>(p.slot[i]) * p.max_seq_len;
+  const auto k = DeviceBuffer<unsigned char>::from_host(h.k);
+  const auto v = DeviceBuffer<unsigned char>::from_host(h.v);
+  const auto q = DeviceBuffer<float>::from_host(h.q);
+  const auto ctx = DeviceBuffer<int>::from_host(p.ctx);
+  const auto base_row = DeviceBuffer<std::int64_t>::from_host(base);
+  DeviceBuffer<float> out(h.q.size());
+  const cuda::AttentionShape shape{p.n(), p.n_heads, p.n_kv_heads, p.head_dim,
+                                   *std::max_element(p.ctx.begin(), p.ctx.end())};
+  cuda::decode_attention(p.kv, q.data(), k.data(), v.data(), ctx.data(), base_row.data(), shape,
+                         out.data(), ws, nullptr, force_splits);
+  return out.to_host();
+}
+
+/// Runs kernel and twin and checks them within kTol; returns the kernel's output.
+std::vector<float> expect_matches_twin(const Problem& p, int force_splits = 0) {
+  const HostData h = make_data(p);
+  cuda::AttentionWorkspace ws;
+  const std::vector<float> got = run_kernel(p, h, force_splits, ws);
+  EXPECT_LT(test::rel_inf_error(got, run_twin(p, h)), kTol)
+      << dtype_name(p.kv) << " heads " << p.n_heads << "/" << p.n_kv_heads << " head_dim "
+      << p.head_dim << " rows " << p.n() << " max ctx "
+      << *std::max_element(p.ctx.begin(), p.ctx.end()) << " splits " << force_splits;
+  return got;
+}
+
+/// `n` rows over distinct slots in a scrambled order, contexts cycling through `contexts`.
+Problem batch(int n, std::vector<int> contexts, int max_seq_len) {
+  Problem p;
+  p.slots = n + 2;  // two slots no row uses: their contents must not leak in
+  p.max_seq_len = max_seq_len;
+  p.slot.resize(p.slots);
+  std::iota(p.slot.begin(), p.slot.end(), 0);
+  std::shuffle(p.slot.begin(), p.slot.end(), std::mt19937(static_cast<unsigned>(n)));
+  p.slot.resize(n);
+  for (int i = 0; i < n; ++i)
+    p.ctx.push_back(contexts[static_cast<std::size_t>(i) % contexts.size()]);
+  return p;
+}
+
+TEST(DecodeAttention, KvWriteEqualsCpuTwinBitwise) {
+  KVHEAP_REQUIRE_DEVICE();
+  const int n = 5, kv_dim = 40, rows = 16;
+  std::vector<float> k(n * kv_dim), v(n * kv_dim);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 100.0f);
+  for (float& x : k) x = nd(rng);
+  for (float& x : v) x = nd(rng) * 1e-3f;
+  // Rounding edge cases: fp16 overflow and its threshold, subnormals, exact ties of both formats.
+  const float edges[] = {65504.0f, 65519.0f, 65520.0f, -1e6f, 3e-8f, -6e-6f, 1e-40f,
+                         1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f, 1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f,
+                         -0.0f};
+  std::copy(std::begin(edges), std::end(edges), k.begin());
+  const std::vector<std::int64_t> dst = {9, 2, 15, 0, 7};  // unordered rows
+  for (DType kv : {DType::F32, DType::F16, DType::BF16}) {
+    const std::size_t bytes = rows * kv_dim * dtype_size(kv);
+    std::vector<unsigned char> want_k(bytes, 0xab), want_v(bytes, 0xab);
+    cpu::kv_write(kv, want_k.data(), want_v.data(), k.data(), v.data(), dst.data(), n, kv_dim);
+    auto dk = DeviceBuffer<unsigned char>::from_host(std::vector<unsigned char>(bytes, 0xab));
+    auto dv = DeviceBuffer<unsigned char>::from_host(std::vector<unsigned char>(bytes, 0xab));
+    cuda::kv_write(kv, dk.data(), dv.data(), DeviceBuffer<float>::from_host(k).data(),
+                   DeviceBuffer<float>::from_host(v).data(),
+                   DeviceBuffer<std::int64_t>::from_host(dst).data(), n, kv_dim);
+    EXPECT_EQ(dk.to_host(), want_k) << dtype_name(kv);  // untouched rows keep their 0xab too
+    EXPECT_EQ(dv.to_host(), want_v) << dtype_name(kv);
+  }
+}
+
+TEST(DecodeAttention, MatchesTwinAcrossBatchesAndContextsFp32) {
+  KVHEAP_REQUIRE_DEVICE();
+  for (int n : {1, 3, 17}) {
+    for (int ctx : {1, 7, 100}) {
+      Problem p = batch(n, {ctx}, 100);
+      expect_matches_twin(p);
+    }
+  }
+}
+
+TEST(DecodeAttention, MatchesTwinInFp16AndBf16) {
+  KVHEAP_REQUIRE_DEVICE();
+  for (DType kv : {DType::F16, DType::BF16}) {
+    for (int head_dim : {8, 64, 128}) {
+      Problem p = batch(3, {1, 37, 100}, 100);
+      p.kv = kv;
+      p.head_dim = head_dim;
+      expect_matches_twin(p);
+    }
+  }
+}
+
+TEST(DecodeAttention, HeadDimsFromTinyToLargest) {
+  KVHEAP_REQUIRE_DEVICE();
+  // 8: stories260K; 24, 40: not powers of two (idle lanes); 256: two vectors per lane in fp32.
+  for (DType kv : {DType::F32, DType::BF16}) {
+    for (int head_dim : {8, 24, 40, 64, 128, 256}) {
+      Problem p = batch(3, {5, 60, 33}, 64);
+      p.kv = kv;
+      p.head_dim = head_dim;
+      expect_matches_twin(p);
+    }
+  }
+}
+
+TEST(DecodeAttention, GroupSizesOneToThirtyTwo) {
+  KVHEAP_REQUIRE_DEVICE();
+  // 7: Qwen2.5-7B; 3, 5, 12: padded to the kernel's power-of-two group; 20, 32: split in slices.
+  for (int group : {1, 2, 3, 4, 5, 7, 8, 12, 16, 20, 32}) {
+    Problem p = batch(2, {1, 50}, 50);
+    p.kv = group % 2 == 0 ? DType::BF16 : DType::F32;
+    p.n_kv_heads = group > 8 ? 1 : 2;
+    p.n_heads = group * p.n_kv_heads;
+    p.head_dim = 32;
+    expect_matches_twin(p);
+  }
+}
+
+TEST(DecodeAttention, LongContextsWithPeakySoftmax) {
+  KVHEAP_REQUIRE_DEVICE();
+  // 1000+ positions at small head counts; q scaled up so the running max moves often and matters.
+  for (DType kv : {DType::F32, DType::F16}) {
+    Problem p = batch(2, {1031, 1200}, 1200);
+    p.kv = kv;
+    p.n_heads = 2;
+    p.n_kv_heads = 1;
+    p.head_dim = kv == DType::F32 ? 64 : 8;
+    p.q_scale = 4.0f;
+    expect_matches_twin(p);
+  }
+}
+
+TEST(DecodeAttention, MixedContextsAndUnorderedSlotsInOneBatch) {
+  KVHEAP_REQUIRE_DEVICE();
+  Problem p = batch(17, {1, 2, 7, 31, 64, 100, 3}, 100);
+  p.kv = DType::BF16;
+  p.n_heads = 8;
+  p.head_dim = 64;
+  p.q_scale = 2.0f;
+  expect_matches_twin(p);
+  // A decode batch with Llama's head_dim: long and short sequences side by side.
+  Problem l = batch(17, {1, 1024, 77, 1500}, 1500);
+  l.kv = DType::BF16;
+  l.n_heads = 4;
+  l.n_kv_heads = 1;
+  l.head_dim = 128;
+  expect_matches_twin(l);
+}
+
+TEST(DecodeAttention, SplitKEqualsSinglePass) {
+  KVHEAP_REQUIRE_DEVICE();
+  // Short rows in the batch leave some splits empty (n_ctx < splits): they must merge as nothing.
+  for (DType kv : {DType::F32, DType::BF16}) {
+    Problem p = batch(3, {300, 5, 2}, 300);
+    p.kv = kv;
+    p.n_heads = 6;
+    p.n_kv_heads = 2;
+    p.head_dim = kv == DType::F32 ? 128 : 40;
+    p.q_scale = 2.0f;
+    const std::vector<float> single = expect_matches_twin(p, 1);
+    for (int splits : {2, 3, 7}) {
+      const std::vector<float> split = expect_matches_twin(p, splits);
+      EXPECT_LT(test::rel_inf_error(split, single), kTol) << splits << " splits";
+    }
+    expect_matches_twin(p, 0);  // the automatic choice
+  }
+}
+
+TEST(DecodeAttention, PrefillRowsAttendCausallyAfterKvWrite) {
+  KVHEAP_REQUIRE_DEVICE();
+  // One sequence's prompt as rows at positions 0..P-1, written with the KV write kernel first,
+  // then attention with n_ctx = pos + 1 per row: each row must see only its own prefix.
+  Problem p;
+  p.kv = DType::F16;
+  p.n_heads = 4;
+  p.n_kv_heads = 2;
+  p.head_dim = 64;
+  p.slots = 3;
+  p.max_seq_len = 40;
+  const int prompt = 37, slot = 2;
+  for (int pos = 0; pos < prompt; ++pos) {
+    p.slot.push_back(slot);
+    p.ctx.push_back(pos + 1);
+  }
+  HostData h = make_data(p);  // random cache contents; the prompt rows are overwritten below
+  std::vector<float> k(static_cast<std::size_t>(prompt) * p.kv_dim()), v(k.size());
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (float& x : k) x = nd(rng);
+  for (float& x : v) x = nd(rng);
+  std::vector<std::int64_t> dst(prompt);
+  for (int pos = 0; pos < prompt; ++pos) dst[pos] = static_cast<std::int64_t>(slot) * 40 + pos;
+  auto dk = DeviceBuffer<unsigned char>::from_host(h.k);
+  auto dv = DeviceBuffer<unsigned char>::from_host(h.v);
+  cuda::kv_write(p.kv, dk.data(), dv.data(), DeviceBuffer<float>::from_host(k).data(),
+                 DeviceBuffer<float>::from_host(v).data(),
+                 DeviceBuffer<std::int64_t>::from_host(dst).data(), prompt, p.kv_dim());
+  cpu::kv_write(p.kv, h.k.data(), h.v.data(), k.data(), v.data(), dst.data(), prompt, p.kv_dim());
+  ASSERT_EQ(dk.to_host(), h.k);
+  ASSERT_EQ(dv.to_host(), h.v);
+  cuda::AttentionWorkspace ws;
+  EXPECT_LT(test::rel_inf_error(run_kernel(p, h, 0, ws), run_twin(p, h)), kTol);
+}
+
+TEST(DecodeAttention, EmptyContextGivesZeros) {
+  KVHEAP_REQUIRE_DEVICE();
+  Problem p = batch(3, {0, 9, 0}, 16);
+  const HostData h = make_data(p);
+  cuda::AttentionWorkspace ws;
+  for (int splits : {1, 3}) {
+    const std::vector<float> got = run_kernel(p, h, splits, ws);
+    const std::size_t row = static_cast<std::size_t>(p.n_heads) * p.head_dim;
+    EXPECT_TRUE(std::all_of(got.begin(), got.begin() + row, [](float x) { return x == 0.0f; }));
+    EXPECT_TRUE(std::all_of(got.end() - row, got.end(), [](float x) { return x == 0.0f; }));
+  }
+  EXPECT_GT(ws.bytes(), 0u);  // the split run grew the workspace
+}
+
+TEST(DecodeAttention, RejectsShapesTheKernelCannotRun) {
+  // Checked on the host before anything touches a device, so this runs everywhere.
+  cuda::AttentionWorkspace ws;
+  auto attempt = [&](int n_heads, int n_kv_heads, int head_dim) {
+    const cuda::AttentionShape s{1, n_heads, n_kv_heads, head_dim, 1};
+    cuda::decode_attention(DType::F32, nullptr, nullptr, nullptr, nullptr, nullptr, s, nullptr,
+                           ws);
+  };
+  EXPECT_THROW(attempt(4, 2, 12), InputError);   // not a multiple of 8
+  EXPECT_THROW(attempt(4, 2, 264), InputError);  // above 256
+  EXPECT_THROW(attempt(6, 4, 64), InputError);   // heads do not group
+}
+
+}  // namespace
+}  // namespace kvheap

@@ -1,0 +1,475 @@
+// Tests of the device layer and the CPU simulator: kernels give exact results through shuffles,
+// votes, atomics and shared memory; launches are refused where a GPU refuses them; bugs that a
+// GPU leaves undefined (divergent barriers, host dereference of device memory, out-of-bounds
+// writes) fail loudly in the simulator; copies, events and the GEMM wrapper work. In a real build
+// on a machine without a GPU the tests that need one skip; in the simulator build all run.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "device/buffers.hpp"
+#include "device/device.hpp"
+#include "device/gemm.hpp"
+#include "tests/sim_kernels.hpp"
+#if defined(KVHEAP_SIM)
+#include "device/sim/sim.hpp"
+#endif
+
+namespace kvheap {
+namespace {
+
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kAsan = true;
+#else
+constexpr bool kAsan = false;
+#endif
+
+#ifndef KVHEAP_REQUIRE_DEVICE  // tests/support/device_test_support.hpp has the same one
+#define KVHEAP_REQUIRE_DEVICE()                                                           \
+  if (auto why_ = device_unavailable_reason()) {                                          \
+    GTEST_SKIP() << *why_ << "; this test runs on a GPU or in the KVHEAP_CUDA=sim build"; \
+  }
+#endif
+#define KVHEAP_REQUIRE_SIMULATOR()                                                           \
+  if (!is_simulator()) {                                                                     \
+    GTEST_SKIP() << "simulator-only check (on a GPU this bug is undefined behaviour: a hang " \
+                    "or silent corruption, not a reportable error)";                         \
+  }
+
+// Runs `f`, which must throw LaunchError, and returns the message.
+template <class F>
+std::string launch_error_of(F f) {
+  try {
+    f();
+  } catch (const LaunchError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected a LaunchError";
+  return {};
+}
+
+#if defined(KVHEAP_SIM)
+// More OS threads than this 2-core machine has, so blocks really interleave across threads.
+struct SeveralWorkers {
+  int saved = sim::worker_threads();
+  SeveralWorkers() { sim::set_worker_threads(4); }
+  ~SeveralWorkers() { sim::set_worker_threads(saved); }
+};
+#else
+struct SeveralWorkers {};
+#endif
+
+TEST(DeviceLayer, QueryReportsTheDevice) {
+  KVHEAP_REQUIRE_DEVICE();
+  const DeviceInfo info = require_cuda_device();
+  EXPECT_GE(device_count(), 1);
+  EXPECT_GT(info.sm_count, 0);
+  EXPECT_GT(info.total_memory, 0u);
+  EXPECT_EQ(info.is_simulator, is_simulator());
+  if (is_simulator()) {
+    EXPECT_EQ(info.name, "kvheap CPU simulator");
+  }
+}
+
+TEST(DeviceLayer, RequireCudaDeviceThrowsWithoutOne) {
+  if (device_count() > 0) GTEST_SKIP() << "a CUDA device (or the simulator) is present";
+  EXPECT_EQ(device_count(), 0);
+  try {
+    (void)require_cuda_device();
+    FAIL() << "require_cuda_device() should throw without a device";
+  } catch (const ResourceError& e) {
+    EXPECT_NE(std::string(e.what()).find("no CUDA device found: "), std::string::npos) << e.what();
+  }
+}
+
+TEST(DeviceLayer, CudaCheckNamesTheCallAndPlace) {
+  try {
+    KVHEAP_CUDA_CHECK(cudaSetDevice(7));
+    FAIL() << "device 7 should not exist";
+  } catch (const ResourceError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("test_simulator.cpp:"), std::string::npos) << m;
+    EXPECT_NE(m.find("cudaSetDevice(7) failed: cudaError"), std::string::npos) << m;
+  }
+}
+
+TEST(DeviceLayer, MemcpyAndMemsetRoundTrip) {
+  KVHEAP_REQUIRE_DEVICE();
+  std::vector<float> host(1000);
+  std::iota(host.begin(), host.end(), -3.5f);
+  auto a = DeviceBuffer<float>::from_host(host);
+  DeviceBuffer<float> b(host.size());
+  KVHEAP_CUDA_CHECK(cudaMemcpy(b.data(), a.data(), a.bytes(), cudaMemcpyDeviceToDevice));
+  EXPECT_EQ(b.to_host(), host);
+
+  b.fill_bytes(0);
+  EXPECT_EQ(b.to_host(), std::vector<float>(host.size(), 0.0f));
+  KVHEAP_CUDA_CHECK(cudaMemset(b.data(), 0xff, 4 * sizeof(float)));  // all-ones bits: NaN
+  EXPECT_TRUE(std::isnan(b.to_host()[3]));
+  EXPECT_EQ(b.to_host()[4], 0.0f);
+
+  // cudaMemcpyDefault works out the direction; upload/download take offsets.
+  std::vector<float> part = {1.0f, 2.0f, 3.0f};
+  KVHEAP_CUDA_CHECK(cudaMemcpy(b.data() + 10, part.data(), 3 * sizeof(float), cudaMemcpyDefault));
+  std::vector<float> back(3);
+  b.download(back, 10);
+  EXPECT_EQ(back, part);
+  EXPECT_THROW(b.upload(part, host.size() - 2), InputError);
+
+  // Pinned memory through a stream.
+  Stream stream;
+  PinnedBuffer<float> pinned(host.size());
+  KVHEAP_CUDA_CHECK(cudaMemcpyAsync(pinned.data(), a.data(), a.bytes(), cudaMemcpyDeviceToHost, stream));
+  stream.synchronize();
+  EXPECT_EQ(std::vector<float>(pinned.span().begin(), pinned.span().end()), host);
+}
+
+TEST(DeviceLayer, EventsMeasureElapsedTime) {
+  KVHEAP_REQUIRE_DEVICE();
+  Stream stream;
+  DeviceBuffer<float> x(1 << 16);
+  Event start;
+  Event stop;
+  start.record(stream);
+  test::fill(x.data(), 2.0f, static_cast<int>(x.size()), dim3(64), dim3(256), stream);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  stop.record(stream);
+  const float ms = elapsed_ms(start, stop);
+  EXPECT_GE(ms, 15.0f);
+  EXPECT_LT(ms, 5000.0f);
+  EXPECT_EQ(x.to_host()[12345], 2.0f);
+  Event untimed(/*timing=*/false);
+  untimed.record(stream);
+  EXPECT_THROW((void)elapsed_ms(start, untimed), ResourceError);
+}
+
+TEST(SimKernels, BlockSumThroughShufflesIsExact) {
+  KVHEAP_REQUIRE_DEVICE();
+  const std::vector<dim3> blocks = {dim3(32), dim3(96), dim3(256), dim3(1024), dim3(8, 4, 2),
+                                    dim3(16, 4, 4)};
+  const std::vector<dim3> grids = {dim3(1), dim3(5), dim3(3, 2, 2)};
+  for (const dim3 block : blocks) {
+    for (const dim3 grid : grids) {
+      const std::size_t per_block = block.x * block.y * block.z;
+      const std::size_t n_blocks = grid.x * grid.y * grid.z;
+      std::vector<long long> values(per_block * n_blocks);
+      std::vector<long long> expected(n_blocks, 0);
+      for (std::size_t i = 0; i < values.size(); ++i) {
+        values[i] = static_cast<long long>(i * 2654435761u % 1000003u) - 500000;
+        expected[i / per_block] += values[i];
+      }
+      auto d_values = DeviceBuffer<long long>::from_host(values);
+      DeviceBuffer<long long> d_sums(n_blocks);
+      for (const auto how : {test::WarpReduce::Xor, test::WarpReduce::Down}) {
+        d_sums.fill_bytes(0);
+        test::block_sum(d_values.data(), d_sums.data(), grid, block, how);
+        EXPECT_EQ(d_sums.to_host(), expected)
+            << "block " << block.x << "x" << block.y << "x" << block.z << ", grid " << grid.x
+            << "x" << grid.y << "x" << grid.z << (how == test::WarpReduce::Xor ? ", xor" : ", down");
+      }
+    }
+  }
+}
+
+TEST(SimKernels, BallotAnyAllFollowLanePredicates) {
+  KVHEAP_REQUIRE_DEVICE();
+  for (const unsigned threads : {48u, 64u}) {  // 48: a partial second warp
+    const int total = static_cast<int>(2 * threads);
+    DeviceBuffer<unsigned> ballot(total);
+    DeviceBuffer<int> any(total), all_true(total), all_even(total), count(total);
+    test::votes(ballot.data(), any.data(), all_true.data(), all_even.data(), count.data(), dim3(2),
+                dim3(threads));
+    const auto h_ballot = ballot.to_host();
+    const auto h_any = any.to_host(), h_all_true = all_true.to_host();
+    const auto h_all_even = all_even.to_host(), h_count = count.to_host();
+    for (int t = 0; t < total; ++t) {
+      const unsigned tid = static_cast<unsigned>(t) % threads;
+      const unsigned lanes = std::min(32u, threads - tid / 32 * 32);  // lanes of this warp
+      unsigned want = 0;
+      for (unsigned l = 0; l < lanes; l += 3) want |= 1u << l;
+      EXPECT_EQ(h_ballot[t], want) << "thread " << t;
+      EXPECT_EQ(h_any[t], lanes > 5 ? 1 : 0) << "thread " << t;
+      EXPECT_NE(h_all_true[t], 0) << "thread " << t;
+      EXPECT_EQ(h_all_even[t], 0) << "thread " << t;
+      EXPECT_EQ(h_count[t], static_cast<int>(threads / 2)) << "thread " << t;
+    }
+  }
+}
+
+TEST(SimKernels, ShufflesFollowCudaSegmentRules) {
+  KVHEAP_REQUIRE_DEVICE();
+  struct Case { int src, delta, lane_mask, width; };
+  for (const Case c : {Case{3, 1, 1, 32}, Case{31, 5, 16, 32}, Case{9, 2, 4, 16}, Case{2, 3, 8, 8},
+                       Case{0, 1, 2, 4}, Case{7, 4, 16, 16}}) {
+    const int threads = 64;
+    DeviceBuffer<int> idx(threads), up(threads), down(threads), xr(threads);
+    DeviceBuffer<float> half(threads);
+    test::shuffles(idx.data(), up.data(), down.data(), xr.data(), half.data(), c.src, c.delta,
+                   c.lane_mask, c.width, threads);
+    const auto h_idx = idx.to_host(), h_up = up.to_host(), h_down = down.to_host();
+    const auto h_xor = xr.to_host();
+    const auto h_half = half.to_host();
+    auto value = [](int lane) { return 10 * lane + 1; };
+    for (int t = 0; t < threads; ++t) {
+      // The CUDA programming guide's description of each shuffle, segment by segment.
+      const int lane = t % 32, w = c.width, base = lane / w * w;
+      const int up_src = lane % w >= c.delta ? lane - c.delta : lane;
+      const int down_src = lane % w + c.delta < w ? lane + c.delta : lane;
+      const int x = lane ^ c.lane_mask;
+      const int xor_src = x / w > lane / w ? lane : x;  // later segments: own value
+      const std::string where = "thread " + std::to_string(t) + " width " + std::to_string(w);
+      EXPECT_EQ(h_idx[t], value(base + c.src % w)) << where;
+      EXPECT_EQ(h_up[t], value(up_src)) << where;
+      EXPECT_EQ(h_down[t], value(down_src)) << where;
+      EXPECT_EQ(h_xor[t], value(xor_src)) << where;
+      EXPECT_EQ(h_half[t], static_cast<float>(lane ^ 1) + 0.5f) << where;
+    }
+  }
+}
+
+TEST(SimKernels, AtomicsAcrossBlocksOnSeveralThreads) {
+  KVHEAP_REQUIRE_DEVICE();
+  [[maybe_unused]] SeveralWorkers workers;
+  const dim3 grid(64), block(256);
+  const int n = 64 * 256;
+  DeviceBuffer<int> count(1), max_id(1), worker_of_block(64);
+  DeviceBuffer<unsigned long long> id_sum(1);
+  DeviceBuffer<float> float_sum(1);
+  DeviceBuffer<unsigned> cas_count(1);
+  for (auto* b : {&count, &max_id}) b->fill_bytes(0);
+  id_sum.fill_bytes(0);
+  float_sum.fill_bytes(0);
+  cas_count.fill_bytes(0);
+  test::atomics(count.data(), id_sum.data(), float_sum.data(), max_id.data(), cas_count.data(),
+                worker_of_block.data(), grid, block);
+  EXPECT_EQ(count.to_host()[0], n);
+  EXPECT_EQ(id_sum.to_host()[0], static_cast<unsigned long long>(n) * (n - 1) / 2);
+  EXPECT_EQ(float_sum.to_host()[0], static_cast<float>(n));  // integers below 2^24: exact
+  EXPECT_EQ(max_id.to_host()[0], n - 1);
+  EXPECT_EQ(cas_count.to_host()[0], static_cast<unsigned>(n));
+  if (is_simulator()) {
+    const auto w = worker_of_block.to_host();
+    EXPECT_GE(std::set<int>(w.begin(), w.end()).size(), 2u) << "blocks all ran on one OS thread";
+  }
+}
+
+TEST(SimKernels, StaticSharedMemoryIsPerBlock) {
+  KVHEAP_REQUIRE_DEVICE();
+  [[maybe_unused]] SeveralWorkers workers;
+  for (const dim3 block : {dim3(128), dim3(8, 8, 4), dim3(1024)}) {
+    DeviceBuffer<int> errors(1);
+    errors.fill_bytes(0);
+    test::static_smem(errors.data(), dim3(16, 2), block);
+    EXPECT_EQ(errors.to_host()[0], 0) << "block of " << block.x * block.y * block.z;
+  }
+}
+
+TEST(SimKernels, DynamicSharedMemoryIsPerBlock) {
+  KVHEAP_REQUIRE_DEVICE();
+  [[maybe_unused]] SeveralWorkers workers;
+  for (const unsigned bytes : {0u, 4000u, 48u * 1024u}) {
+    DeviceBuffer<int> errors(1);
+    errors.fill_bytes(0);
+    test::dynamic_smem(errors.data(), dim3(24), dim3(64), bytes);
+    EXPECT_EQ(errors.to_host()[0], 0) << bytes << " bytes";
+  }
+}
+
+TEST(SimLaunch, RefusesImpossibleShapes) {
+  KVHEAP_REQUIRE_DEVICE();
+  DeviceBuffer<float> x(64);
+  auto fill = [&](dim3 grid, dim3 block) { test::fill(x.data(), 1.0f, 64, grid, block); };
+  for (const auto& [grid, block] : {std::pair{dim3(1), dim3(1025)}, std::pair{dim3(1), dim3(32, 32, 2)},
+                                    std::pair{dim3(0), dim3(32)}, std::pair{dim3(1), dim3(0)},
+                                    std::pair{dim3(1, 65536), dim3(32)}}) {
+    const std::string m = launch_error_of([&] { fill(grid, block); });
+    EXPECT_NE(m.find("fill_kernel failed"), std::string::npos) << m;
+    EXPECT_NE(m.find("invalid configuration argument"), std::string::npos) << m;
+  }
+  fill(dim3(2), dim3(1024));  // the largest legal block still runs
+  EXPECT_EQ(x.to_host()[63], 1.0f);
+}
+
+TEST(SimLaunch, DynamicSharedMemoryOver48KiBNeedsTheAttribute) {
+  KVHEAP_REQUIRE_DEVICE();
+  DeviceBuffer<int> errors(1);
+  errors.fill_bytes(0);
+  test::set_big_smem_limit(48 * 1024);  // the default, in case an earlier run raised it
+  const std::string m = launch_error_of([&] { test::big_smem(errors.data(), 64 * 1024); });
+  EXPECT_NE(m.find("big_smem_kernel failed"), std::string::npos) << m;
+  test::set_big_smem_limit(64 * 1024);
+  test::big_smem(errors.data(), 64 * 1024);
+  EXPECT_EQ(errors.to_host()[0], 0);
+  EXPECT_THROW(test::set_big_smem_limit(228 * 1024), ResourceError);  // above any GPU's 227 KiB
+}
+
+TEST(SimLaunch, HostPointerArgumentIsRefused) {
+  KVHEAP_REQUIRE_SIMULATOR();
+  std::vector<float> host(64);
+  const std::string m = launch_error_of([&] { test::fill(host.data(), 1.0f, 64, dim3(1), dim3(64)); });
+  EXPECT_NE(m.find("argument 0"), std::string::npos) << m;
+  EXPECT_NE(m.find("is host memory"), std::string::npos) << m;
+}
+
+TEST(SimMemory, CopiesOutsideTheirAllocationAreRefused) {
+  KVHEAP_REQUIRE_SIMULATOR();
+  DeviceBuffer<float> small(64);
+  std::vector<float> host(100);
+  try {
+    KVHEAP_CUDA_CHECK(cudaMemcpy(small.data(), host.data(), 100 * sizeof(float), cudaMemcpyHostToDevice));
+    FAIL() << "an overrunning copy should fail";
+  } catch (const ResourceError& e) {
+    EXPECT_NE(std::string(e.what()).find("has 256 bytes left in its cudaMalloc block of 256 bytes"),
+              std::string::npos) << e.what();
+  }
+  EXPECT_EQ(cudaMemcpy(small.data(), host.data(), 16, cudaMemcpyDeviceToHost), cudaErrorInvalidValue);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidValue);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);  // reading it cleared it
+  std::size_t free_before = 0, free_after = 0, total = 0;
+  KVHEAP_CUDA_CHECK(cudaMemGetInfo(&free_before, &total));
+  {
+    DeviceBuffer<char> big(1 << 20);
+    KVHEAP_CUDA_CHECK(cudaMemGetInfo(&free_after, &total));
+  }
+  EXPECT_EQ(free_before - free_after, std::size_t{1} << 20);
+  void* p = nullptr;
+  KVHEAP_CUDA_CHECK(cudaMalloc(&p, 16));
+  KVHEAP_CUDA_CHECK(cudaFree(p));
+  EXPECT_EQ(cudaFree(p), cudaErrorInvalidValue);  // freed twice
+}
+
+TEST(SimFaults, DivergentSyncthreadsIsReportedAndTheNextLaunchWorks) {
+  KVHEAP_REQUIRE_SIMULATOR();
+  DeviceBuffer<int> out(64);
+  std::string m = launch_error_of([&] { test::sync_in_first_warp_only(out.data()); });
+  EXPECT_NE(m.find("sync_in_first_warp_only_kernel failed"), std::string::npos) << m;
+  EXPECT_NE(m.find("deadlock"), std::string::npos) << m;
+  EXPECT_NE(m.find("__syncthreads() at tests/sim_kernels.cu:"), std::string::npos) << m;
+  EXPECT_NE(m.find("reached by threads 0-31 of 64"), std::string::npos) << m;
+  EXPECT_NE(m.find("threads 32-63 returned without reaching it"), std::string::npos) << m;
+
+  m = launch_error_of([&] { test::sync_at_two_sites(out.data()); });
+  EXPECT_NE(m.find("divergent barrier"), std::string::npos) << m;
+
+  DeviceBuffer<float> x(64);  // the simulator is still usable
+  test::fill(x.data(), 3.0f, 64, dim3(1), dim3(64));
+  EXPECT_EQ(x.to_host()[0], 3.0f);
+}
+
+TEST(SimFaults, MismatchedSyncwarpMasksAreReported) {
+  KVHEAP_REQUIRE_SIMULATOR();
+  DeviceBuffer<int> out(32);
+  std::string m = launch_error_of([&] { test::mismatched_syncwarp(out.data()); });
+  EXPECT_NE(m.find("__syncwarp(mask 0xffffffff) at tests/sim_kernels.cu:"), std::string::npos) << m;
+  EXPECT_NE(m.find("lanes 16-31 waiting at __syncthreads()"), std::string::npos) << m;
+  m = launch_error_of([&] { test::syncwarp_without_own_lane(out.data()); });
+  EXPECT_NE(m.find("which does not include its own lane"), std::string::npos) << m;
+}
+
+TEST(SimFaultsDeathTest, HostDereferenceOfDeviceMemoryDies) {
+  KVHEAP_REQUIRE_SIMULATOR();
+  if (kAsan) {
+    GTEST_SKIP() << "under AddressSanitizer device memory is plain malloc memory (so ASan can "
+                    "check kernels), which host code can read";
+  }
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        DeviceBuffer<float> b(1024);
+        volatile float v = b.data()[3];
+        (void)v;
+      },
+      "host code dereferenced device memory at 0x[0-9a-f]+ \\(inside a cudaMalloc block of 4096 "
+      "bytes");
+}
+
+TEST(SimFaultsDeathTest, KernelWritePastEndIsCaught) {
+  KVHEAP_REQUIRE_SIMULATOR();
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  // One float past a 4096-byte block: ASan's redzone, or the simulator's guard page.
+  EXPECT_DEATH(
+      {
+        DeviceBuffer<float> b(1024);
+        test::write_past_end(b.data(), 1024, 0);
+      },
+      kAsan ? "heap-buffer-overflow"
+            : "kernel .*write_past_end_kernel accessed 0x[0-9a-f]+, 0 bytes past the end of a "
+              "cudaMalloc block of 4096 bytes");
+}
+
+class Gemm : public testing::TestWithParam<DType> {};
+
+// Rounds to the operand type and back, so the reference multiplies what the GEMM sees.
+float representable(DType t, float x) {
+  if (t == DType::F16) return __half2float(__float2half(x));
+  if (t == DType::BF16) return __bfloat162float(__float2bfloat16(x));
+  return x;
+}
+
+template <class T>
+void run_gemm(BlasHandle& blas, const std::vector<float>& a, const std::vector<float>& b,
+              std::vector<float>& c, GemmShape s, T (*convert)(float)) {
+  std::vector<T> ta(a.size()), tb(b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) ta[i] = convert(a[i]);
+  for (std::size_t i = 0; i < b.size(); ++i) tb[i] = convert(b[i]);
+  auto da = DeviceBuffer<T>::from_host(ta);
+  auto db = DeviceBuffer<T>::from_host(tb);
+  DeviceBuffer<float> dc(c.size());
+  gemm(blas, da.data(), db.data(), dc.data(), s);
+  c = dc.to_host();
+}
+
+TEST_P(Gemm, MatchesNaiveLoop) {
+  KVHEAP_REQUIRE_DEVICE();
+  const DType dtype = GetParam();
+  BlasHandle blas;
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (const int m : {1, 3, 17, 64}) {
+    for (const int n : {1, 3, 17, 64}) {
+      for (const int k : {1, 3, 17, 64}) {
+        std::vector<float> a(static_cast<std::size_t>(m) * k), b(static_cast<std::size_t>(n) * k);
+        for (float& v : a) v = representable(dtype, dist(rng));
+        for (float& v : b) v = representable(dtype, dist(rng));
+        std::vector<float> c(static_cast<std::size_t>(m) * n);
+        const GemmShape s{m, n, k};
+        if (dtype == DType::F32) run_gemm<float>(blas, a, b, c, s, [](float x) { return x; });
+        if (dtype == DType::F16) run_gemm<__half>(blas, a, b, c, s, [](float x) { return __float2half(x); });
+        if (dtype == DType::BF16) {
+          run_gemm<__nv_bfloat16>(blas, a, b, c, s, [](float x) { return __float2bfloat16(x); });
+        }
+        for (int i = 0; i < m; ++i) {
+          for (int j = 0; j < n; ++j) {
+            double ref = 0.0, magnitude = 0.0;
+            for (int p = 0; p < k; ++p) {
+              const double term = double{a[i * k + p]} * b[j * k + p];
+              ref += term;
+              magnitude += std::fabs(term);
+            }
+            // Products of fp16/bf16 inputs are exact in fp32; summing k of them in fp32 errs by
+            // at most about k * 2^-24 * sum|a_p b_p|. Allow twice that, whatever the order.
+            const double tol = 2.0 * k * std::ldexp(magnitude, -24) + 1e-30;
+            EXPECT_NEAR(c[static_cast<std::size_t>(i) * n + j], ref, tol)
+                << dtype_name(dtype) << " m=" << m << " n=" << n << " k=" << k << " at " << i << "," << j;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_THROW(gemm(blas, dtype, nullptr, nullptr, nullptr, GemmShape{-1, 2, 3}), InputError);
+}
+
+INSTANTIATE_TEST_SUITE_P(DTypes, Gemm, testing::Values(DType::F32, DType::F16, DType::BF16),
+                         [](const testing::TestParamInfo<DType>& p) {
+                           return std::string(dtype_name(p.param));
+                         });
+
+}  // namespace
+}  // namespace kvheap
