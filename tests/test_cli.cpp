@@ -236,6 +236,43 @@ TEST(Cli, KvBudgetThatIsNotANumberExitsTwo) {
   }
 }
 
+// Chapter 2 agrees with chapter 1 on --json: on its CPU backend always, and on --device cuda in
+// the simulator build (or on a GPU). Where no device exists, asking for one is a clear error.
+TEST(Cli, Chapter2PrintsTheSameIdsAsChapter1) {
+  const std::vector<std::string> args = {"--model", "tiny", "--prompt-ids", "1,5,9",
+                                         "--max-new-tokens", "20", "--temperature", "0",
+                                         "--ignore-eos", "--json", "--no-peak"};
+  const auto ref = run_program(kCh01, args);
+  ASSERT_EQ(ref.exit_code, 0) << ref.err;
+  const auto ids = nlohmann::json::parse(ref.out)["generated_ids"];
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), args.begin(), args.end());
+    return run_program("ch02_contiguous_gpu", extra);
+  };
+  const auto cpu = with({"--device", "cpu"});
+  ASSERT_EQ(cpu.exit_code, 0) << cpu.err;
+  EXPECT_EQ(nlohmann::json::parse(cpu.out)["generated_ids"], ids);
+
+  const auto gpu = with({"--device", "cuda", "--weight-dtype", "fp32", "--kv-dtype", "fp32"});
+  if (std::string(KVHEAP_CUDA_MODE) == "sim") {
+    ASSERT_EQ(gpu.exit_code, 0) << gpu.err;
+    EXPECT_EQ(nlohmann::json::parse(gpu.out)["generated_ids"], ids);
+  } else if (gpu.exit_code == 1) {
+    // No device here: the one-line error says why ("no CUDA device found", "no CUDA support").
+    expect_one_line_error(gpu, "CUDA");
+  } else {
+    ASSERT_EQ(gpu.exit_code, 0) << gpu.err;
+    EXPECT_EQ(nlohmann::json::parse(gpu.out)["generated_ids"], ids);
+  }
+}
+
+TEST(Cli, Chapter2RejectsHalfWeightsOnTheCpuBackend) {
+  const auto r = run_program("ch02_contiguous_gpu", {"--model", "tiny", "--device", "cpu",
+                                                    "--weight-dtype", "bf16"});
+  EXPECT_EQ(r.exit_code, 2);
+  expect_one_line_error(r, "--weight-dtype bf16 needs --device cuda");
+}
+
 TEST(Cli, HelpExitsZero) {
   const auto r = run_program(kCh01, {"--help"});
   EXPECT_EQ(r.exit_code, 0);

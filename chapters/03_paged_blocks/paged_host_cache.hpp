@@ -1,0 +1,50 @@
+// Chapter 3's policy in host memory: a block pool, page tables, and the CPU attention twin reading
+// through them. Used by --device cpu and as the reference for the GPU version.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "chapters/03_paged_blocks/block_manager.hpp"
+#include "chapters/03_paged_blocks/paged_batch.hpp"
+#include "common/kv_cache.hpp"
+#include "common/model_config.hpp"
+
+namespace kvheap::ch03 {
+
+/// \brief Blocks needed for a budget: budget / (block_size x kv_bytes_per_token); throws
+/// ResourceError naming both sizes when the budget holds no block, or fewer blocks than one
+/// sequence of `min_tokens` needs.
+int blocks_for_budget(const ModelConfig& c, DType kv, std::size_t budget_bytes, int block_size,
+                      int min_tokens = 1);
+
+/// \brief Per layer, K and V live in [num_blocks, block_size, n_kv_heads, head_dim] host arrays;
+/// sequences are BlockManager ids (the batch's `slot` field).
+class PagedHostCache final : public KVCache {
+ public:
+  /// \brief A pool of `num_blocks` blocks of `block_size` slots, handed out in a shuffled order
+  /// when `shuffle_seed` is non-zero.
+  PagedHostCache(const ModelConfig& config, DType kv, int num_blocks, int block_size,
+                 std::uint64_t shuffle_seed);
+
+  /// \brief The allocator: admit, grow and free sequences through it.
+  BlockManager& blocks() { return blocks_; }
+  /// \copydoc blocks()
+  [[nodiscard]] const BlockManager& blocks() const { return blocks_; }
+
+  void write(int layer, const Batch& batch, const float* k, const float* v) override;
+  void attend(int layer, const Batch& batch, const float* q, float* out) override;
+  [[nodiscard]] std::size_t bytes_reserved() const override;
+  [[nodiscard]] std::size_t bytes_used() const override;
+
+ private:
+  ModelConfig config_;
+  DType kv_;
+  BlockManager blocks_;
+  std::vector<unsigned char> k_;  // [n_layers, num_blocks * block_size, kv_dim] in the KV dtype
+  std::vector<unsigned char> v_;  // same
+  PagedBatch current_;            // built by layer 0's write, used by every layer of the batch
+};
+
+}  // namespace kvheap::ch03

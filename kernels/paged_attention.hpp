@@ -1,0 +1,58 @@
+// The paged view of a KV cache that kernels receive, and the CPU twin's row accessor over it.
+//
+// Page tables travel to kernels as a plain struct in CSR form, usable on host and device:
+//
+//   indptr        [num_seqs + 1]   sequence s owns indices[indptr[s] .. indptr[s+1])
+//   indices       [total pages]    physical block ids, in logical order
+//   last_page_len [num_seqs]       filled slots of each sequence's last block
+//   row_seq       [n]              which sequence each batch row belongs to
+//
+// A position t of batch row i lives in physical slot
+//   indices[indptr[row_seq[i]] + t / block_size] * block_size + t % block_size
+// of a storage laid out [num_blocks, block_size, n_kv_heads, head_dim].
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/attention.hpp"
+#include "kernels/host_device.hpp"
+
+namespace kvheap {
+
+/// \brief Row locator over page tables (CSR), for the attention kernels' `row(i, t)` interface.
+struct PagedLocator {
+  const int* indptr = nullptr;         ///< [num_seqs + 1]
+  const int* indices = nullptr;        ///< [indptr[num_seqs]] physical block ids
+  const int* last_page_len = nullptr;  ///< [num_seqs] slots used in the page of the last token
+  const int* row_seq = nullptr;        ///< [n] sequence of each batch row
+  int block_size = 0;                  ///< slots per block
+
+  /// \brief Physical slot (row of the [num_blocks * block_size, kv_dim] storage) of position t
+  /// of batch row i.
+  KVHEAP_HD std::int64_t row(int i, int t) const {
+    const int page = indices[indptr[row_seq[i]] + t / block_size];
+    return static_cast<std::int64_t>(page) * block_size + t % block_size;
+  }
+};
+
+namespace cpu {
+
+/// \brief The CPU twin's accessor for one sequence's pages: the same arithmetic as
+/// ContiguousRows, only the address of position t differs.
+template <class T>
+struct PagedRows {
+  const T* k_base;     ///< [num_blocks * block_size, kv_dim] K storage of one layer
+  const T* v_base;     ///< same layout, V
+  const int* pages;    ///< this sequence's physical block ids, logical order
+  int block_size;      ///< slots per block
+  long stride;         ///< elements per slot (kv_dim)
+  /// \brief Position t's K row.
+  const T* k(int t) const { return k_base + slot(t) * stride; }
+  /// \brief Position t's V row.
+  const T* v(int t) const { return v_base + slot(t) * stride; }
+  /// \brief Physical slot of position t.
+  long slot(int t) const { return static_cast<long>(pages[t / block_size]) * block_size + t % block_size; }
+};
+
+}  // namespace cpu
+}  // namespace kvheap

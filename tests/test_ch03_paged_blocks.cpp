@@ -1,0 +1,178 @@
+// Chapter 3's claims on the CPU: paged attention is bitwise equal to the contiguous reservation for
+// any block size with shuffled blocks, and the allocator accounts for every block through any
+// sequence of admit, append and free, including exhaustion.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "chapters/01_cpu_reference/reserved_cache.hpp"
+#include "chapters/03_paged_blocks/block_manager.hpp"
+#include "chapters/03_paged_blocks/paged_host_cache.hpp"
+#include "common/error.hpp"
+#include "common/forward_cpu.hpp"
+#include "common/llama2c_loader.hpp"
+#include "common/sampler.hpp"
+#include "common/synthetic_weights.hpp"
+#include "tests/support/test_support.hpp"
+
+namespace kvheap {
+namespace {
+
+using ch03::BlockManager;
+using ch03::PagedHostCache;
+
+/// Runs three sequences of different prompt lengths together, prefill then greedy decode
+/// (tokens chosen from the contiguous run, so both caches see identical inputs), and checks
+/// that every step's logits are bitwise identical.
+void expect_paged_bitwise_equal(const ModelWeights& w, int block_size, DType kv, int steps) {
+  const ModelConfig& c = w.config;
+  const std::vector<std::vector<int>> prompts = {{1, 5, 9, 2, 77, 31, 4}, {1}, {1, 60, 61, 62}};
+  ch01::ReservedCache contiguous(c, kv);
+  PagedHostCache paged(c, kv, 256, block_size, /*shuffle_seed=*/block_size * 7919 + 1);
+  CpuForward fwd(w);
+  std::vector<int> cslots, pslots;
+  Batch cb, pb;
+  for (std::size_t s = 0; s < prompts.size(); ++s) {
+    cslots.push_back(contiguous.admit());
+    pslots.push_back(paged.blocks().allocate());
+    for (std::size_t p = 0; p < prompts[s].size(); ++p) {
+      const bool last = p + 1 == prompts[s].size();
+      cb.rows.push_back({prompts[s][p], cslots[s], static_cast<int>(p), last});
+      pb.rows.push_back({prompts[s][p], pslots[s], static_cast<int>(p), last});
+    }
+  }
+  const int V = c.vocab_size;
+  for (int step = 0; step < steps; ++step) {
+    const auto lc = fwd.forward(cb, contiguous);
+    const std::vector<float> want(lc.begin(), lc.end());
+    const auto lp = fwd.forward(pb, paged);
+    ASSERT_EQ(lp.size(), want.size());
+    ASSERT_EQ(std::memcmp(lp.data(), want.data(), want.size() * sizeof(float)), 0)
+        << "block size " << block_size << ", step " << step << ": paged logits differ";
+    Batch nc, np;
+    for (std::size_t s = 0; s < prompts.size(); ++s) {
+      const int next = argmax(std::span<const float>(&want[s * V], V));
+      const int pos = contiguous.length(cslots[s]);
+      nc.rows.push_back({next, cslots[s], pos, true});
+      np.rows.push_back({next, pslots[s], pos, true});
+    }
+    cb = nc;
+    pb = np;
+  }
+  paged.blocks().check_invariants();
+}
+
+TEST(Ch03PagedBlocks, PagedLogitsBitwiseEqualContiguousTiny) {
+  const ModelWeights w = make_synthetic_weights(preset("tiny"), 4);
+  for (int bs : {1, 3, 7, 16, 17, 64}) expect_paged_bitwise_equal(w, bs, DType::F32, 12);
+  expect_paged_bitwise_equal(w, 5, DType::BF16, 6);
+  expect_paged_bitwise_equal(w, 5, DType::F16, 6);
+}
+
+TEST(Ch03PagedBlocks, PagedLogitsBitwiseEqualContiguousStories260K) {
+  KVHEAP_REQUIRE_MODEL(path, "stories260K.bin");
+  const ModelWeights w = load_llama2c(path);
+  for (int bs : {1, 3, 7, 16, 17, 64}) expect_paged_bitwise_equal(w, bs, DType::F32, 20);
+}
+
+TEST(Ch03PagedBlocks, ShuffledPoolHandsOutNonContiguousBlocks) {
+  BlockManager m(64, 4, 99);
+  const int s = m.allocate(64 * 4);  // every block
+  const auto& t = m.page_table(s);
+  int ascending_pairs = 0;
+  for (std::size_t i = 1; i < t.size(); ++i) ascending_pairs += t[i] == t[i - 1] + 1;
+  EXPECT_LT(ascending_pairs, 10) << "a shuffled pool should not hand out runs of blocks";
+  EXPECT_EQ(std::set<int>(t.begin(), t.end()).size(), 64u);
+}
+
+// Random admit / append / free across many sequences, checked after every operation against a
+// plain model of what each sequence should hold.
+TEST(Ch03PagedBlocks, AllocatorPropertyRandomOperations) {
+  for (int bs : {1, 3, 16}) {
+    BlockManager m(97, bs, 1234 + bs);
+    std::map<int, int> model;  // seq -> length
+    std::mt19937 rng(42 + bs);
+    for (int op = 0; op < 5000; ++op) {
+      const int kind = static_cast<int>(rng() % 10);
+      if (kind < 2) {  // admit with a random prompt reservation
+        const int tokens = static_cast<int>(rng() % (4 * bs + 1));
+        if (m.can_allocate(tokens)) {
+          const int s = m.allocate(tokens);
+          EXPECT_FALSE(model.count(s));
+          model[s] = 0;
+        } else {
+          const int free_before = m.pool().num_free();
+          EXPECT_THROW((void)m.allocate(tokens), ResourceError);
+          EXPECT_EQ(m.pool().num_free(), free_before) << "a failed admission changed the pool";
+        }
+      } else if (kind < 9 && !model.empty()) {  // append to a random live sequence
+        auto it = model.begin();
+        std::advance(it, rng() % model.size());
+        if (m.can_append(it->first)) {
+          const std::int64_t slot = m.append_slot(it->first);
+          EXPECT_EQ(slot, m.slot_of(it->first, it->second));
+          ++it->second;
+        } else {
+          EXPECT_THROW((void)m.append_slot(it->first), ResourceError);
+        }
+      } else if (!model.empty()) {  // finish a random sequence
+        auto it = model.begin();
+        std::advance(it, rng() % model.size());
+        m.free(it->first);
+        model.erase(it);
+      }
+      ASSERT_NO_THROW(m.check_invariants()) << "after operation " << op;
+      std::size_t tokens = 0;
+      for (auto [s, len] : model) {
+        ASSERT_EQ(m.length(s), len);
+        tokens += len;
+      }
+      ASSERT_EQ(m.tokens_held(), tokens);
+      ASSERT_EQ(m.pool().num_used() + m.pool().num_free(), 97);
+    }
+    for (auto [s, len] : model) m.free(s);
+    EXPECT_EQ(m.pool().num_free(), 97) << "blocks leaked once every sequence finished";
+    m.check_invariants();
+  }
+}
+
+TEST(Ch03PagedBlocks, ExhaustionIsRecoverable) {
+  BlockManager m(4, 2, 7);
+  const int a = m.allocate(5);  // 3 blocks
+  EXPECT_FALSE(m.can_allocate(3));
+  try {
+    (void)m.allocate(3);
+    FAIL();
+  } catch (const ResourceError& e) {
+    EXPECT_NE(std::string(e.what()).find("needs 2 blocks"), std::string::npos) << e.what();
+  }
+  const int b = m.allocate(1);
+  for (int i = 0; i < 2; ++i) (void)m.append_slot(b);  // fills b's block
+  EXPECT_FALSE(m.can_append(b));
+  EXPECT_THROW((void)m.append_slot(b), ResourceError);
+  EXPECT_EQ(m.length(b), 2) << "a failed append must not change the sequence";
+  m.check_invariants();
+  m.free(a);
+  EXPECT_TRUE(m.can_append(b));
+  (void)m.append_slot(b);
+  m.free(b);
+  EXPECT_EQ(m.pool().num_free(), 4);
+  EXPECT_THROW(m.free(b), InputError) << "double free";
+}
+
+TEST(Ch03PagedBlocks, BudgetTooSmallForOneSequenceIsRejected) {
+  const ModelConfig c = preset("tiny");
+  const std::size_t per_token = kv_bytes_per_token(c, DType::F32);
+  EXPECT_EQ(ch03::blocks_for_budget(c, DType::F32, 10 * 16 * per_token, 16), 10);
+  EXPECT_THROW((void)ch03::blocks_for_budget(c, DType::F32, 15 * per_token, 16), ResourceError);
+  EXPECT_THROW((void)ch03::blocks_for_budget(c, DType::F32, 10 * 16 * per_token, 16, 200),
+               ResourceError);
+  EXPECT_THROW((void)ch03::blocks_for_budget(c, DType::F32, 1 << 20, 0), UsageError);
+}
+
+}  // namespace
+}  // namespace kvheap
