@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 
@@ -271,6 +273,51 @@ TEST(Cli, Chapter2RejectsHalfWeightsOnTheCpuBackend) {
                                                     "--weight-dtype", "bf16"});
   EXPECT_EQ(r.exit_code, 2);
   expect_one_line_error(r, "--weight-dtype bf16 needs --device cuda");
+}
+
+// Chapter 3 serves several sequences in one batch; each one's ids equal chapter 1 decoding that
+// prompt alone, and the pool is reported.
+TEST(Cli, Chapter3GeneratesPerSequenceIdsEqualToChapter1) {
+  const std::vector<std::string> prompts = {"1,5,9", "1", "1,70,71,72,73,74"};
+  const auto file = std::filesystem::temp_directory_path() / "kvheap_cli_prompts.txt";
+  {
+    std::ofstream f(file);
+    for (const auto& p : prompts) f << p << "\n";
+  }
+  const auto r = run_program("ch03_paged_blocks",
+                             {"--model", "tiny", "--prompts", file.string(), "--max-new-tokens", "15",
+                              "--temperature", "0", "--block-size", "3", "--json", "--no-peak"});
+  std::filesystem::remove(file);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["generated_ids"].size(), prompts.size());
+  EXPECT_EQ(j["pool"]["block_size"], 3);
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    const auto ref = run_program(kCh01, {"--model", "tiny", "--prompt-ids", prompts[i],
+                                         "--max-new-tokens", "15", "--temperature", "0", "--json",
+                                         "--no-peak"});
+    ASSERT_EQ(ref.exit_code, 0) << ref.err;
+    EXPECT_EQ(j["generated_ids"][i], nlohmann::json::parse(ref.out)["generated_ids"])
+        << "sequence " << i;
+  }
+}
+
+TEST(Cli, Chapter3ReportsSequencesTheBudgetCannotAdmit) {
+  // tiny: 2 layers x 2 KV heads x 16 dims x 2 x 4 B = 512 B per token; 0.01 MB = 19 blocks of 1.
+  const auto r = run_program("ch03_paged_blocks",
+                             {"--model", "tiny", "--num-seqs", "3", "--max-new-tokens", "8",
+                              "--block-size", "1", "--kv-budget-mb", "0.01", "--json", "--no-peak"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["not_admitted"].size(), 1u) << r.out;  // 9 blocks each: two fit in 19
+  EXPECT_EQ(j["sequences"][2]["status"], "not admitted");
+}
+
+TEST(Cli, Chapter3BudgetTooSmallForOneSequenceExitsOne) {
+  const auto r = run_program("ch03_paged_blocks", {"--model", "tiny", "--kv-budget-mb", "0.001",
+                                                   "--max-new-tokens", "40", "--no-peak"});
+  EXPECT_EQ(r.exit_code, 1);
+  expect_one_line_error(r, "fewer than");
 }
 
 TEST(Cli, HelpExitsZero) {
