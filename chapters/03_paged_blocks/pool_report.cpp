@@ -65,6 +65,27 @@ nlohmann::json pool_stats_json(const PoolStats& s) {
           {"reservation_waste_fraction", s.reservation_waste()}};
 }
 
+namespace {
+// "#rrggbb" of a hue (degrees) at fixed saturation and the given lightness; spelled out because
+// not every SVG renderer understands hsl().
+std::string hue_color(double hue, double lightness) {
+  const double s = 0.65, l = lightness;
+  const double c = (1.0 - std::fabs(2.0 * l - 1.0)) * s;
+  const double hp = hue / 60.0;
+  const double x = c * (1.0 - std::fabs(std::fmod(hp, 2.0) - 1.0));
+  double r = 0, g = 0, b = 0;
+  if (hp < 1) r = c, g = x;
+  else if (hp < 2) r = x, g = c;
+  else if (hp < 3) g = c, b = x;
+  else if (hp < 4) g = x, b = c;
+  else if (hp < 5) r = x, b = c;
+  else r = c, b = x;
+  const double m = l - c / 2.0;
+  auto byte = [&](double v) { return static_cast<int>(std::lround((v + m) * 255.0)); };
+  return fmt::format("#{:02x}{:02x}{:02x}", byte(r), byte(g), byte(b));
+}
+}  // namespace
+
 void write_pool_map(const BlockManager& m, const std::string& path, const std::string& title) {
   const BlockPool& pool = m.pool();
   const int n = pool.num_blocks();
@@ -96,14 +117,14 @@ void write_pool_map(const BlockManager& m, const std::string& path, const std::s
                y, cell, cell);
     if (owner[b] < 0) continue;
     // Golden-angle hues keep neighbouring sequence ids visibly different.
-    const int hue = static_cast<int>(std::fmod(owner[b] * 137.508, 360.0));
+    const double hue = std::fmod(owner[b] * 137.508, 360.0);
     const int h = std::max(1, cell * fill[b] / bs);
     fmt::print(f,
-               "<rect x='{}' y='{}' width='{}' height='{}' fill='hsl({},65%,55%)' "
-               "fill-opacity='0.35' stroke='white'/>\n"
-               "<rect x='{}' y='{}' width='{}' height='{}' fill='hsl({},65%,45%)'>"
+               "<rect x='{}' y='{}' width='{}' height='{}' fill='{}' stroke='white'/>\n"
+               "<rect x='{}' y='{}' width='{}' height='{}' fill='{}'>"
                "<title>block {}: sequence {}, {}/{} slots</title></rect>\n",
-               x, y, cell, cell, hue, x, y + cell - h, cell, h, hue, b, owner[b], fill[b], bs);
+               x, y, cell, cell, hue_color(hue, 0.85), x, y + cell - h, cell, h,
+               hue_color(hue, 0.45), b, owner[b], fill[b], bs);
   }
   f << "</svg>\n";
 }
