@@ -78,7 +78,10 @@ function(kvheap_cuda_sources target)
   target_sources(${target} PRIVATE ${ARGN})
   if(KVHEAP_CUDA_MODE STREQUAL "sim")
     # An explicit LANGUAGE makes CMake (>= 3.20) pass "-x c++", so g++/clang++ read .cu as C++.
-    set_source_files_properties(${ARGN} TARGET_DIRECTORY ${target} PROPERTIES LANGUAGE CXX)
+    # Stack-clash probes make a kernel with oversized local arrays hit its fiber's guard page
+    # (and get a clear message) instead of jumping past it into another fiber's stack.
+    set_source_files_properties(${ARGN} TARGET_DIRECTORY ${target} PROPERTIES
+                                LANGUAGE CXX COMPILE_OPTIONS "-fstack-clash-protection")
   else()
     # Lets device code call constexpr host functions (std::min, ...), as the simulator does.
     target_compile_options(${target} PRIVATE

@@ -38,7 +38,9 @@
 //  9. Device code may call the math functions of <cmath> and those in
 //     device/sim/device_functions.hpp; the fast-math intrinsics are computed at full precision
 //     here. A missing intrinsic is a compile error in the simulator build: add it there.
-// 10. Kernel parameters are passed by value and must be trivially copyable. Pointer parameters
+// 10. A failing device-side assert() aborts the simulator process (on a GPU it fails the kernel
+//     and poisons the context); __trap() fails just the launch, with its file:line.
+// 11. Kernel parameters are passed by value and must be trivially copyable. Pointer parameters
 //     must be null or point into device memory (cudaMalloc) or pinned host memory
 //     (cudaMallocHost); the simulator checks that at launch. Pointers inside structs are not
 //     checked, but host code dereferencing device memory crashes with a message saying so.

@@ -286,10 +286,11 @@ TEST(SimLaunch, RefusesImpossibleShapes) {
   KVHEAP_REQUIRE_DEVICE();
   DeviceBuffer<float> x(64);
   auto fill = [&](dim3 grid, dim3 block) { test::fill(x.data(), 1.0f, 64, grid, block); };
-  for (const auto& [grid, block] : {std::pair{dim3(1), dim3(1025)}, std::pair{dim3(1), dim3(32, 32, 2)},
-                                    std::pair{dim3(0), dim3(32)}, std::pair{dim3(1), dim3(0)},
-                                    std::pair{dim3(1, 65536), dim3(32)}}) {
-    const std::string m = launch_error_of([&] { fill(grid, block); });
+  struct Shape { dim3 grid, block; };
+  for (const Shape bad : {Shape{dim3(1), dim3(1025)}, Shape{dim3(1), dim3(32, 32, 2)},
+                          Shape{dim3(0), dim3(32)}, Shape{dim3(1), dim3(0)},
+                          Shape{dim3(1, 65536), dim3(32)}}) {
+    const std::string m = launch_error_of([&] { fill(bad.grid, bad.block); });
     EXPECT_NE(m.find("fill_kernel failed"), std::string::npos) << m;
     EXPECT_NE(m.find("invalid configuration argument"), std::string::npos) << m;
   }

@@ -3,8 +3,7 @@
 // Included by device/cuda_compat.hpp under KVHEAP_SIM, never directly.
 //
 // Each intrinsic takes a defaulted SourceSite (file:line of the call) so a deadlock report can
-// say which call
-// is waiting; kernels call them exactly as under nvcc.
+// say which call is waiting; kernels call them exactly as under nvcc.
 #pragma once
 
 #include <cuda_bf16.h>

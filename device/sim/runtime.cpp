@@ -1,13 +1,12 @@
-// The rest of the simulator's CUDA runtime subset: errors, the simulated device and its
-// properties, streams and events (everything is synchronous), kernel attributes. Same names and
-// signatures as cuda_runtime_api.h; nothing here links libcudart or needs a driver.
+// The simulator's CUDA runtime subset, part one: errors, the simulated device and its
+// properties, kernel attributes (memory is in runtime_memory.cpp, streams and events in
+// runtime_streams.cpp). Same names and signatures as cuda_runtime_api.h; nothing here links
+// libcudart or needs a driver.
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <map>
 #include <mutex>
-#include <set>
 #include <string>
 
 #include "device/sim/block_runner.hpp"
@@ -15,33 +14,14 @@
 #include "device/sim/runtime.hpp"
 #include "device/sim/sim.hpp"
 
-/// A simulated stream: a handle only, since every operation completes before it returns.
-struct CUstream_st {
-  unsigned flags = 0;
-};
-
-/// A simulated event: the host time at which it was recorded.
-struct CUevent_st {
-  unsigned flags = 0;
-  bool recorded = false;
-  std::chrono::steady_clock::time_point when{};
-};
-
 namespace kvheap::sim {
 namespace {
 
 thread_local cudaError_t t_last_error = cudaSuccess;
 thread_local std::string t_detail;
 
-std::mutex g_handles_mutex;
-std::set<const void*> g_streams;
-std::set<const void*> g_events;
-std::map<const void*, std::size_t> g_max_dynamic_smem;
-
-bool live_event(cudaEvent_t e) {
-  std::lock_guard lock(g_handles_mutex);
-  return g_events.count(e) != 0;
-}
+std::mutex g_attributes_mutex;
+std::map<const void*, std::size_t> g_max_dynamic_smem;  // set by cudaFuncSetAttribute
 
 cudaError_t bad_device(int device) {
   return api_fail(cudaErrorInvalidDevice, "device " + std::to_string(device) +
@@ -63,14 +43,8 @@ cudaError_t api_ok() {
 
 const std::string& last_error_detail() { return t_detail; }
 
-bool is_live_stream(cudaStream_t stream) {
-  if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread) return true;
-  std::lock_guard lock(g_handles_mutex);
-  return g_streams.count(stream) != 0;
-}
-
 std::size_t max_dynamic_smem(const void* kernel) {
-  std::lock_guard lock(g_handles_mutex);
+  std::lock_guard lock(g_attributes_mutex);
   auto it = g_max_dynamic_smem.find(kernel);
   return it != g_max_dynamic_smem.end() ? it->second : kDefaultDynamicSmem;
 }
@@ -238,87 +212,7 @@ cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int v
                     "cudaFuncSetAttribute: " + std::to_string(value) +
                         " bytes of dynamic shared memory; a block may have at most 227 KiB");
   }
-  std::lock_guard lock(kvheap::sim::g_handles_mutex);
+  std::lock_guard lock(kvheap::sim::g_attributes_mutex);
   kvheap::sim::g_max_dynamic_smem[func] = static_cast<std::size_t>(value);
-  return api_ok();
-}
-
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags) {
-  if (stream == nullptr) return api_fail(cudaErrorInvalidValue, "cudaStreamCreate: null pointer");
-  *stream = new CUstream_st{flags};
-  std::lock_guard lock(kvheap::sim::g_handles_mutex);
-  kvheap::sim::g_streams.insert(*stream);
-  return api_ok();
-}
-
-cudaError_t cudaStreamCreate(cudaStream_t* stream) { return cudaStreamCreateWithFlags(stream, 0); }
-
-cudaError_t cudaStreamDestroy(cudaStream_t stream) {
-  {
-    std::lock_guard lock(kvheap::sim::g_handles_mutex);
-    if (kvheap::sim::g_streams.erase(stream) == 0) {
-      return api_fail(cudaErrorInvalidResourceHandle, "cudaStreamDestroy: not a live stream");
-    }
-  }
-  delete stream;
-  return api_ok();
-}
-
-cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
-  if (!kvheap::sim::is_live_stream(stream)) {
-    return api_fail(cudaErrorInvalidResourceHandle, "cudaStreamSynchronize: not a live stream");
-  }
-  return api_ok();
-}
-
-cudaError_t cudaStreamQuery(cudaStream_t stream) { return cudaStreamSynchronize(stream); }
-
-cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags) {
-  if (event == nullptr) return api_fail(cudaErrorInvalidValue, "cudaEventCreate: null pointer");
-  *event = new CUevent_st{flags, false, {}};
-  std::lock_guard lock(kvheap::sim::g_handles_mutex);
-  kvheap::sim::g_events.insert(*event);
-  return api_ok();
-}
-
-cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, 0); }
-
-cudaError_t cudaEventDestroy(cudaEvent_t event) {
-  {
-    std::lock_guard lock(kvheap::sim::g_handles_mutex);
-    if (kvheap::sim::g_events.erase(event) == 0) {
-      return api_fail(cudaErrorInvalidResourceHandle, "cudaEventDestroy: not a live event");
-    }
-  }
-  delete event;
-  return api_ok();
-}
-
-cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
-  if (!kvheap::sim::live_event(event) || !kvheap::sim::is_live_stream(stream)) {
-    return api_fail(cudaErrorInvalidResourceHandle, "cudaEventRecord: not a live event/stream");
-  }
-  event->recorded = true;
-  event->when = std::chrono::steady_clock::now();
-  return api_ok();
-}
-
-cudaError_t cudaEventSynchronize(cudaEvent_t event) {
-  if (!kvheap::sim::live_event(event)) {
-    return api_fail(cudaErrorInvalidResourceHandle, "cudaEventSynchronize: not a live event");
-  }
-  return api_ok();
-}
-
-cudaError_t cudaEventQuery(cudaEvent_t event) { return cudaEventSynchronize(event); }
-
-cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
-  if (ms == nullptr) return api_fail(cudaErrorInvalidValue, "cudaEventElapsedTime: null pointer");
-  if (!kvheap::sim::live_event(start) || !kvheap::sim::live_event(end) || !start->recorded ||
-      !end->recorded || ((start->flags | end->flags) & cudaEventDisableTiming) != 0) {
-    return api_fail(cudaErrorInvalidResourceHandle,
-                    "cudaEventElapsedTime: both events must be live, recorded, and timing");
-  }
-  *ms = std::chrono::duration<float, std::milli>(end->when - start->when).count();
   return api_ok();
 }

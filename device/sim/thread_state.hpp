@@ -20,10 +20,15 @@ namespace kvheap::sim::detail {
 struct SourceSite {
   const char* file;
   unsigned line;
-  unsigned column;
+  unsigned column;  ///< 0 where the compiler has no __builtin_COLUMN (GCC 12)
+#if defined(__has_builtin) && __has_builtin(__builtin_COLUMN)
   constexpr SourceSite(const char* f = __builtin_FILE(), unsigned l = __builtin_LINE(),
                        unsigned c = __builtin_COLUMN())
       : file(f), line(l), column(c) {}
+#else
+  constexpr SourceSite(const char* f = __builtin_FILE(), unsigned l = __builtin_LINE())
+      : file(f), line(l), column(0) {}
+#endif
 };
 
 inline thread_local uint3 t_thread_idx{0, 0, 0};
