@@ -18,14 +18,10 @@
 #include "common/sampler.hpp"
 #include "common/synthetic_weights.hpp"
 #include "device/device.hpp"
-#include "tests/support/test_support.hpp"
+#include "tests/support/device_test_support.hpp"
 
 namespace kvheap {
 namespace {
-
-#define KVHEAP_REQUIRE_DEVICE()                                                  \
-  if (auto why = device_unavailable_reason()) GTEST_SKIP() << *why << " (this test runs on a GPU " \
-                                                             "or in the simulator build)"
 
 /// Chapter 1 greedy run: tokens and the logits of every step.
 struct Trace {
