@@ -4,12 +4,26 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <fstream>
+#include <string>
 #include <chrono>
 #include <memory>
 
 namespace kvheap {
 
 std::size_t last_level_cache_bytes() {
+  // sysfs describes the cache this core actually sees (some hypervisors make sysconf report the
+  // whole socket's, or more); sysconf is the fallback.
+  for (const char* level : {"index3", "index2"}) {
+    std::ifstream f(std::string("/sys/devices/system/cpu/cpu0/cache/") + level + "/size");
+    std::string size;
+    if (f >> size && !size.empty()) {
+      std::size_t n = std::stoul(size);
+      if (size.back() == 'K') n <<= 10;
+      if (size.back() == 'M') n <<= 20;
+      if (n > 0) return n;
+    }
+  }
   long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
   if (l3 > 0) return static_cast<std::size_t>(l3);
   long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);

@@ -44,7 +44,8 @@ inline void from_float(float x, BF16Bits& out) { out.bits = float_to_bf16(x); }
 /// \param scores  [group, n_ctx] scratch
 ///
 /// Each K and V row is read once for the whole group (grouped-query aware). Scores, softmax and
-/// the weighted sum are fp32, accumulated over positions in increasing order.
+/// the weighted sum are fp32; the softmax sum and the weighted sum accumulate over positions in
+/// increasing order, and each dot product is a SIMD reduction over head_dim.
 template <class T, class Rows>
 void attend_group(const float* q, const Rows& rows, int n_ctx, int kv_head, int group,
                   int head_dim, float* out, float* scores) {
@@ -54,6 +55,9 @@ void attend_group(const float* q, const Rows& rows, int n_ctx, int kv_head, int 
     for (int h = 0; h < group; ++h) {
       const float* qh = q + h * head_dim;
       float dot = 0.0f;
+      // A SIMD reduction (lanes summed at the end) lets the loop stream K at memory speed; its
+      // order is fixed for a given build, so every layout that calls this stays bitwise equal.
+#pragma omp simd reduction(+ : dot)
       for (int d = 0; d < head_dim; ++d) dot += qh[d] * to_float(k[d]);
       scores[static_cast<long>(h) * n_ctx + t] = dot * scale;
     }

@@ -15,12 +15,18 @@
 //     and the online-softmax state (running max m, running sum l) of its lane group's positions.
 //   * Per position: partial dot products over the lane's vectors, summed across the lane group
 //     with __shfl_xor_sync (every lane gets the score), then one expf per head updates m, l, acc.
+//     expf rather than __expf: the fast intrinsic's error grows with |x| and would use up the
+//     1e-5 budget against the CPU twin; expf is within 2 ulp and costs little here, where the
+//     loop waits on memory.
 //     Loop bounds are warp-uniform so every lane reaches every shuffle; lanes whose position is
 //     past the end just do not update.
 //   * K and V of the next position are loaded before the current one is used (two positions in
 //     flight per lane), since the loop is bound by memory latency, not arithmetic.
 //   * At the end the lane groups of a warp merge by xor shuffles, then warps merge in a tree
 //     through shared memory, all with the log-sum-exp merge of attention_merge.hpp.
+// Registers: q and the accumulator take 2 x G x (head_dim / LP) floats per lane, about 120
+// registers for G = 4 and 250 for G = 8 (16-bit KV); G = 16 spills a few hundred bytes to local
+// memory, which is slower but keeps "each K/V row read once" for such groups.
 // Split-K (flash-decoding): block s covers positions [n_ctx*s/S, n_ctx*(s+1)/S) and writes its
 // state and unnormalised output to the workspace; a second kernel merges the S partials.
 #pragma once
@@ -46,7 +52,7 @@ namespace kvheap::cuda::detail {
 constexpr int kWarps = 4;  // per block: enough loads in flight, few enough to merge cheaply
 constexpr int kThreads = kWarps * 32;
 
-/// Shapes and split count the kernel needs, passed by value.
+/// \brief Shapes and split count the kernel needs, passed by value.
 struct KernelDims {
   int n, n_heads, n_kv_heads, head_dim;
   int group;            // query heads per KV head
@@ -56,18 +62,19 @@ struct KernelDims {
   float scale;          // 1 / sqrt(head_dim)
 };
 
-/// Lanes that share one position: the vectors of a row rounded up to a power of two, at most 32.
+/// \brief Lanes that share one position: the vectors of a row rounded up to a power of two, at
+/// most 32.
 KVHEAP_HD constexpr int lanes_per_position(int vectors_per_row) {
   int lp = 1;
   while (lp < vectors_per_row && lp < 32) lp *= 2;
   return lp;
 }
 
-/// Widens one 16-byte vector of the cache to fp32 (exact for every KV dtype).
+/// \brief Widens one 16-byte vector of the cache to fp32 (exact for every KV dtype).
 template <class T>
 __device__ __forceinline__ void widen16(const uint4& raw, float* out) {
   const unsigned w[4] = {raw.x, raw.y, raw.z, raw.w};
-KVHEAP_UNROLL
+  KVHEAP_UNROLL
   for (int j = 0; j < 4; ++j) {
     if constexpr (sizeof(T) == 4) {
       out[j] = __uint_as_float(w[j]);
@@ -122,16 +129,16 @@ __global__ void decode_attention_kernel(const float* q, const T* k_cache, const 
   float qv[G][VPL][E];  // this lane's slices of the group's queries
   float acc[G][VPL][E];
   float m[G], l[G];
-KVHEAP_UNROLL
+  KVHEAP_UNROLL
   for (int h = 0; h < G; ++h) {
     const float* qh = q + (static_cast<long long>(i) * d.n_heads + head0 + min(h, heads - 1)) *
                               head_dim;
     m[h] = -INFINITY;
     l[h] = 0.0f;
-KVHEAP_UNROLL
+    KVHEAP_UNROLL
     for (int v = 0; v < VPL; ++v) {
       const int vec = sl + v * lp;
-KVHEAP_UNROLL
+      KVHEAP_UNROLL
       for (int e4 = 0; e4 < E; e4 += 4) {
         const float4 f = vec < vpr ? *reinterpret_cast<const float4*>(qh + vec * E + e4)
                                    : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -140,7 +147,7 @@ KVHEAP_UNROLL
         qv[h][v][e4 + 2] = f.z;
         qv[h][v][e4 + 3] = f.w;
       }
-KVHEAP_UNROLL
+      KVHEAP_UNROLL
       for (int e = 0; e < E; ++e) acc[h][v][e] = 0.0f;
     }
   }
@@ -151,7 +158,7 @@ KVHEAP_UNROLL
   auto load = [&](int t, uint4 (&kr)[VPL], uint4 (&vr)[VPL]) {
     if (t >= t1) return;
     const long long row = loc.row(i, t) * kv_dim;
-KVHEAP_UNROLL
+    KVHEAP_UNROLL
     for (int v = 0; v < VPL; ++v) {
       const int vec = sl + v * lp;
       if (vec < vpr) {
@@ -171,26 +178,26 @@ KVHEAP_UNROLL
     load(t + step, kn, vn);  // the next position's rows travel while this one is computed
 
     float dot[G];
-KVHEAP_UNROLL
+    KVHEAP_UNROLL
     for (int h = 0; h < G; ++h) dot[h] = 0.0f;
-KVHEAP_UNROLL
+    KVHEAP_UNROLL
     for (int v = 0; v < VPL; ++v) {
       float kf[E];
       widen16<T>(kr[v], kf);  // idle lanes hold zeros, so they add nothing
-KVHEAP_UNROLL
+      KVHEAP_UNROLL
       for (int h = 0; h < G; ++h)
-KVHEAP_UNROLL
+        KVHEAP_UNROLL
         for (int e = 0; e < E; ++e) dot[h] += qv[h][v][e] * kf[e];
     }
     for (int off = lp / 2; off > 0; off /= 2)
-KVHEAP_UNROLL
+      KVHEAP_UNROLL
       for (int h = 0; h < G; ++h) dot[h] += __shfl_xor_sync(kFullMask, dot[h], off);
 
     if (t < t1) {
       float vf[VPL][E];
-KVHEAP_UNROLL
+      KVHEAP_UNROLL
       for (int v = 0; v < VPL; ++v) widen16<T>(vr[v], vf[v]);
-KVHEAP_UNROLL
+      KVHEAP_UNROLL
       for (int h = 0; h < G; ++h) {
         // One exp per head: whichever of (old max, new score) is smaller gets exp(-|diff|).
         const float s = dot[h] * d.scale;
@@ -200,13 +207,13 @@ KVHEAP_UNROLL
         const float p = grows ? 1.0f : e;      // weight of this position
         m[h] = grows ? s : m[h];
         l[h] = l[h] * alpha + p;
-KVHEAP_UNROLL
+        KVHEAP_UNROLL
         for (int v = 0; v < VPL; ++v)
-KVHEAP_UNROLL
+          KVHEAP_UNROLL
           for (int e2 = 0; e2 < E; ++e2) acc[h][v][e2] = acc[h][v][e2] * alpha + p * vf[v][e2];
       }
     }
-KVHEAP_UNROLL
+    KVHEAP_UNROLL
     for (int v = 0; v < VPL; ++v) {
       kr[v] = kn[v];
       vr[v] = vn[v];
@@ -216,9 +223,9 @@ KVHEAP_UNROLL
   // Merges a partner's (state, accumulator slice) into this lane's, per head.
   auto merge_in = [&](int h, SoftmaxState other, auto&& partner_acc) {
     const MergeScales sc = merge_softmax(SoftmaxState{m[h], l[h]}, other);
-KVHEAP_UNROLL
+    KVHEAP_UNROLL
     for (int v = 0; v < VPL; ++v)
-KVHEAP_UNROLL
+      KVHEAP_UNROLL
       for (int e = 0; e < E; ++e) acc[h][v][e] = acc[h][v][e] * sc.a + partner_acc(v, e) * sc.b;
     m[h] = sc.out.max;
     l[h] = sc.out.sum;
@@ -226,14 +233,14 @@ KVHEAP_UNROLL
 
   // 1. Lane groups of a warp: butterfly over the group index, so every group ends with the total.
   for (int off = lp; off < 32; off *= 2) {
-KVHEAP_UNROLL
+    KVHEAP_UNROLL
     for (int h = 0; h < G; ++h) {
       const SoftmaxState other{__shfl_xor_sync(kFullMask, m[h], off),
                                __shfl_xor_sync(kFullMask, l[h], off)};
       float theirs[VPL][E];
-KVHEAP_UNROLL
+      KVHEAP_UNROLL
       for (int v = 0; v < VPL; ++v)
-KVHEAP_UNROLL
+        KVHEAP_UNROLL
         for (int e = 0; e < E; ++e) theirs[v][e] = __shfl_xor_sync(kFullMask, acc[h][v][e], off);
       merge_in(h, other, [&](int v, int e) { return theirs[v][e]; });
     }
@@ -245,23 +252,23 @@ KVHEAP_UNROLL
   for (int half = kWarps / 2; half >= 1; half /= 2) {
     if (warp >= half && warp < 2 * half && lane < lp) {
       const int slot = warp - half;
-KVHEAP_UNROLL
+      KVHEAP_UNROLL
       for (int h = 0; h < G; ++h) {
         if (sl == 0) {
           smem[(slot * G + h) * 2] = m[h];
           smem[(slot * G + h) * 2 + 1] = l[h];
         }
         float* dst = smem_acc + (static_cast<long long>(slot) * G + h) * head_dim;
-KVHEAP_UNROLL
+        KVHEAP_UNROLL
         for (int v = 0; v < VPL; ++v)
           if (sl + v * lp < vpr)
-KVHEAP_UNROLL
+            KVHEAP_UNROLL
             for (int e = 0; e < E; ++e) dst[(sl + v * lp) * E + e] = acc[h][v][e];
       }
     }
     __syncthreads();
     if (warp < half && lane < lp) {
-KVHEAP_UNROLL
+      KVHEAP_UNROLL
       for (int h = 0; h < G; ++h) {
         const float* src = smem_acc + (static_cast<long long>(warp) * G + h) * head_dim;
         merge_in(h, SoftmaxState{smem[(warp * G + h) * 2], smem[(warp * G + h) * 2 + 1]},
@@ -276,7 +283,7 @@ KVHEAP_UNROLL
 
   // 3. Warp 0's first lane group holds the block's result.
   if (warp != 0 || lane >= lp) return;
-KVHEAP_UNROLL
+  KVHEAP_UNROLL
   for (int h = 0; h < G; ++h) {
     if (h >= heads) break;
     const long long head_row = static_cast<long long>(i) * d.n_heads + head0 + h;
@@ -284,11 +291,11 @@ KVHEAP_UNROLL
     float* dst = d.splits == 1 ? out + head_row * head_dim : part_acc + part_row * head_dim;
     // Single pass: normalise now (an empty context, l = 0, gives zeros). Split: keep it raw.
     const float scale = d.splits == 1 ? (l[h] > 0.0f ? 1.0f / l[h] : 0.0f) : 1.0f;
-KVHEAP_UNROLL
+    KVHEAP_UNROLL
     for (int v = 0; v < VPL; ++v) {
       const int vec = sl + v * lp;
       if (vec >= vpr) continue;
-KVHEAP_UNROLL
+      KVHEAP_UNROLL
       for (int e4 = 0; e4 < E; e4 += 4)
         *reinterpret_cast<float4*>(dst + vec * E + e4) =
             make_float4(acc[h][v][e4] * scale, acc[h][v][e4 + 1] * scale,

@@ -16,8 +16,8 @@
 
 namespace kvheap::cuda::detail {
 
-/// \brief Everything one decode-attention launch needs; picks the kernel instantiation for the
-/// KV dtype, head_dim and group size, then runs the split-K merge when the plan splits.
+/// \brief The arguments of one decode-attention launch, and the dispatch from runtime sizes (KV
+/// dtype, head_dim, heads per block) to the kernel instantiation that handles them.
 template <class Locator>
 struct AttentionLaunch {
   const float* q;         // [n, n_heads, head_dim]

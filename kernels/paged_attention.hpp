@@ -10,11 +10,18 @@
 // A position t of batch row i lives in physical slot
 //   indices[indptr[row_seq[i]] + t / block_size] * block_size + t % block_size
 // of a storage laid out [num_blocks, block_size, n_kv_heads, head_dim].
+//
+// cuda::paged_attention (paged_attention.cu) is chapter 2's decode-attention kernel instantiated
+// with PagedLocator: same work split, same arithmetic, so on the same cache contents and split
+// count its output is bitwise equal to cuda::decode_attention's. It is declared here with the
+// CUDA-side types only forward-declared, so CPU-only builds can include this header.
 #pragma once
 
 #include <cstdint>
 
+#include "common/model_config.hpp"
 #include "kernels/attention.hpp"
+#include "kernels/cuda_stream.hpp"
 #include "kernels/host_device.hpp"
 
 namespace kvheap {
@@ -55,4 +62,36 @@ struct PagedRows {
 };
 
 }  // namespace cpu
+
+namespace cuda {
+
+struct AttentionShape;     // kernels/decode_attention.hpp (device builds only)
+class AttentionWorkspace;  // kernels/decode_attention.hpp
+
+/// \brief Causal grouped-query decode attention of `shape.n` query rows over a paged cache.
+///
+/// The same kernel, plan and split-K merge as cuda::decode_attention; only the address of
+/// position t of row i comes from `pages` (which holds device pointers). Row i attends over
+/// positions 0..n_ctx[i]-1 of its sequence, whose K and V must already be in the pool
+/// (cuda::kv_write with the slot mapping as dst_rows). All pointers are device memory.
+///
+/// \param kv           element type of the pool
+/// \param q            [n, n_heads, head_dim] fp32, RoPE applied
+/// \param k_cache      [num_blocks, block_size, n_kv_heads, head_dim] one layer, in the KV dtype
+/// \param v_cache      [num_blocks, block_size, n_kv_heads, head_dim] same layout
+/// \param n_ctx        [n] positions each row attends over
+/// \param pages        page tables in CSR form and the row-to-sequence map (device pointers)
+/// \param shape        problem sizes; shape.max_n_ctx sizes the split-K decision
+/// \param out          [n, n_heads, head_dim] fp32, written
+/// \param workspace    split-K scratch, grown when needed
+/// \param stream       stream to run on
+/// \param force_splits > 0: exactly this many context chunks (tests); 0: chosen per device
+///
+/// Throws InputError for a shape the kernel cannot run or a block size below 1.
+void paged_attention(DType kv, const float* q, const void* k_cache, const void* v_cache,
+                     const int* n_ctx, const PagedLocator& pages, const AttentionShape& shape,
+                     float* out, AttentionWorkspace& workspace, StreamHandle stream = nullptr,
+                     int force_splits = 0);
+
+}  // namespace cuda
 }  // namespace kvheap

@@ -1,0 +1,39 @@
+// Paged decode attention (chapter 3): chapter 2's decode-attention kernel instantiated with the
+// page-table row locator.
+//
+// Nothing about the algorithm changes with paging. The kernel body (decode_attention.cuh) asks its
+// locator where position t of batch row i lives; PagedLocator answers with one lookup in the page
+// table, indices[indptr[row_seq[i]] + t / block_size], instead of chapter 2's base_row[i] + t.
+// row_seq[i] and indptr[...] are loop-invariant for a block, so each position costs one extra
+// (L1-resident) load of a block id, which the kernel's one-position-ahead prefetch overlaps with
+// the K and V loads it feeds.
+//
+// Bitwise equality with the contiguous cache follows: the same plan (it depends only on the
+// shape), the same per-lane positions, the same reduction trees and merges; only the addresses
+// the 16-byte K and V vectors come from differ.
+#include "device/cuda_compat.hpp"
+
+#include <string>
+
+#include "common/error.hpp"
+#include "kernels/decode_attention_launch.cuh"
+#include "kernels/paged_attention.hpp"
+
+namespace kvheap::cuda {
+
+void paged_attention(DType kv, const float* q, const void* k_cache, const void* v_cache,
+                     const int* n_ctx, const PagedLocator& pages, const AttentionShape& shape,
+                     float* out, AttentionWorkspace& workspace, StreamHandle stream,
+                     int force_splits) {
+  // A block size of 0 would divide by zero inside the kernel; say so on the host instead.
+  if (shape.n > 0 && pages.block_size <= 0)
+    throw InputError("paged_attention: block_size = " + std::to_string(pages.block_size) +
+                     "; need at least one slot per block");
+  if (shape.n > 0 && (pages.indptr == nullptr || pages.indices == nullptr ||
+                      pages.row_seq == nullptr))
+    throw InputError("paged_attention: the page table (indptr, indices, row_seq) is missing");
+  detail::launch_decode_attention(kv, q, k_cache, v_cache, n_ctx, pages, shape, out, workspace,
+                                  stream, force_splits);
+}
+
+}  // namespace kvheap::cuda
