@@ -33,8 +33,10 @@ class DeviceBuffer {
     return b;
   }
   ~DeviceBuffer() { reset(); }
+  /// \brief Takes over `o`'s memory; `o` becomes empty.
   DeviceBuffer(DeviceBuffer&& o) noexcept
       : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+  /// \brief Frees this buffer's memory, then takes over `o`'s; `o` becomes empty.
   DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
     if (this != &o) {
       reset();
@@ -48,11 +50,13 @@ class DeviceBuffer {
 
   /// \brief Device pointer to the first element (null when empty); for kernels only.
   [[nodiscard]] T* data() noexcept { return data_; }
+  /// \brief Device pointer to the first element (null when empty); for kernels only.
   [[nodiscard]] const T* data() const noexcept { return data_; }
   /// \brief Number of elements.
   [[nodiscard]] std::size_t size() const noexcept { return size_; }
   /// \brief Size in bytes.
   [[nodiscard]] std::size_t bytes() const noexcept { return size_ * sizeof(T); }
+  /// \brief True when the buffer holds no elements (and no memory).
   [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
 
   /// \brief Copies `host` into elements [offset, offset + host.size()).
@@ -114,8 +118,10 @@ class PinnedBuffer {
     if (count > 0) KVHEAP_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&data_), bytes()));
   }
   ~PinnedBuffer() { reset(); }
+  /// \brief Takes over `o`'s memory; `o` becomes empty.
   PinnedBuffer(PinnedBuffer&& o) noexcept
       : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+  /// \brief Frees this buffer's memory, then takes over `o`'s; `o` becomes empty.
   PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
     if (this != &o) {
       reset();
@@ -127,14 +133,21 @@ class PinnedBuffer {
   PinnedBuffer(const PinnedBuffer&) = delete;
   PinnedBuffer& operator=(const PinnedBuffer&) = delete;
 
+  /// \brief Host pointer to the first element (null when empty).
   [[nodiscard]] T* data() noexcept { return data_; }
+  /// \brief Host pointer to the first element (null when empty).
   [[nodiscard]] const T* data() const noexcept { return data_; }
+  /// \brief Number of elements.
   [[nodiscard]] std::size_t size() const noexcept { return size_; }
+  /// \brief Size in bytes.
   [[nodiscard]] std::size_t bytes() const noexcept { return size_ * sizeof(T); }
   /// \brief The elements as a span (host-accessible).
   [[nodiscard]] std::span<T> span() noexcept { return {data_, size_}; }
+  /// \brief The elements as a read-only span (host-accessible).
   [[nodiscard]] std::span<const T> span() const noexcept { return {data_, size_}; }
+  /// \brief Element `i` (unchecked).
   T& operator[](std::size_t i) noexcept { return data_[i]; }
+  /// \brief Element `i` (unchecked).
   const T& operator[](std::size_t i) const noexcept { return data_[i]; }
   /// \brief Frees the memory; the buffer becomes empty.
   void reset() noexcept {

@@ -63,7 +63,7 @@ struct DeviceInfo {
   int bus_width = 0;              ///< memory bus width in bits (0 when unknown)
   int sm_clock_khz = 0;           ///< peak SM clock (0 when unknown)
   int cc_major = 0;               ///< compute capability, e.g. 9.0
-  int cc_minor = 0;
+  int cc_minor = 0;               ///< minor part of the compute capability (the 0 of 9.0)
   bool is_simulator = false;      ///< true for the CPU simulator
 };
 
@@ -86,13 +86,16 @@ class Stream {
   /// \brief Creates a stream; throws ResourceError on failure.
   Stream();
   ~Stream();
+  /// \brief Takes over `other`'s stream; `other` is left without one.
   Stream(Stream&& other) noexcept;
+  /// \brief Destroys this stream, then takes over `other`'s; `other` is left without one.
   Stream& operator=(Stream&& other) noexcept;
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
 
   /// \brief The raw handle, for kvheap::launch and cuda* calls.
   [[nodiscard]] cudaStream_t get() const noexcept { return stream_; }
+  /// \brief The raw handle, so a Stream can be passed wherever a cudaStream_t is expected.
   operator cudaStream_t() const noexcept { return stream_; }  // NOLINT: a handle, meant to convert
   /// \brief Waits until everything queued on the stream has finished.
   void synchronize() const;
@@ -107,7 +110,9 @@ class Event {
   /// \brief Creates an event; `timing` = false makes a cheaper event that cannot be timed.
   explicit Event(bool timing = true);
   ~Event();
+  /// \brief Takes over `other`'s event; `other` is left without one.
   Event(Event&& other) noexcept;
+  /// \brief Destroys this event, then takes over `other`'s; `other` is left without one.
   Event& operator=(Event&& other) noexcept;
   Event(const Event&) = delete;
   Event& operator=(const Event&) = delete;

@@ -31,18 +31,22 @@ namespace kvheap {
 
 namespace detail {
 
+/// \brief An empty tag carrying a kernel's parameter types, so launch_impl can deduce them.
 template <class... P>
 struct KernelParams {};
 
+/// \brief Extracts the parameter types of a kernel's function-pointer type `F`.
 template <class F>
 struct KernelTraits;
+/// \brief KernelTraits for a kernel `void(P...)`.
 template <class... P>
 struct KernelTraits<void (*)(P...)> {
-  using Params = KernelParams<P...>;
+  using Params = KernelParams<P...>;  ///< the kernel's parameter types, as a KernelParams tag
 };
+/// \brief KernelTraits for a kernel `void(P...) noexcept`.
 template <class... P>
 struct KernelTraits<void (*)(P...) noexcept> {
-  using Params = KernelParams<P...>;
+  using Params = KernelParams<P...>;  ///< the kernel's parameter types, as a KernelParams tag
 };
 
 /// \brief The kernel's name as the compiler spells the template argument: "block_sum<256>".
@@ -65,6 +69,7 @@ P pass(std::type_identity_t<P> value) {
   return value;
 }
 
+/// \brief The body of kvheap::launch, with the kernel's parameter types `P` deduced from the tag.
 template <auto Kernel, class... P, class... Args>
 void launch_impl(KernelParams<P...>, dim3 grid, dim3 block, std::size_t smem_bytes,
                  cudaStream_t stream, Args&&... args) {

@@ -18,7 +18,7 @@ namespace kvheap::sim {
 struct BlockBarrier {
   unsigned arrived = 0;           ///< threads waiting in the current generation
   std::uint64_t generation = 0;   ///< bumped each time the whole block has arrived
-  detail::BlockSync kind = detail::BlockSync::Plain;
+  detail::BlockSync kind = detail::BlockSync::Plain;  ///< the flavour this generation waits in
   detail::SourceSite site{};    ///< where the first thread of this generation arrived
   int accumulator = 0;            ///< count / and / or of this generation's predicates
   int result = 0;                 ///< the last completed generation's outcome
@@ -33,13 +33,13 @@ struct BlockBarrier {
 /// new group instead of overwriting slots its slower neighbours have not read yet. (This plays
 /// the role of the "second barrier generation" of a single shared exchange area.)
 struct WarpGroup {
-  bool in_use = false;
-  bool complete = false;
-  detail::WarpOp op = detail::WarpOp::Sync;
-  unsigned mask = 0;
+  bool in_use = false;    ///< the slot holds a group (open, or complete with unread results)
+  bool complete = false;  ///< every lane it waits for has arrived; results may be read
+  detail::WarpOp op = detail::WarpOp::Sync;  ///< the collective, as the opening lane called it
+  unsigned mask = 0;      ///< the lanes that take part, as passed to the intrinsic
   unsigned arrived = 0;   ///< lanes that have contributed
   unsigned readers = 0;   ///< members that have not yet read their result
-  detail::SourceSite site{};
+  detail::SourceSite site{};  ///< where the lane that opened the group called the intrinsic
   std::uint64_t value[32]{};  ///< each lane's contribution: the bits of its value or predicate
   std::int8_t source[32]{};   ///< shuffles: the lane each lane reads
 };
@@ -48,7 +48,7 @@ struct WarpGroup {
 struct WarpState {
   unsigned existing = 0;  ///< lanes that exist (a partial last warp has fewer than 32)
   unsigned exited = 0;    ///< lanes whose thread has returned
-  WarpGroup groups[32];
+  WarpGroup groups[32];   ///< slots for the collectives in progress (one per lane suffices)
 };
 
 /// \brief Bits of a shuffle read from a lane that did not take part (NaN for floats, -1 for ints).

@@ -31,7 +31,7 @@ inline constexpr bool kAsan = false;
 
 /// \brief A saved execution context: a fiber's, or the OS thread's own (the scheduler's).
 struct Context {
-  ucontext_t uc{};
+  ucontext_t uc{};                     ///< registers and stack pointer, for swapcontext
   const void* stack_bottom = nullptr;  ///< lowest address of the stack (ASan needs it)
   std::size_t stack_size = 0;          ///< 0 for the OS thread's stack until a fiber learns it
   void* asan_fake_stack = nullptr;     ///< ASan's per-fiber fake-stack handle while switched out

@@ -32,10 +32,10 @@ enum class MemoryKind : std::uint8_t { Device, Pinned };
 struct Allocation {
   std::byte* user = nullptr;      ///< what the caller got
   std::size_t bytes = 0;          ///< what the caller asked for
-  MemoryKind kind = MemoryKind::Device;
+  MemoryKind kind = MemoryKind::Device;  ///< cudaMalloc (Device) or cudaMallocHost (Pinned)
   bool freed = false;             ///< in quarantine after cudaFree
   std::byte* map_base = nullptr;  ///< the whole mapping, guard pages included
-  std::size_t map_bytes = 0;
+  std::size_t map_bytes = 0;      ///< size of the whole mapping, guard pages included
   int open_count = 0;             ///< launches and copies that currently need it readable
 };
 
@@ -95,6 +95,7 @@ class DeviceMemory {
 /// \brief Keeps the device block containing a pointer open for the scope (no-op for others).
 class ScopedOpen {
  public:
+  /// \brief Opens the device block containing `p` (see DeviceMemory::open) until destruction.
   explicit ScopedOpen(const void* p) : p_(p) { DeviceMemory::instance().open(p_); }
   ~ScopedOpen() { DeviceMemory::instance().close(p_); }
   ScopedOpen(const ScopedOpen&) = delete;

@@ -16,20 +16,20 @@ namespace kvheap::sim {
 /// \brief A pointer-typed kernel parameter, for the launch-time check that it is device memory.
 struct PointerArg {
   int index = 0;                ///< position in the kernel's parameter list
-  const void* value = nullptr;
+  const void* value = nullptr;  ///< the pointer passed, after conversion to the parameter type
 };
 
 /// \brief One kernel launch, erased to plain data so the simulator itself is not a template.
 struct LaunchSpec {
   std::string_view kernel_name;   ///< for messages: "block_sum<256>"
   const void* kernel = nullptr;   ///< identity for cudaFuncSetAttribute
-  dim3 grid;
-  dim3 block;
-  std::size_t dynamic_smem_bytes = 0;
-  cudaStream_t stream = nullptr;
+  dim3 grid;                      ///< blocks in the grid
+  dim3 block;                     ///< threads per block
+  std::size_t dynamic_smem_bytes = 0;  ///< dynamic shared memory per block, in bytes
+  cudaStream_t stream = nullptr;  ///< must be a live stream (or null); the run is synchronous
   void (*run_thread)(const void* args) = nullptr;  ///< runs the kernel body as the current thread
   const void* args = nullptr;                      ///< the converted parameters (a std::tuple)
-  std::span<const PointerArg> pointer_args;
+  std::span<const PointerArg> pointer_args;        ///< pointer parameters, checked before running
 };
 
 /// \brief Checks the launch like a GPU would, then runs every block to completion.

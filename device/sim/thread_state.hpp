@@ -18,23 +18,25 @@ namespace kvheap::sim::detail {
 /// std::source_location would do, but clang 14 with libstdc++ 12 lacks it; the builtins behind
 /// it work in both compilers, and as default arguments they report the outermost caller.
 struct SourceSite {
-  const char* file;
-  unsigned line;
+  const char* file;  ///< source file of the call, as the compiler spells it
+  unsigned line;     ///< line of the call
   unsigned column;  ///< 0 where the compiler has no __builtin_COLUMN (GCC 12)
 #if defined(__has_builtin) && __has_builtin(__builtin_COLUMN)
+  /// \brief Captures the caller's file, line and column (pass nothing).
   constexpr SourceSite(const char* f = __builtin_FILE(), unsigned l = __builtin_LINE(),
                        unsigned c = __builtin_COLUMN())
       : file(f), line(l), column(c) {}
 #else
+  /// \brief Captures the caller's file and line (pass nothing).
   constexpr SourceSite(const char* f = __builtin_FILE(), unsigned l = __builtin_LINE())
       : file(f), line(l), column(0) {}
 #endif
 };
 
-inline thread_local uint3 t_thread_idx{0, 0, 0};
-inline thread_local uint3 t_block_idx{0, 0, 0};
-inline thread_local dim3 t_block_dim{1, 1, 1};
-inline thread_local dim3 t_grid_dim{1, 1, 1};
+inline thread_local uint3 t_thread_idx{0, 0, 0};  ///< threadIdx of the fiber running now
+inline thread_local uint3 t_block_idx{0, 0, 0};   ///< blockIdx of the block this thread runs
+inline thread_local dim3 t_block_dim{1, 1, 1};    ///< blockDim of the launch
+inline thread_local dim3 t_grid_dim{1, 1, 1};     ///< gridDim of the launch
 inline thread_local std::byte* t_dynamic_smem = nullptr;   ///< this block's dynamic shared memory
 inline thread_local std::size_t t_dynamic_smem_bytes = 0;  ///< its size, as launched
 
