@@ -80,8 +80,12 @@ function(kvheap_cuda_sources target)
     # An explicit LANGUAGE makes CMake (>= 3.20) pass "-x c++", so g++/clang++ read .cu as C++.
     # Stack-clash probes make a kernel with oversized local arrays hit its fiber's guard page
     # (and get a clear message) instead of jumping past it into another fiber's stack.
+    # No FMA contraction: GCC's default (-ffp-contract=fast) fuses a*b+c wherever its optimiser
+    # pairs them, so two instantiations of one kernel (another row locator) could round
+    # differently; off, the same arithmetic gives the same bits, as the bitwise tests require.
     set_source_files_properties(${ARGN} TARGET_DIRECTORY ${target} PROPERTIES
-                                LANGUAGE CXX COMPILE_OPTIONS "-fstack-clash-protection")
+                                LANGUAGE CXX
+                                COMPILE_OPTIONS "-fstack-clash-protection;-ffp-contract=off")
   else()
     # Lets device code call constexpr host functions (std::min, ...), as the simulator does.
     target_compile_options(${target} PRIVATE

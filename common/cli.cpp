@@ -11,6 +11,14 @@
 
 namespace kvheap {
 
+namespace {
+
+// Oversubscription --threads allows. Generous on purpose: the limit exists to turn a request the
+// OS cannot satisfy into a message, not to tune anyone's runs.
+constexpr int kMaxThreadsPerCore = 16;
+
+}  // namespace
+
 void add_common_options(CLI::App& app, CommonOptions& o) {
   app.add_option("--model", o.model,
                  "Preset name (synthetic weights), llama2.c .bin file, or safetensors folder")
@@ -100,6 +108,13 @@ SamplerConfig sampler_config(const CommonOptions& o) {
 
 int apply_threads(const CommonOptions& o) {
   if (o.threads < 0) throw UsageError(fmt::format("--threads must be >= 0, got {}", o.threads));
+  // Past a few threads per core decoding only slows down, and far past it libgomp cannot create
+  // the team at all: --threads 100000 crashed the program (SIGSEGV) instead of failing.
+  const int cores = omp_get_num_procs();
+  if (o.threads > kMaxThreadsPerCore * cores)
+    throw UsageError(fmt::format("--threads {} is more than {} per core for the {} cores here; give "
+                                 "at most {}, or 0 for one per core",
+                                 o.threads, kMaxThreadsPerCore, cores, kMaxThreadsPerCore * cores));
   if (o.threads > 0) omp_set_num_threads(o.threads);
   return omp_get_max_threads();
 }

@@ -49,7 +49,8 @@ std::vector<int> resolve_prompt(const CommonOptions& o, const ModelConfig& c, co
 /// \brief The sampler settings from the flags.
 SamplerConfig sampler_config(const CommonOptions& o);
 
-/// \brief Applies --threads to OpenMP and returns the thread count in use.
+/// \brief Applies --threads to OpenMP and returns the thread count in use. Throws UsageError for
+/// a negative count or more than 16 threads per core.
 int apply_threads(const CommonOptions& o);
 
 }  // namespace kvheap

@@ -240,6 +240,21 @@ TEST(SafetensorsLoader, InvalidJsonIsReportedWithTheFile) {
   EXPECT_THAT(f.error(), AllOf(HasSubstr("config.json"), HasSubstr("not valid JSON")));
 }
 
+// Found by fuzz_safetensors: nlohmann::json reports a number it cannot hold as out_of_range, not
+// parse_error, and that once escaped the loader as an internal error.
+TEST(SafetensorsLoader, NumbersJsonCannotHoldAreInvalidJson) {
+  const Folder f;
+  test::write_bytes(f.file("config.json"), "{\"hidden_size\": 1e400}");
+  EXPECT_THAT(f.error(), AllOf(HasSubstr("config.json"), HasSubstr("not valid JSON"),
+                               HasSubstr("number overflow")));
+  const Folder g;
+  const std::string header = "{\"x\": 1e400}";
+  const std::uint64_t n = header.size();
+  test::write_bytes(g.file("model.safetensors"),
+                    std::string(reinterpret_cast<const char*>(&n), 8) + header);
+  EXPECT_THAT(g.error(), AllOf(HasSubstr("model.safetensors"), HasSubstr("not valid JSON")));
+}
+
 TEST(SafetensorsLoader, MissingFilesAreNamed) {
   const Folder f;
   std::filesystem::remove(f.file("model.safetensors"));
