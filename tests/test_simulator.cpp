@@ -78,15 +78,24 @@ TEST(DeviceLayer, QueryReportsTheDevice) {
   }
 }
 
-TEST(DeviceLayer, RequireCudaDeviceThrowsWithoutOne) {
-  if (device_count() > 0) GTEST_SKIP() << "a CUDA device (or the simulator) is present";
-  EXPECT_EQ(device_count(), 0);
+// require_cuda_device() either returns the device that device_count() reports, or, where there is
+// none (a real build on a machine without a GPU), throws a ResourceError that says so.
+TEST(DeviceLayer, RequireCudaDeviceAgreesWithDeviceCount) {
+  if (device_count() > 0) {
+    const DeviceInfo info = require_cuda_device();
+    EXPECT_FALSE(info.name.empty());
+    EXPECT_GT(info.sm_count, 0);
+    EXPECT_EQ(info.is_simulator, is_simulator());
+    EXPECT_FALSE(device_unavailable_reason().has_value());
+    return;
+  }
   try {
     (void)require_cuda_device();
     FAIL() << "require_cuda_device() should throw without a device";
   } catch (const ResourceError& e) {
     EXPECT_NE(std::string(e.what()).find("no CUDA device found: "), std::string::npos) << e.what();
   }
+  EXPECT_TRUE(device_unavailable_reason().has_value());
 }
 
 TEST(DeviceLayer, CudaCheckNamesTheCallAndPlace) {
