@@ -48,8 +48,21 @@ BandwidthSample measure_read_bandwidth(std::size_t bytes, int repeats) {
   for (int r = 0; r < repeats; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
     float total = 0.0f;
-#pragma omp parallel for simd schedule(static) reduction(+ : total)
-    for (long i = 0; i < n; ++i) total += buf[i];
+#pragma omp parallel reduction(+ : total)
+    {
+      // Each thread sums the slice it first touched into 16 independent lanes: one accumulator
+      // would make every add wait for the previous one and measure add latency, not memory.
+      const long nt = omp_get_num_threads(), t = omp_get_thread_num();
+      const long begin = n / nt * t, end = t == nt - 1 ? n : n / nt * (t + 1);
+      float acc[16] = {};
+      long i = begin;
+      for (; i + 16 <= end; i += 16) {
+#pragma omp simd
+        for (int k = 0; k < 16; ++k) acc[k] += buf[i + k];
+      }
+      for (; i < end; ++i) acc[0] += buf[i];
+      for (float a : acc) total += a;
+    }
     const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     sink = sink + total;
     s.gbps = std::max(s.gbps, static_cast<double>(s.bytes) / sec / 1e9);
