@@ -126,9 +126,10 @@ int main(int argc, char** argv) {
   using namespace kvheap;
   benchmark::Initialize(&argc, argv);
   if (is_simulator()) {
-    fmt::print("bench_attention: KVHEAP_CUDA=sim runs kernels on the CPU simulator, which is not "
-               "a performance model; no timings are reported. Build with KVHEAP_CUDA=real and run "
-               "on a GPU.\n");
+    fmt::print(
+        "bench_attention: KVHEAP_CUDA=sim runs kernels on the CPU simulator, which is not "
+        "a performance model; no timings are reported. Build with KVHEAP_CUDA=real and run "
+        "on a GPU.\n");
     return 0;
   }
   if (auto why = device_unavailable_reason()) {

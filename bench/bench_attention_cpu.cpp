@@ -100,11 +100,11 @@ void attention_cpu(benchmark::State& state, const char* dtype, int batch, int ct
   const double gbps = bytes / per_call / 1e9;
   state.counters["GBps"] = gbps;
   state.counters["frac_of_read_peak"] = gbps / g_peak_gbps;
-  const std::string config = fmt::format("batch {}, ctx {}, {}, {} threads", batch, ctx, dtype,
-                                         omp_get_max_threads());
+  const std::string config =
+      fmt::format("batch {}, ctx {}, {}, {} threads", batch, ctx, dtype, omp_get_max_threads());
   state.SetLabel(config);
-  record({config, 2.0 * static_cast<double>(elems * sizeof(T)) / 1e6, bytes / 1e6,
-          per_call * 1e3, gbps});
+  record({config, 2.0 * static_cast<double>(elems * sizeof(T)) / 1e6, bytes / 1e6, per_call * 1e3,
+          gbps});
 }
 
 }  // namespace

@@ -45,7 +45,8 @@ void decode_step(benchmark::State& state, const ModelWeights& w, int context) {
   const int slot = cache.admit();
   CpuForward fwd(w);
   Batch prompt;
-  for (int i = 0; i < context; ++i) prompt.rows.push_back({(i * 7 + 1) % c.vocab_size, slot, i, false});
+  for (int i = 0; i < context; ++i)
+    prompt.rows.push_back({(i * 7 + 1) % c.vocab_size, slot, i, false});
   (void)fwd.forward(prompt, cache);
   Batch step;
   step.rows.push_back({1, slot, context, true});
@@ -54,7 +55,8 @@ void decode_step(benchmark::State& state, const ModelWeights& w, int context) {
     auto logits = fwd.forward(step, cache);
     benchmark::DoNotOptimize(logits.data());
   }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double per_step = seconds / static_cast<double>(state.iterations());
   // Napkin math: weights read once (params x 4 B, the embedding table only for its one row unless
   // tied) + K and V of positions 0..context in every layer.
@@ -72,8 +74,10 @@ void decode_step(benchmark::State& state, const ModelWeights& w, int context) {
   state.SetLabel(config);
   const Row row{config, static_cast<double>(cache.bytes_reserved()) / 1e6, bytes / 1e6,
                 per_step * 1e3, gbps};
-  if (!g_rows.empty() && g_rows.back().config == config) g_rows.back() = row;
-  else g_rows.push_back(row);
+  if (!g_rows.empty() && g_rows.back().config == config)
+    g_rows.back() = row;
+  else
+    g_rows.push_back(row);
 }
 
 void read_bandwidth(benchmark::State& state) {
@@ -93,7 +97,9 @@ int main(int argc, char** argv) {
   const BandwidthSample peak = measure_read_bandwidth();
   g_peak_gbps = peak.gbps;
 
-  benchmark::RegisterBenchmark("read_bandwidth", read_bandwidth)->Iterations(1)->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("read_bandwidth", read_bandwidth)
+      ->Iterations(1)
+      ->Unit(benchmark::kMillisecond);
 
   // A >= 100M-parameter model: the stories110M shape with synthetic weights (440 MB in fp32).
   static const ModelWeights big = make_synthetic_weights(preset("stories110m"), 1);
@@ -124,7 +130,8 @@ int main(int argc, char** argv) {
   fmt::print("\nSTREAM-like read peak: {:.2f} GB/s ({} threads, {:.0f} MiB buffer, LLC {} KiB)\n",
              g_peak_gbps, peak.threads, static_cast<double>(peak.bytes) / (1 << 20),
              last_level_cache_bytes() / 1024);
-  fmt::print("| config | KV budget MB | MB moved/step | ms/step | GB/s | % of read peak | tokens/s |\n");
+  fmt::print(
+      "| config | KV budget MB | MB moved/step | ms/step | GB/s | % of read peak | tokens/s |\n");
   fmt::print("|---|---:|---:|---:|---:|---:|---:|\n");
   for (const Row& r : g_rows)
     fmt::print("| {} | {:.2f} | {:.2f} | {:.3f} | {:.2f} | {:.1f} | {:.1f} |\n", r.config,

@@ -28,7 +28,8 @@ int main() {
              info.sm_count, peak);
   const ModelConfig c = preset("llama-3-8b-4l");
   const ModelWeights host = make_synthetic_weights(c, 1);
-  fmt::print("| config | KV budget MB | MB moved/step | ms/step | GB/s | % of copy peak | tokens/s |\n");
+  fmt::print(
+      "| config | KV budget MB | MB moved/step | ms/step | GB/s | % of copy peak | tokens/s |\n");
   fmt::print("|---|---:|---:|---:|---:|---:|---:|\n");
   for (DType dt : {DType::BF16, DType::F32}) {
     GpuForward fwd(host, dt);
@@ -41,7 +42,8 @@ int main() {
           // Prefill in chunks so activations stay small.
           for (int p0 = 0; p0 < ctx; p0 += 512) {
             prefill.rows.clear();
-            for (int p = p0; p < std::min(ctx, p0 + 512); ++p) prefill.rows.push_back({(p * 13 + s) % c.vocab_size, slot, p, false});
+            for (int p = p0; p < std::min(ctx, p0 + 512); ++p)
+              prefill.rows.push_back({(p * 13 + s) % c.vocab_size, slot, p, false});
             (void)fwd.forward(prefill, cache);
           }
           step.rows.push_back({1, slot, ctx, true});
@@ -57,9 +59,10 @@ int main() {
         const double bytes = static_cast<double>(weight_bytes_per_decode_step(c, dt)) +
                              static_cast<double>(batch) * kv_bytes_for_context(c, dt, ctx + 1);
         const double gbps = bytes / (ms * 1e-3) / 1e9;
-        fmt::print("| {} {} batch {} ctx {} | {:.0f} | {:.0f} | {:.3f} | {:.0f} | {:.1f} | {:.0f} |\n",
-                   c.name, dtype_name(dt), batch, ctx, cache.bytes_reserved() / 1e6, bytes / 1e6, ms,
-                   gbps, 100.0 * gbps / peak, batch * 1e3 / ms);
+        fmt::print(
+            "| {} {} batch {} ctx {} | {:.0f} | {:.0f} | {:.3f} | {:.0f} | {:.1f} | {:.0f} |\n",
+            c.name, dtype_name(dt), batch, ctx, cache.bytes_reserved() / 1e6, bytes / 1e6, ms, gbps,
+            100.0 * gbps / peak, batch * 1e3 / ms);
       }
     }
   }

@@ -27,12 +27,14 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
   app.add_option("--prompt", o.prompt, "Prompt text (needs --tokenizer)");
   // An explicitly empty list (often an unset shell variable) must not fall back to the BOS-only
   // default: that would be a silent wrong answer.
-  app.add_option("--prompt-ids", o.prompt_ids, "Prompt as comma-separated token ids, e.g. 1,403,407")
+  app.add_option("--prompt-ids", o.prompt_ids,
+                 "Prompt as comma-separated token ids, e.g. 1,403,407")
       ->check(CLI::Validator(
           [](std::string& ids) {
             return ids.find_first_not_of(" \t") == std::string::npos
-                       ? std::string("the list is empty; expected comma-separated token ids "
-                                     "like 1,2,3")
+                       ? std::string(
+                             "the list is empty; expected comma-separated token ids "
+                             "like 1,2,3")
                        : std::string();
           },
           "IDS"));
@@ -85,14 +87,16 @@ int run_cli(CLI::App& app, int argc, char** argv, const std::function<void()>& b
   }
 }
 
-std::vector<int> resolve_prompt(const CommonOptions& o, const ModelConfig& c, const Tokenizer* tok) {
+std::vector<int> resolve_prompt(const CommonOptions& o, const ModelConfig& c,
+                                const Tokenizer* tok) {
   if (!o.prompt.empty() && !o.prompt_ids.empty())
     throw UsageError("give either --prompt or --prompt-ids, not both");
   if (!o.prompt_ids.empty()) return parse_token_ids(o.prompt_ids, c.vocab_size);
   if (!o.prompt.empty()) {
     if (tok == nullptr)
-      throw UsageError("--prompt needs --tokenizer (a llama2.c tokenizer.bin), or give token ids "
-                       "with --prompt-ids");
+      throw UsageError(
+          "--prompt needs --tokenizer (a llama2.c tokenizer.bin), or give token ids "
+          "with --prompt-ids");
     return tok->encode(o.prompt, /*add_bos=*/true);
   }
   return {c.bos_id};
@@ -112,9 +116,10 @@ int apply_threads(const CommonOptions& o) {
   // the team at all: --threads 100000 crashed the program (SIGSEGV) instead of failing.
   const int cores = omp_get_num_procs();
   if (o.threads > kMaxThreadsPerCore * cores)
-    throw UsageError(fmt::format("--threads {} is more than {} per core for the {} cores here; give "
-                                 "at most {}, or 0 for one per core",
-                                 o.threads, kMaxThreadsPerCore, cores, kMaxThreadsPerCore * cores));
+    throw UsageError(
+        fmt::format("--threads {} is more than {} per core for the {} cores here; give "
+                    "at most {}, or 0 for one per core",
+                    o.threads, kMaxThreadsPerCore, cores, kMaxThreadsPerCore * cores));
   if (o.threads > 0) omp_set_num_threads(o.threads);
   return omp_get_max_threads();
 }

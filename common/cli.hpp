@@ -18,20 +18,20 @@ class Tokenizer;
 /// \brief Flags common to every chapter's program.
 struct CommonOptions {
   std::string model = "stories15m";  ///< preset name, llama2.c .bin path, or safetensors folder
-  std::string tokenizer;              ///< llama2.c tokenizer.bin (optional)
-  std::string prompt;                 ///< text prompt (needs --tokenizer)
-  std::string prompt_ids;             ///< comma-separated token ids
-  int max_new_tokens = 64;             ///< generation stops after this many tokens
-  float temperature = 0.0f;           ///< 0 = greedy
-  float top_p = 0.9f;                 ///< nucleus mass, used when temperature > 0
-  std::uint64_t seed = 42;            ///< sampler seed
-  std::uint64_t model_seed = 1;       ///< seed of synthetic weights for presets
-  std::string device = "cpu";         ///< cpu or cuda
-  std::string kv_dtype = "fp32";      ///< KV storage type: fp32, fp16, bf16
-  double kv_budget_mb = 0.0;          ///< 0 = no cap
-  int threads = 0;                    ///< 0 = all cores
-  bool json = false;                  ///< print one JSON object instead of the report
-  bool ignore_eos = false;            ///< generate exactly max_new_tokens
+  std::string tokenizer;             ///< llama2.c tokenizer.bin (optional)
+  std::string prompt;                ///< text prompt (needs --tokenizer)
+  std::string prompt_ids;            ///< comma-separated token ids
+  int max_new_tokens = 64;           ///< generation stops after this many tokens
+  float temperature = 0.0f;          ///< 0 = greedy
+  float top_p = 0.9f;                ///< nucleus mass, used when temperature > 0
+  std::uint64_t seed = 42;           ///< sampler seed
+  std::uint64_t model_seed = 1;      ///< seed of synthetic weights for presets
+  std::string device = "cpu";        ///< cpu or cuda
+  std::string kv_dtype = "fp32";     ///< KV storage type: fp32, fp16, bf16
+  double kv_budget_mb = 0.0;         ///< 0 = no cap
+  int threads = 0;                   ///< 0 = all cores
+  bool json = false;                 ///< print one JSON object instead of the report
+  bool ignore_eos = false;           ///< generate exactly max_new_tokens
 };
 
 /// \brief Registers the shared flags on `app`.

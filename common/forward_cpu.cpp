@@ -19,13 +19,15 @@ void validate_batch(const Batch& batch, const ModelConfig& c) {
   for (int i = 0; i < batch.size(); ++i) {
     const BatchRow& r = batch.rows[i];
     if (r.token < 0 || r.token >= c.vocab_size)
-      throw InputError(fmt::format("token id {} (batch row {}) is out of range: the model's "
-                                   "vocabulary has {} tokens (ids 0..{})",
-                                   r.token, i, c.vocab_size, c.vocab_size - 1));
+      throw InputError(
+          fmt::format("token id {} (batch row {}) is out of range: the model's "
+                      "vocabulary has {} tokens (ids 0..{})",
+                      r.token, i, c.vocab_size, c.vocab_size - 1));
     if (r.pos < 0 || r.pos >= c.max_seq_len)
-      throw InputError(fmt::format("position {} (batch row {}) is outside the model's context of "
-                                   "{} tokens",
-                                   r.pos, i, c.max_seq_len));
+      throw InputError(
+          fmt::format("position {} (batch row {}) is outside the model's context of "
+                      "{} tokens",
+                      r.pos, i, c.max_seq_len));
   }
 }
 
@@ -95,8 +97,8 @@ std::span<const float> CpuForward::forward(const Batch& batch, KVCache& cache) {
   int j = 0;
   for (int r = 0; r < n; ++r) {
     if (!batch.rows[r].wants_logits) continue;
-    std::memcpy(&last_[static_cast<std::size_t>(j) * c.dim], &x_[static_cast<std::size_t>(r) * c.dim],
-                sizeof(float) * c.dim);
+    std::memcpy(&last_[static_cast<std::size_t>(j) * c.dim],
+                &x_[static_cast<std::size_t>(r) * c.dim], sizeof(float) * c.dim);
     ++j;
   }
   if (m > 0) {

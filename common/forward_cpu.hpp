@@ -1,4 +1,5 @@
-// The CPU forward pass: a Llama-family decoder over a flattened batch, behind the KVCache interface.
+// The CPU forward pass: a Llama-family decoder over a flattened batch, behind the KVCache
+// interface.
 #pragma once
 
 #include <span>

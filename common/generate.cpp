@@ -17,20 +17,23 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 void check_generation_fits(std::size_t prompt_tokens, int max_new_tokens, const ModelConfig& c) {
   if (prompt_tokens == 0)
-    throw InputError("the prompt is empty: give --prompt text or --prompt-ids with at least one "
-                     "token (e.g. the BOS id 1)");
+    throw InputError(
+        "the prompt is empty: give --prompt text or --prompt-ids with at least one "
+        "token (e.g. the BOS id 1)");
   if (prompt_tokens > static_cast<std::size_t>(c.max_seq_len))
-    throw InputError(fmt::format("the prompt has {} tokens but the model's context holds {} "
-                                 "(max_seq_len); shorten the prompt",
-                                 prompt_tokens, c.max_seq_len));
+    throw InputError(
+        fmt::format("the prompt has {} tokens but the model's context holds {} "
+                    "(max_seq_len); shorten the prompt",
+                    prompt_tokens, c.max_seq_len));
   if (max_new_tokens < 0)
     throw UsageError(fmt::format("--max-new-tokens must be >= 0, got {}", max_new_tokens));
   // The last generated token is never fed back, so the context must hold prompt + new - 1.
   const std::size_t room = static_cast<std::size_t>(c.max_seq_len) - prompt_tokens + 1;
   if (static_cast<std::size_t>(max_new_tokens) > room)
-    throw UsageError(fmt::format("--max-new-tokens {} runs past the context: the prompt uses {} of "
-                                 "{} positions, so at most {} new tokens fit",
-                                 max_new_tokens, prompt_tokens, c.max_seq_len, room));
+    throw UsageError(
+        fmt::format("--max-new-tokens {} runs past the context: the prompt uses {} of "
+                    "{} positions, so at most {} new tokens fit",
+                    max_new_tokens, prompt_tokens, c.max_seq_len, room));
 }
 
 GenerationResult generate(const ForwardFn& forward, const ModelConfig& config, int slot,
@@ -80,8 +83,8 @@ GenerationResult generate_with(const NextTokenFn& next_token, const ModelConfig&
 
 GenerationResult generate(CpuForward& fwd, KVCache& cache, int slot, std::span<const int> prompt,
                           const GenerationConfig& gen, const std::function<void(int)>& on_token) {
-  return generate([&](const Batch& b) { return fwd.forward(b, cache); }, fwd.weights().config,
-                  slot, prompt, gen, on_token);
+  return generate([&](const Batch& b) { return fwd.forward(b, cache); }, fwd.weights().config, slot,
+                  prompt, gen, on_token);
 }
 
 }  // namespace kvheap

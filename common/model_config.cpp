@@ -49,33 +49,34 @@ std::vector<Preset> build_presets() {
   p.push_back({"stories110m", "shape of the stories110M TinyStories checkpoint",
                make("stories110m", 768, 2048, 12, 12, 12, 64, 32000, 1024, 10000.0f, 1e-5f, true)});
   {
-    ModelConfig c = make("llama-3.2-1b", 2048, 8192, 16, 32, 8, 64, 128256, 131072, 500000.0f,
-                         1e-5f, true);
+    ModelConfig c =
+        make("llama-3.2-1b", 2048, 8192, 16, 32, 8, 64, 128256, 131072, 500000.0f, 1e-5f, true);
     c.rope_scaling = {true, 32.0f, 1.0f, 4.0f, 8192};
     p.push_back({"llama-3.2-1b", "Meta Llama 3.2 1B", c});
   }
-  p.push_back({"llama-3-8b", "Meta Llama 3 8B",
-               make("llama-3-8b", 4096, 14336, 32, 32, 8, 128, 128256, 8192, 500000.0f, 1e-5f,
-                    false)});
-  p.push_back({"llama-3-8b-4l", "Llama 3 8B shape with 4 layers (synthetic, for GPU benchmarks)",
-               make("llama-3-8b-4l", 4096, 14336, 4, 32, 8, 128, 128256, 8192, 500000.0f, 1e-5f,
-                    false)});
-  p.push_back({"llama-3-70b", "Meta Llama 3 70B",
-               make("llama-3-70b", 8192, 28672, 80, 64, 8, 128, 128256, 8192, 500000.0f, 1e-5f,
-                    false)});
-  p.push_back({"mistral-7b", "Mistral 7B v0.1",
-               make("mistral-7b", 4096, 14336, 32, 32, 8, 128, 32000, 32768, 10000.0f, 1e-5f,
-                    false)});
+  p.push_back(
+      {"llama-3-8b", "Meta Llama 3 8B",
+       make("llama-3-8b", 4096, 14336, 32, 32, 8, 128, 128256, 8192, 500000.0f, 1e-5f, false)});
+  p.push_back(
+      {"llama-3-8b-4l", "Llama 3 8B shape with 4 layers (synthetic, for GPU benchmarks)",
+       make("llama-3-8b-4l", 4096, 14336, 4, 32, 8, 128, 128256, 8192, 500000.0f, 1e-5f, false)});
+  p.push_back(
+      {"llama-3-70b", "Meta Llama 3 70B",
+       make("llama-3-70b", 8192, 28672, 80, 64, 8, 128, 128256, 8192, 500000.0f, 1e-5f, false)});
+  p.push_back(
+      {"mistral-7b", "Mistral 7B v0.1",
+       make("mistral-7b", 4096, 14336, 32, 32, 8, 128, 32000, 32768, 10000.0f, 1e-5f, false)});
   {
-    ModelConfig c = make("qwen2.5-7b", 3584, 18944, 28, 28, 4, 128, 152064, 32768, 1000000.0f,
-                         1e-6f, false);
+    ModelConfig c =
+        make("qwen2.5-7b", 3584, 18944, 28, 28, 4, 128, 152064, 32768, 1000000.0f, 1e-6f, false);
     c.attention_bias = true;
     p.push_back({"qwen2.5-7b", "Qwen2.5 7B (attention biases)", c});
   }
   for (auto& e : p) {
     // Real Hugging Face checkpoints rotate halves; synthetic and llama2.c shapes rotate pairs.
     const std::string n = e.name;
-    const bool hf = n.rfind("llama-", 0) == 0 || n.rfind("mistral", 0) == 0 || n.rfind("qwen", 0) == 0;
+    const bool hf =
+        n.rfind("llama-", 0) == 0 || n.rfind("mistral", 0) == 0 || n.rfind("qwen", 0) == 0;
     e.config.rope_style = hf ? RopeStyle::Halves : RopeStyle::Interleaved;
   }
   return p;

@@ -18,11 +18,11 @@ enum class RopeStyle { Interleaved, Halves };
 
 /// \brief Llama 3 style frequency scaling of RoPE ("rope_scaling": {"rope_type": "llama3"}).
 struct RopeScaling {
-  bool enabled = false;                  ///< false: plain RoPE
-  float factor = 1.0f;                   ///< overall stretch of long wavelengths
-  float low_freq_factor = 1.0f;          ///< wavelengths above original/low are stretched fully
-  float high_freq_factor = 1.0f;         ///< wavelengths below original/high are left alone
-  int original_max_position = 8192;      ///< context the model was pre-trained with
+  bool enabled = false;              ///< false: plain RoPE
+  float factor = 1.0f;               ///< overall stretch of long wavelengths
+  float low_freq_factor = 1.0f;      ///< wavelengths above original/low are stretched fully
+  float high_freq_factor = 1.0f;     ///< wavelengths below original/high are left alone
+  int original_max_position = 8192;  ///< context the model was pre-trained with
 };
 
 /// \brief Hyper-parameters of a Llama-family decoder-only transformer.
@@ -43,7 +43,7 @@ struct ModelConfig {
   RopeStyle rope_style = RopeStyle::Interleaved;  ///< which dimensions RoPE pairs
   RopeScaling rope_scaling;                       ///< llama3 frequency scaling, if any
   int bos_id = 1;                                 ///< beginning-of-sequence token
-  std::vector<int> stop_ids = {1};  ///< token ids that end generation (llama2.c: BOS)
+  std::vector<int> stop_ids = {1};                ///< token ids that end generation (llama2.c: BOS)
 
   /// \brief Query width: n_heads * head_dim.
   [[nodiscard]] int q_dim() const { return n_heads * head_dim; }

@@ -38,18 +38,17 @@ double DecodeReport::waste_fraction() const {
 void fill_bytes(DecodeReport& r, const ModelConfig& c) {
   r.weight_bytes_per_step = static_cast<double>(weight_bytes_per_decode_step(c, r.weight_dtype));
   // Each decode step reads K and V of every cached position in every layer.
-  r.kv_bytes_per_step =
-      r.run.decode_steps > 0
-          ? static_cast<double>(r.run.decode_context) * kv_bytes_per_token(c, r.kv_dtype) /
-                r.run.decode_steps
-          : 0.0;
+  r.kv_bytes_per_step = r.run.decode_steps > 0
+                            ? static_cast<double>(r.run.decode_context) *
+                                  kv_bytes_per_token(c, r.kv_dtype) / r.run.decode_steps
+                            : 0.0;
 }
 
 void print_report(const DecodeReport& r, std::ostream& os) {
   fmt::print(os, "kvheap {} | model {} | {} | weights {} | KV {}\n", r.chapter, r.model, r.device,
              dtype_name(r.weight_dtype), dtype_name(r.kv_dtype));
-  fmt::print(os, "  prefill : {:6d} tokens in {:9.3f} ms  = {:10.1f} tokens/s\n", r.run.prompt.size(),
-             r.run.prefill_seconds * 1e3, r.prefill_tokens_per_s());
+  fmt::print(os, "  prefill : {:6d} tokens in {:9.3f} ms  = {:10.1f} tokens/s\n",
+             r.run.prompt.size(), r.run.prefill_seconds * 1e3, r.prefill_tokens_per_s());
   fmt::print(os, "  decode  : {:6d} steps  in {:9.3f} ms  = {:10.1f} tokens/s  (stop: {})\n",
              r.run.decode_steps, r.run.decode_seconds * 1e3, r.decode_tokens_per_s(),
              r.run.stop_reason);

@@ -20,12 +20,12 @@ std::size_t weight_bytes_per_decode_step(const ModelConfig& c, DType w);
 
 /// \brief Measurements of one generation run.
 struct DecodeReport {
-  std::string chapter;              ///< e.g. "01_cpu_reference"
-  std::string model;                ///< model name from its config
-  std::string device;               ///< "cpu (2 threads)", "NVIDIA H200", ...
-  DType weight_dtype = DType::F32;  ///< element type of the weights as read each step
-  DType kv_dtype = DType::F32;      ///< element type of the KV cache
-  GenerationResult run;             ///< tokens and timings
+  std::string chapter;                ///< e.g. "01_cpu_reference"
+  std::string model;                  ///< model name from its config
+  std::string device;                 ///< "cpu (2 threads)", "NVIDIA H200", ...
+  DType weight_dtype = DType::F32;    ///< element type of the weights as read each step
+  DType kv_dtype = DType::F32;        ///< element type of the KV cache
+  GenerationResult run;               ///< tokens and timings
   std::size_t kv_reserved_bytes = 0;  ///< held by the cache policy at the end of the run
   std::size_t kv_used_bytes = 0;      ///< holding real tokens
   double weight_bytes_per_step = 0;   ///< weights read by one decode step

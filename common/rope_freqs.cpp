@@ -9,7 +9,8 @@ std::vector<float> rope_inv_freq(const ModelConfig& c) {
   const int half = c.head_dim / 2;
   std::vector<float> inv(half);
   for (int i = 0; i < half; ++i)
-    inv[i] = 1.0f / std::pow(c.rope_theta, static_cast<float>(2 * i) / static_cast<float>(c.head_dim));
+    inv[i] =
+        1.0f / std::pow(c.rope_theta, static_cast<float>(2 * i) / static_cast<float>(c.head_dim));
   if (!c.rope_scaling.enabled) return inv;
   // Llama 3: leave short wavelengths (local detail) alone, stretch long ones by `factor`, and blend
   // smoothly in between, so the model reaches past the context it was trained on.

@@ -13,13 +13,17 @@ namespace kvheap {
 
 void SamplerConfig::validate() const {
   if (!std::isfinite(temperature) || temperature < 0.0f) {
-    throw UsageError(fmt::format("--temperature must be a finite number >= 0 (0 always picks the "
-                                 "most likely token); got {}", temperature));
+    throw UsageError(
+        fmt::format("--temperature must be a finite number >= 0 (0 always picks the "
+                    "most likely token); got {}",
+                    temperature));
   }
   // Written as a negated range test so that NaN fails it too.
   if (!(top_p > 0.0f && top_p <= 1.0f)) {
-    throw UsageError(fmt::format("--top-p must be in (0, 1] (1 samples from the full "
-                                 "distribution); got {}", top_p));
+    throw UsageError(
+        fmt::format("--top-p must be in (0, 1] (1 samples from the full "
+                    "distribution); got {}",
+                    top_p));
   }
 }
 
@@ -28,8 +32,10 @@ int argmax(std::span<const float> logits) {
   std::size_t best = 0;
   for (std::size_t i = 0; i < logits.size(); ++i) {
     if (std::isnan(logits[i])) {
-      throw InputError(fmt::format("logit {} of {} is NaN: the forward pass produced an invalid "
-                                   "value", i, logits.size()));
+      throw InputError(
+          fmt::format("logit {} of {} is NaN: the forward pass produced an invalid "
+                      "value",
+                      i, logits.size()));
     }
     if (logits[i] > logits[best]) best = i;  // strict >: the first of equal maxima wins
   }
@@ -50,9 +56,10 @@ int Sampler::sample(std::span<const float> logits) {
   for (std::size_t i = 0; i < logits.size(); ++i) {
     // -inf is a legitimate mask; NaN and +inf would turn the softmax into NaN everywhere.
     if (std::isnan(logits[i]) || logits[i] == std::numeric_limits<float>::infinity()) {
-      throw InputError(fmt::format("logit {} of {} is {}: the forward pass produced an invalid "
-                                   "value", i, logits.size(),
-                                   std::isnan(logits[i]) ? "NaN" : "+inf"));
+      throw InputError(
+          fmt::format("logit {} of {} is {}: the forward pass produced an invalid "
+                      "value",
+                      i, logits.size(), std::isnan(logits[i]) ? "NaN" : "+inf"));
     }
     max_logit = std::max(max_logit, logits[i]);
   }

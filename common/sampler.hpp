@@ -49,7 +49,7 @@ class Sampler {
   // mt19937_64's output sequence is fixed by the standard; the distributions are not, so we turn
   // raw output into floats ourselves.
   std::mt19937_64 rng_;
-  std::vector<float> probs_;                   // [vocab] softmax of the last logits
+  std::vector<float> probs_;                    // [vocab] softmax of the last logits
   std::vector<std::pair<float, int>> nucleus_;  // candidates (probability, id), sorted on demand
 };
 

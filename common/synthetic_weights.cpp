@@ -27,7 +27,9 @@ void fill(float* p, long n, std::uint64_t seed, std::uint64_t tensor, float scal
 }
 
 // A uniform [-a, a] variable has variance a^2/3; a = sqrt(3/fan_in) gives unit-variance outputs.
-float fan_in_scale(int fan_in, float gain) { return gain * std::sqrt(3.0f / static_cast<float>(fan_in)); }
+float fan_in_scale(int fan_in, float gain) {
+  return gain * std::sqrt(3.0f / static_cast<float>(fan_in));
+}
 
 }  // namespace
 
@@ -73,8 +75,8 @@ ModelWeights make_synthetic_weights(const ModelConfig& config, std::uint64_t see
     L.w2 = make(d * h, fan_in_scale(c.hidden_dim, 2.0f * branch));
   }
   w.final_norm = ones(d);
-  w.classifier = c.tied_embeddings ? w.token_embedding
-                                   : make(V * d, 3.0f / std::sqrt(static_cast<float>(d)));
+  w.classifier =
+      c.tied_embeddings ? w.token_embedding : make(V * d, 3.0f / std::sqrt(static_cast<float>(d)));
   return w;
 }
 

@@ -35,9 +35,8 @@ std::vector<int> parse_token_ids(std::string_view text, int vocab_size, std::str
   std::size_t start = 0;
   for (int position = 1;; ++position) {
     const std::size_t comma = text.find(',', start);
-    const std::string_view raw = text.substr(start, comma == std::string_view::npos
-                                                        ? std::string_view::npos
-                                                        : comma - start);
+    const std::string_view raw = text.substr(
+        start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
     const std::string_view element = trim(raw);
     if (element.empty()) {
       // A trailing comma is the common slip; say so instead of a bare "empty".
@@ -58,9 +57,10 @@ std::vector<int> parse_token_ids(std::string_view text, int vocab_size, std::str
                                    element, kExpected));
     }
     if (id < 0 || id >= vocab_size) {
-      throw InputError(fmt::format("token id {} at position {} is out of range: the model's "
-                                   "vocabulary has {} tokens (ids 0..{})", id, position,
-                                   vocab_size, vocab_size - 1));
+      throw InputError(
+          fmt::format("token id {} at position {} is out of range: the model's "
+                      "vocabulary has {} tokens (ids 0..{})",
+                      id, position, vocab_size, vocab_size - 1));
     }
     ids.push_back(id);
     if (comma == std::string_view::npos) break;

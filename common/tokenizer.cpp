@@ -109,25 +109,32 @@ int hex_digit(char c) {
 
 Tokenizer Tokenizer::load(const std::string& path, int vocab_size) {
   if (vocab_size <= 0) {
-    throw InputError(fmt::format("cannot load tokenizer '{}' for a vocab_size of {}: the model's "
-                                 "vocab_size must be positive", path, vocab_size));
+    throw InputError(
+        fmt::format("cannot load tokenizer '{}' for a vocab_size of {}: the model's "
+                    "vocab_size must be positive",
+                    path, vocab_size));
   }
   std::ifstream f(path, std::ios::binary);
   if (!f) {
-    throw InputError(fmt::format("cannot open tokenizer '{}': {}; pass the path of a llama2.c "
-                                 "tokenizer.bin", path, std::strerror(errno)));
+    throw InputError(
+        fmt::format("cannot open tokenizer '{}': {}; pass the path of a llama2.c "
+                    "tokenizer.bin",
+                    path, std::strerror(errno)));
   }
   const std::string data((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   Reader r{data};
   if (r.remaining() < sizeof(std::int32_t)) {
-    throw InputError(fmt::format("tokenizer '{}' is {} bytes long, too short for its 4-byte "
-                                 "header: is it a llama2.c tokenizer.bin?", path, data.size()));
+    throw InputError(
+        fmt::format("tokenizer '{}' is {} bytes long, too short for its 4-byte "
+                    "header: is it a llama2.c tokenizer.bin?",
+                    path, data.size()));
   }
   const auto max_len = r.take<std::int32_t>();
   if (max_len < 0 || max_len > kMaxPieceBytes) {
-    throw InputError(fmt::format("tokenizer '{}' declares a max_token_length of {}; expected "
-                                 "0..{}: is it a llama2.c tokenizer.bin?", path, max_len,
-                                 kMaxPieceBytes));
+    throw InputError(
+        fmt::format("tokenizer '{}' declares a max_token_length of {}; expected "
+                    "0..{}: is it a llama2.c tokenizer.bin?",
+                    path, max_len, kMaxPieceBytes));
   }
 
   Tokenizer t;
@@ -141,23 +148,27 @@ Tokenizer Tokenizer::load(const std::string& path, int vocab_size) {
     Record rec;
     const std::size_t before = r.remaining();
     switch (read_record(r, rec)) {
-      case ReadStatus::Ok:
-        break;
+      case ReadStatus::Ok: break;
       case ReadStatus::EndOfFile:
-        throw InputError(fmt::format("tokenizer '{}' holds only {} tokens but the model's "
-                                     "vocab_size is {}: it belongs to a different model",
-                                     path, i, vocab_size));
+        throw InputError(
+            fmt::format("tokenizer '{}' holds only {} tokens but the model's "
+                        "vocab_size is {}: it belongs to a different model",
+                        path, i, vocab_size));
       case ReadStatus::TruncatedHeader:
-        throw InputError(fmt::format("tokenizer '{}' is truncated inside token {}: expected 8 "
-                                     "bytes of score and length, found {}", path, i, before));
+        throw InputError(
+            fmt::format("tokenizer '{}' is truncated inside token {}: expected 8 "
+                        "bytes of score and length, found {}",
+                        path, i, before));
       case ReadStatus::BadLength:
-        throw InputError(fmt::format("tokenizer '{}': token {} has a length of {} bytes; expected "
-                                     "0..{} (the file is corrupt or not a llama2.c tokenizer)",
-                                     path, i, rec.length, kMaxPieceBytes));
+        throw InputError(
+            fmt::format("tokenizer '{}': token {} has a length of {} bytes; expected "
+                        "0..{} (the file is corrupt or not a llama2.c tokenizer)",
+                        path, i, rec.length, kMaxPieceBytes));
       case ReadStatus::TruncatedPiece:
-        throw InputError(fmt::format("tokenizer '{}' is truncated inside token {}: its piece "
-                                     "needs {} bytes, found {}", path, i, rec.length,
-                                     r.remaining()));
+        throw InputError(
+            fmt::format("tokenizer '{}' is truncated inside token {}: its piece "
+                        "needs {} bytes, found {}",
+                        path, i, rec.length, r.remaining()));
     }
     if (std::isnan(rec.score)) {
       throw InputError(fmt::format("tokenizer '{}': token {} has a NaN merge score", path, i));
@@ -169,9 +180,10 @@ Tokenizer Tokenizer::load(const std::string& path, int vocab_size) {
     const std::optional<long long> extra = count_records(r);
     const std::string total =
         extra ? fmt::format("{} tokens", vocab_size + *extra) : std::string("more tokens");
-    throw InputError(fmt::format("tokenizer '{}' has more than {} tokens (the model's "
-                                 "vocab_size): it holds {} and belongs to a different model",
-                                 path, vocab_size, total));
+    throw InputError(
+        fmt::format("tokenizer '{}' has more than {} tokens (the model's "
+                    "vocab_size): it holds {} and belongs to a different model",
+                    path, vocab_size, total));
   }
   t.build_index();
   return t;
@@ -186,8 +198,10 @@ void Tokenizer::build_index() {
 
 void Tokenizer::check_id(int id) const {
   if (id < 0 || id >= vocab_size()) {
-    throw InputError(fmt::format("token id {} is out of range: the tokenizer's vocabulary has {} "
-                                 "tokens (ids 0..{})", id, vocab_size(), vocab_size() - 1));
+    throw InputError(
+        fmt::format("token id {} is out of range: the tokenizer's vocabulary has {} "
+                    "tokens (ids 0..{})",
+                    id, vocab_size(), vocab_size() - 1));
   }
 }
 
@@ -215,9 +229,10 @@ void Tokenizer::append_code_point(std::string_view bytes, std::vector<int>& out)
   for (const char c : bytes) {
     const int id = kFirstByte + static_cast<unsigned char>(c);
     if (id >= vocab_size()) {
-      throw InputError(fmt::format("cannot encode byte 0x{:02X}: the vocabulary ({} tokens) has "
-                                   "neither a piece for it nor byte-fallback tokens",
-                                   static_cast<unsigned char>(c), vocab_size()));
+      throw InputError(
+          fmt::format("cannot encode byte 0x{:02X}: the vocabulary ({} tokens) has "
+                      "neither a piece for it nor byte-fallback tokens",
+                      static_cast<unsigned char>(c), vocab_size()));
     }
     out.push_back(id);
   }
@@ -226,8 +241,8 @@ void Tokenizer::append_code_point(std::string_view bytes, std::vector<int>& out)
 std::vector<int> Tokenizer::encode(std::string_view text, bool add_bos) const {
   // Positions below are ints; a gigabyte prompt is a mistake, not something to tokenize.
   if (text.size() > (std::size_t{1} << 30)) {
-    throw InputError(fmt::format("cannot encode {} bytes of text: the limit is 1 GiB",
-                                 text.size()));
+    throw InputError(
+        fmt::format("cannot encode {} bytes of text: the limit is 1 GiB", text.size()));
   }
   std::vector<int> tokens;
   tokens.reserve(text.size() + 2);
@@ -278,8 +293,8 @@ std::vector<int> Tokenizer::encode(std::string_view text, bool add_bos) const {
     joined.assign(pieces_[static_cast<std::size_t>(node(left).id)]);
     joined.append(pieces_[static_cast<std::size_t>(node(right).id)]);
     if (const int merged = find(joined); merged >= 0) {
-      heap.push({scores_[static_cast<std::size_t>(merged)], left, right, merged,
-                 node(left).version, node(right).version});
+      heap.push({scores_[static_cast<std::size_t>(merged)], left, right, merged, node(left).version,
+                 node(right).version});
     }
   };
   for (int i = 0; i + 1 < n; ++i) offer(i);

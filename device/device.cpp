@@ -23,8 +23,8 @@ std::string error_text(cudaError_t error) {
 }  // namespace
 
 void throw_cuda_error(cudaError_t error, const char* expr, const char* file, int line) {
-  std::string message =
-      std::string(file) + ":" + std::to_string(line) + ": " + expr + " failed: " + error_text(error);
+  std::string message = std::string(file) + ":" + std::to_string(line) + ": " + expr +
+                        " failed: " + error_text(error);
 #if defined(KVHEAP_SIM)
   if (const std::string& why = sim::last_error_detail(); !why.empty()) message += ": " + why;
 #endif
@@ -69,8 +69,8 @@ std::string launch_failure(std::string_view kernel, cudaError_t error, const std
 
 void check_gemm_shape(GemmShape shape) {
   if (shape.m < 0 || shape.n < 0 || shape.k < 0) {
-    throw InputError("gemm: negative size m=" + std::to_string(shape.m) + " n=" +
-                     std::to_string(shape.n) + " k=" + std::to_string(shape.k));
+    throw InputError("gemm: negative size m=" + std::to_string(shape.m) +
+                     " n=" + std::to_string(shape.n) + " k=" + std::to_string(shape.k));
   }
 }
 
@@ -106,7 +106,8 @@ DeviceInfo device_info(int device) {
   info.cc_major = prop.major;
   info.cc_minor = prop.minor;
   // Clocks left cudaDeviceProp in CUDA 13; the attributes exist in every version.
-  KVHEAP_CUDA_CHECK(cudaDeviceGetAttribute(&info.memory_clock_khz, cudaDevAttrMemoryClockRate, device));
+  KVHEAP_CUDA_CHECK(
+      cudaDeviceGetAttribute(&info.memory_clock_khz, cudaDevAttrMemoryClockRate, device));
   KVHEAP_CUDA_CHECK(cudaDeviceGetAttribute(&info.sm_clock_khz, cudaDevAttrClockRate, device));
   info.is_simulator = is_simulator();
   return info;
@@ -136,7 +137,8 @@ Stream& Stream::operator=(Stream&& other) noexcept {
 void Stream::synchronize() const { KVHEAP_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
 Event::Event(bool timing) {
-  KVHEAP_CUDA_CHECK(cudaEventCreateWithFlags(&event_, timing ? cudaEventDefault : cudaEventDisableTiming));
+  KVHEAP_CUDA_CHECK(
+      cudaEventCreateWithFlags(&event_, timing ? cudaEventDefault : cudaEventDisableTiming));
 }
 
 Event::~Event() {

@@ -28,8 +28,7 @@ class LaunchError : public Error {
 
 namespace detail {
 /// \brief Throws the ResourceError of KVHEAP_CUDA_CHECK.
-[[noreturn]] void throw_cuda_error(cudaError_t error, const char* expr, const char* file,
-                                   int line);
+[[noreturn]] void throw_cuda_error(cudaError_t error, const char* expr, const char* file, int line);
 /// \brief The check behind KVHEAP_CUDA_CHECK.
 inline void cuda_check(cudaError_t error, const char* expr, const char* file, int line) {
   if (error != cudaSuccess) throw_cuda_error(error, expr, file, line);
@@ -56,15 +55,15 @@ constexpr bool is_simulator() noexcept {
 
 /// \brief What a benchmark or report needs to know about a device.
 struct DeviceInfo {
-  std::string name;               ///< "NVIDIA H200" or "kvheap CPU simulator"
-  int sm_count = 0;               ///< streaming multiprocessors (simulator: worker threads)
-  std::size_t total_memory = 0;   ///< bytes of device memory
-  int memory_clock_khz = 0;       ///< peak memory clock (0 when unknown, as in the simulator)
-  int bus_width = 0;              ///< memory bus width in bits (0 when unknown)
-  int sm_clock_khz = 0;           ///< peak SM clock (0 when unknown)
-  int cc_major = 0;               ///< compute capability, e.g. 9.0
-  int cc_minor = 0;               ///< minor part of the compute capability (the 0 of 9.0)
-  bool is_simulator = false;      ///< true for the CPU simulator
+  std::string name;              ///< "NVIDIA H200" or "kvheap CPU simulator"
+  int sm_count = 0;              ///< streaming multiprocessors (simulator: worker threads)
+  std::size_t total_memory = 0;  ///< bytes of device memory
+  int memory_clock_khz = 0;      ///< peak memory clock (0 when unknown, as in the simulator)
+  int bus_width = 0;             ///< memory bus width in bits (0 when unknown)
+  int sm_clock_khz = 0;          ///< peak SM clock (0 when unknown)
+  int cc_major = 0;              ///< compute capability, e.g. 9.0
+  int cc_minor = 0;              ///< minor part of the compute capability (the 0 of 9.0)
+  bool is_simulator = false;     ///< true for the CPU simulator
 };
 
 /// \brief Number of usable CUDA devices; 0 (never an exception) when there is no driver or GPU.

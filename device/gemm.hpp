@@ -17,7 +17,7 @@ class BlasHandle {
  public:
   /// \brief Creates the handle; throws ResourceError when cuBLAS cannot be initialised.
   BlasHandle();
-  ~BlasHandle();
+  ~BlasHandle();  // NOLINT(performance-trivially-destructible): it frees the cuBLAS handle
   BlasHandle(const BlasHandle&) = delete;
   BlasHandle& operator=(const BlasHandle&) = delete;
 

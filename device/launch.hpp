@@ -73,7 +73,8 @@ P pass(std::type_identity_t<P> value) {
 template <auto Kernel, class... P, class... Args>
 void launch_impl(KernelParams<P...>, dim3 grid, dim3 block, std::size_t smem_bytes,
                  cudaStream_t stream, Args&&... args) {
-  static_assert(sizeof...(P) == sizeof...(Args), "kvheap::launch: wrong number of kernel arguments");
+  static_assert(sizeof...(P) == sizeof...(Args),
+                "kvheap::launch: wrong number of kernel arguments");
   static_assert((!std::is_reference_v<P> && ...), "kernel parameters are passed by value");
   static_assert((std::is_trivially_copyable_v<P> && ...),
                 "kernel parameters must be trivially copyable");
@@ -92,7 +93,8 @@ void launch_impl(KernelParams<P...>, dim3 grid, dim3 block, std::size_t smem_byt
       }
     };
     (note(std::integral_constant<std::size_t, I>{}), ...);
-  }(std::index_sequence_for<P...>{});
+  }
+  (std::index_sequence_for<P...>{});
   const std::string readable = readable_kernel_name(name);  // for the fault handler's messages
   sim::LaunchSpec spec;
   spec.kernel_name = readable;
@@ -101,7 +103,9 @@ void launch_impl(KernelParams<P...>, dim3 grid, dim3 block, std::size_t smem_byt
   spec.block = block;
   spec.dynamic_smem_bytes = smem_bytes;
   spec.stream = stream;
-  spec.run_thread = [](const void* packed) { std::apply(Kernel, *static_cast<const Tuple*>(packed)); };
+  spec.run_thread = [](const void* packed) {
+    std::apply(Kernel, *static_cast<const Tuple*>(packed));
+  };
   spec.args = &params;
   spec.pointer_args = std::span<const sim::PointerArg>(pointers.data(), n_pointers);
   if (const cudaError_t e = sim::launch_kernel(spec); e != cudaSuccess) {

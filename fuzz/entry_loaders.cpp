@@ -64,7 +64,8 @@ void check_tiling(const ModelWeights& w, std::size_t file_size, bool versioned) 
     add(L.w2, d * hid, "w2");
     add(L.w3, hid * d, "w3");
   }
-  std::sort(ext.begin(), ext.end(), [](const Extent& a, const Extent& b) { return a.begin < b.begin; });
+  std::sort(ext.begin(), ext.end(),
+            [](const Extent& a, const Extent& b) { return a.begin < b.begin; });
   // Version 0 stores two RoPE tables of [max_seq_len, head_dim/2] floats after the final norm:
   // a gap before an untied classifier, or the file's tail when the classifier is shared.
   const std::size_t rope = versioned ? 0 : static_cast<std::size_t>(c.max_seq_len) * c.head_dim;

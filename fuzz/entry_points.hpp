@@ -29,7 +29,7 @@ enum class FuzzOutcome {
 /// \brief One fuzz target: its program name (fuzz_<what>, also the corpus folder's name) and the
 /// function that runs one input through it.
 struct FuzzTarget {
-  const char* name;                                         ///< e.g. "fuzz_llama2c_loader"
+  const char* name;  ///< e.g. "fuzz_llama2c_loader"
   /// Runs one input; throws on a finding. When rejected and `why` is not null, stores kvheap's
   /// message there.
   FuzzOutcome (*run)(std::span<const std::uint8_t> input, std::string* why);

@@ -49,7 +49,10 @@ void append_record(std::string& out, float score, std::string_view piece) {
 // the contract Tokenizer::encode documents, restated independently.
 std::size_t utf8_length(std::string_view text, std::size_t i) {
   const auto b = static_cast<unsigned char>(text[i]);
-  const std::size_t n = b >= 0xF0 && b < 0xF8 ? 4 : b >= 0xE0 && b < 0xF0 ? 3 : b >= 0xC0 && b < 0xE0 ? 2 : 1;
+  const std::size_t n = b >= 0xF0 && b < 0xF8   ? 4
+                        : b >= 0xE0 && b < 0xF0 ? 3
+                        : b >= 0xC0 && b < 0xE0 ? 2
+                                                : 1;
   if (n == 1 || i + n > text.size()) return 1;
   for (std::size_t k = 1; k < n; ++k)
     if ((static_cast<unsigned char>(text[i + k]) >> 6) != 2) return 1;
@@ -96,11 +99,12 @@ std::string builtin_vocab_bytes() {
   // Pieces after the byte tokens, in id order. Longer merges score higher, as in a trained
   // vocabulary; "an"/"nd" and "in"/"ng" tie on purpose.
   static constexpr const char* kPieces[] = {
-      " ", "e", "t", "a", "o", "n", "i", "h", "s", "r", "d", "l", "u", "w", "c", "m", "y", "g",
-      "p", "b", "k", "v", "f", "O", "T", ".", ",", "!", "\xC3\xA9", "\xE6\x97\xA5",
-      "th", "he", "an", "nd", "in", "ng", "er", "on", "ce", "up", " t", " a", " w", " s",
-      "the", " the", "and", " and", "ing", "was", " was", " up", " upon", "On", " On", " Once",
-      " time", " there", " little", " happy"};
+      " ",    "e",   "t",     "a",  "o",   "n",     "i",     "h",      "s",        "r",
+      "d",    "l",   "u",     "w",  "c",   "m",     "y",     "g",      "p",        "b",
+      "k",    "v",   "f",     "O",  "T",   ".",     ",",     "!",      "\xC3\xA9", "\xE6\x97\xA5",
+      "th",   "he",  "an",    "nd", "in",  "ng",    "er",    "on",     "ce",       "up",
+      " t",   " a",  " w",    " s", "the", " the",  "and",   " and",   "ing",      "was",
+      " was", " up", " upon", "On", " On", " Once", " time", " there", " little",  " happy"};
   std::string out;
   const std::int32_t max_len = 16;
   out.append(reinterpret_cast<const char*>(&max_len), sizeof max_len);
@@ -158,7 +162,8 @@ std::vector<int> reference_encode(const Tokenizer& t, std::string_view text, boo
     std::size_t best_at = 0;
     int best_id = -1;
     for (std::size_t i = 0; i + 1 < pieces.size(); ++i) {
-      const std::string joined = std::string(t.piece(pieces[i])) + std::string(t.piece(pieces[i + 1]));
+      const std::string joined =
+          std::string(t.piece(pieces[i])) + std::string(t.piece(pieces[i + 1]));
       const int id = t.find(joined);
       if (id >= 0 && (!best || t.score(id) > *best)) {
         best = t.score(id);

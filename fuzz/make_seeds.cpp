@@ -31,7 +31,8 @@ void seed(const std::string& target, const std::string& name, const std::string&
 
 std::string join(std::initializer_list<std::string> parts) {
   std::string out;
-  for (const std::string& p : parts) out += (out.empty() ? "" : std::string(kFuzzPartSeparator)) + p;
+  for (const std::string& p : parts)
+    out += (out.empty() ? "" : std::string(kFuzzPartSeparator)) + p;
   return out;
 }
 
@@ -61,7 +62,8 @@ void llama2c_seeds() {
       const std::string kind = fmt::format("v{}_{}", version, tied ? "tied" : "untied");
       seed("fuzz_llama2c_loader", "valid_" + kind + ".bin", bytes);
       if (tied) {
-        seed("fuzz_llama2c_loader", "truncated_" + kind + ".bin", bytes.substr(0, bytes.size() / 2));
+        seed("fuzz_llama2c_loader", "truncated_" + kind + ".bin",
+             bytes.substr(0, bytes.size() / 2));
         seed("fuzz_llama2c_loader", "trailing_" + kind + ".bin", bytes + std::string(4, '\0'));
       }
     }
@@ -109,9 +111,11 @@ void safetensors_seeds() {
 void tokenizer_seeds() {
   const std::string story = "Once upon a time, there was a little girl. She was happy.";
   // Selector byte 1 loads the vocabulary with exactly the records it holds.
-  seed("fuzz_tokenizer", "valid_builtin_vocab.tok", join({"\x01" + fuzz::builtin_vocab_bytes(), story}));
+  seed("fuzz_tokenizer", "valid_builtin_vocab.tok",
+       join({"\x01" + fuzz::builtin_vocab_bytes(), story}));
   seed("fuzz_tokenizer", "valid_story.txt", story);
-  seed("fuzz_tokenizer", "valid_utf8.txt", "caf\xC3\xA9 \xE6\x97\xA5\xE6\x9C\xAC \xF0\x9F\x99\x82 ok");
+  seed("fuzz_tokenizer", "valid_utf8.txt",
+       "caf\xC3\xA9 \xE6\x97\xA5\xE6\x9C\xAC \xF0\x9F\x99\x82 ok");
   static constexpr char kBroken[] = "\xC3(\xE6\x97 \xFF\x80 \xF0\x9F\0x";
   seed("fuzz_tokenizer", "valid_invalid_utf8.bin", std::string(kBroken, sizeof kBroken - 1));
   // A vocabulary without byte tokens: encoding anything outside it is an error, not a crash.

@@ -38,7 +38,7 @@ __device__ __forceinline__ Candidate warp_argmax(Candidate c) {
   return c;
 }
 
-__global__ void argmax_kernel(int* ids,              // [rows]
+__global__ void argmax_kernel(int* ids,             // [rows]
                               const float* logits,  // [rows, vocab]
                               int vocab) {
   __shared__ Candidate warp_best[32];
@@ -47,8 +47,10 @@ __global__ void argmax_kernel(int* ids,              // [rows]
   Candidate c{-INFINITY, INT_MAX, 0};
   for (int i = static_cast<int>(threadIdx.x); i < vocab; i += static_cast<int>(blockDim.x)) {
     const float v = row[i];
-    if (isnan(v)) c.nan = 1;
-    else keep_better(c, v, i);
+    if (isnan(v))
+      c.nan = 1;
+    else
+      keep_better(c, v, i);
   }
   c = warp_argmax(c);
   const int lane = static_cast<int>(threadIdx.x) % detail::kWarpSize;

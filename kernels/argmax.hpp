@@ -20,7 +20,6 @@ namespace kvheap::cuda {
 /// (value, index) reduction through warp shuffles and shared memory.
 /// \param ids    [rows] written
 /// \param logits [rows, vocab]
-void argmax_rows(int* ids, const float* logits, int rows, int vocab,
-                 StreamHandle stream = nullptr);
+void argmax_rows(int* ids, const float* logits, int rows, int vocab, StreamHandle stream = nullptr);
 
 }  // namespace kvheap::cuda

@@ -47,8 +47,8 @@ inline void from_float(float x, BF16Bits& out) { out.bits = float_to_bf16(x); }
 /// the weighted sum are fp32; the softmax sum and the weighted sum accumulate over positions in
 /// increasing order, and each dot product is a SIMD reduction over head_dim.
 template <class T, class Rows>
-void attend_group(const float* q, const Rows& rows, int n_ctx, int kv_head, int group,
-                  int head_dim, float* out, float* scores) {
+void attend_group(const float* q, const Rows& rows, int n_ctx, int kv_head, int group, int head_dim,
+                  float* out, float* scores) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   for (int t = 0; t < n_ctx; ++t) {
     const T* k = rows.k(t) + static_cast<long>(kv_head) * head_dim;

@@ -4,7 +4,7 @@
 
 namespace kvheap::cpu {
 
-#define KVHEAP_INSTANTIATE_ATTEND_GROUP(T)                                                     \
+#define KVHEAP_INSTANTIATE_ATTEND_GROUP(T)                                                      \
   template void attend_group<T, ContiguousRows<T>>(const float*, const ContiguousRows<T>&, int, \
                                                    int, int, int, float*, float*);
 KVHEAP_INSTANTIATE_ATTEND_GROUP(float)

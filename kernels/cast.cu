@@ -17,7 +17,7 @@ __device__ __forceinline__ void narrow(float v, __nv_bfloat16& out) {
 }
 
 template <class T>
-__global__ void cast_kernel(T* out,          // [count]
+__global__ void cast_kernel(T* out,           // [count]
                             const float* in,  // [count]
                             long count) {
   const long stride = static_cast<long>(gridDim.x) * blockDim.x;

@@ -10,9 +10,7 @@ namespace kvheap::cpu {
 
 void cast_from_f32(void* out, DType out_dtype, const float* in, long count) {
   switch (out_dtype) {
-    case DType::F32:
-      std::memcpy(out, in, sizeof(float) * static_cast<std::size_t>(count));
-      break;
+    case DType::F32: std::memcpy(out, in, sizeof(float) * static_cast<std::size_t>(count)); break;
     case DType::F16: {
       auto* dst = static_cast<std::uint16_t*>(out);
       for (long i = 0; i < count; ++i) dst[i] = float_to_fp16(in[i]);

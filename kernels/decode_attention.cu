@@ -41,8 +41,8 @@ AttentionPlan plan_attention(const AttentionShape& s, int force_splits) {
   auto fail = [](const std::string& what) { throw InputError("decode_attention: " + what); };
   if (s.n < 0) fail("n = " + std::to_string(s.n) + " rows; need n >= 0");
   if (s.n_kv_heads <= 0 || s.n_heads <= 0 || s.n_heads % s.n_kv_heads != 0)
-    fail("n_heads = " + std::to_string(s.n_heads) + " is not a positive multiple of n_kv_heads = " +
-         std::to_string(s.n_kv_heads));
+    fail("n_heads = " + std::to_string(s.n_heads) +
+         " is not a positive multiple of n_kv_heads = " + std::to_string(s.n_kv_heads));
   if (s.head_dim <= 0 || s.head_dim % 8 != 0 || s.head_dim > 256)
     fail("head_dim = " + std::to_string(s.head_dim) + "; need a multiple of 8 in [8, 256]");
   if (force_splits < 0 || force_splits > 1024)

@@ -59,7 +59,7 @@ struct KernelDims {
   int heads_per_block;  // query heads of one block (<= the kernel's G)
   int chunks;           // blocks per (row, KV head)
   int splits;
-  float scale;          // 1 / sqrt(head_dim)
+  float scale;  // 1 / sqrt(head_dim)
 };
 
 /// \brief Lanes that share one position: the vectors of a row rounded up to a power of two, at
@@ -103,8 +103,8 @@ template <class T, int HD, int G, class Locator>
 __global__ void decode_attention_kernel(const float* q, const T* k_cache, const T* v_cache,
                                         const int* n_ctx, Locator loc, KernelDims d, float* out,
                                         float* part_acc, SoftmaxState* part_state) {
-  constexpr int E = 16 / static_cast<int>(sizeof(T));            // elements per vector
-  constexpr int VPL = ((HD ? HD : 256) / E + 31) / 32;            // vectors per lane, at most
+  constexpr int E = 16 / static_cast<int>(sizeof(T));   // elements per vector
+  constexpr int VPL = ((HD ? HD : 256) / E + 31) / 32;  // vectors per lane, at most
   const int head_dim = HD ? HD : d.head_dim;
   const int vpr = head_dim / E;
   const int lp = lanes_per_position(vpr);
@@ -131,8 +131,8 @@ __global__ void decode_attention_kernel(const float* q, const T* k_cache, const 
   float m[G], l[G];
   KVHEAP_UNROLL
   for (int h = 0; h < G; ++h) {
-    const float* qh = q + (static_cast<long long>(i) * d.n_heads + head0 + min(h, heads - 1)) *
-                              head_dim;
+    const float* qh =
+        q + (static_cast<long long>(i) * d.n_heads + head0 + min(h, heads - 1)) * head_dim;
     m[h] = -INFINITY;
     l[h] = 0.0f;
     KVHEAP_UNROLL
@@ -155,7 +155,7 @@ __global__ void decode_attention_kernel(const float* q, const T* k_cache, const 
   const long long kv_dim = static_cast<long long>(d.n_kv_heads) * head_dim;
   const T* k_head = k_cache + static_cast<long long>(g) * head_dim;
   const T* v_head = v_cache + static_cast<long long>(g) * head_dim;
-  auto load = [&](int t, uint4 (&kr)[VPL], uint4 (&vr)[VPL]) {
+  auto load = [&](int t, uint4(&kr)[VPL], uint4(&vr)[VPL]) {
     if (t >= t1) return;
     const long long row = loc.row(i, t) * kv_dim;
     KVHEAP_UNROLL
@@ -185,13 +185,11 @@ __global__ void decode_attention_kernel(const float* q, const T* k_cache, const 
       float kf[E];
       widen16<T>(kr[v], kf);  // idle lanes hold zeros, so they add nothing
       KVHEAP_UNROLL
-      for (int h = 0; h < G; ++h)
-        KVHEAP_UNROLL
-        for (int e = 0; e < E; ++e) dot[h] += qv[h][v][e] * kf[e];
+      for (int h = 0; h < G; ++h) KVHEAP_UNROLL
+      for (int e = 0; e < E; ++e) dot[h] += qv[h][v][e] * kf[e];
     }
-    for (int off = lp / 2; off > 0; off /= 2)
-      KVHEAP_UNROLL
-      for (int h = 0; h < G; ++h) dot[h] += __shfl_xor_sync(kFullMask, dot[h], off);
+    for (int off = lp / 2; off > 0; off /= 2) KVHEAP_UNROLL
+    for (int h = 0; h < G; ++h) dot[h] += __shfl_xor_sync(kFullMask, dot[h], off);
 
     if (t < t1) {
       float vf[VPL][E];
@@ -208,9 +206,8 @@ __global__ void decode_attention_kernel(const float* q, const T* k_cache, const 
         m[h] = grows ? s : m[h];
         l[h] = l[h] * alpha + p;
         KVHEAP_UNROLL
-        for (int v = 0; v < VPL; ++v)
-          KVHEAP_UNROLL
-          for (int e2 = 0; e2 < E; ++e2) acc[h][v][e2] = acc[h][v][e2] * alpha + p * vf[v][e2];
+        for (int v = 0; v < VPL; ++v) KVHEAP_UNROLL
+        for (int e2 = 0; e2 < E; ++e2) acc[h][v][e2] = acc[h][v][e2] * alpha + p * vf[v][e2];
       }
     }
     KVHEAP_UNROLL
@@ -224,9 +221,8 @@ __global__ void decode_attention_kernel(const float* q, const T* k_cache, const 
   auto merge_in = [&](int h, SoftmaxState other, auto&& partner_acc) {
     const MergeScales sc = merge_softmax(SoftmaxState{m[h], l[h]}, other);
     KVHEAP_UNROLL
-    for (int v = 0; v < VPL; ++v)
-      KVHEAP_UNROLL
-      for (int e = 0; e < E; ++e) acc[h][v][e] = acc[h][v][e] * sc.a + partner_acc(v, e) * sc.b;
+    for (int v = 0; v < VPL; ++v) KVHEAP_UNROLL
+    for (int e = 0; e < E; ++e) acc[h][v][e] = acc[h][v][e] * sc.a + partner_acc(v, e) * sc.b;
     m[h] = sc.out.max;
     l[h] = sc.out.sum;
   };
@@ -239,9 +235,8 @@ __global__ void decode_attention_kernel(const float* q, const T* k_cache, const 
                                __shfl_xor_sync(kFullMask, l[h], off)};
       float theirs[VPL][E];
       KVHEAP_UNROLL
-      for (int v = 0; v < VPL; ++v)
-        KVHEAP_UNROLL
-        for (int e = 0; e < E; ++e) theirs[v][e] = __shfl_xor_sync(kFullMask, acc[h][v][e], off);
+      for (int v = 0; v < VPL; ++v) KVHEAP_UNROLL
+      for (int e = 0; e < E; ++e) theirs[v][e] = __shfl_xor_sync(kFullMask, acc[h][v][e], off);
       merge_in(h, other, [&](int v, int e) { return theirs[v][e]; });
     }
   }
@@ -261,9 +256,8 @@ __global__ void decode_attention_kernel(const float* q, const T* k_cache, const 
         float* dst = smem_acc + (static_cast<long long>(slot) * G + h) * head_dim;
         KVHEAP_UNROLL
         for (int v = 0; v < VPL; ++v)
-          if (sl + v * lp < vpr)
-            KVHEAP_UNROLL
-            for (int e = 0; e < E; ++e) dst[(sl + v * lp) * E + e] = acc[h][v][e];
+          if (sl + v * lp < vpr) KVHEAP_UNROLL
+        for (int e = 0; e < E; ++e) dst[(sl + v * lp) * E + e] = acc[h][v][e];
       }
     }
     __syncthreads();
@@ -298,8 +292,8 @@ __global__ void decode_attention_kernel(const float* q, const T* k_cache, const 
       KVHEAP_UNROLL
       for (int e4 = 0; e4 < E; e4 += 4)
         *reinterpret_cast<float4*>(dst + vec * E + e4) =
-            make_float4(acc[h][v][e4] * scale, acc[h][v][e4 + 1] * scale,
-                        acc[h][v][e4 + 2] * scale, acc[h][v][e4 + 3] * scale);
+            make_float4(acc[h][v][e4] * scale, acc[h][v][e4 + 1] * scale, acc[h][v][e4 + 2] * scale,
+                        acc[h][v][e4 + 3] * scale);
     }
     if (d.splits > 1 && sl == 0) part_state[part_row] = SoftmaxState{m[h], l[h]};
   }

@@ -20,10 +20,10 @@ namespace kvheap::cuda::detail {
 /// dtype, head_dim, heads per block) to the kernel instantiation that handles them.
 template <class Locator>
 struct AttentionLaunch {
-  const float* q;         // [n, n_heads, head_dim]
-  const void* k_cache;    // [rows, n_kv_heads, head_dim]
-  const void* v_cache;    // [rows, n_kv_heads, head_dim]
-  const int* n_ctx;       // [n]
+  const float* q;       // [n, n_heads, head_dim]
+  const void* k_cache;  // [rows, n_kv_heads, head_dim]
+  const void* v_cache;  // [rows, n_kv_heads, head_dim]
+  const int* n_ctx;     // [n]
   Locator loc;
   KernelDims d;
   float* out;                // [n, n_heads, head_dim]
@@ -40,9 +40,9 @@ struct AttentionLaunch {
     // Two warp records for the tree merge: at most 2 x 16 x 258 x 4 B = 33 KB, under 48 KB.
     const std::size_t smem = (kWarps / 2) * G * (d.head_dim + 2) * sizeof(float);
     launch<decode_attention_kernel<T, HD, G, Locator>>(
-        dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(d.splits)), dim3(kThreads),
-        smem, stream, q, static_cast<const T*>(k_cache), static_cast<const T*>(v_cache), n_ctx,
-        loc, d, out, part_acc, part_state);
+        dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(d.splits)), dim3(kThreads), smem,
+        stream, q, static_cast<const T*>(k_cache), static_cast<const T*>(v_cache), n_ctx, loc, d,
+        out, part_acc, part_state);
   }
   template <class T, int HD>
   void by_group() const {
@@ -65,9 +65,8 @@ struct AttentionLaunch {
 /// body of every layout's public decode-attention function.
 template <class Locator>
 void launch_decode_attention(DType kv, const float* q, const void* k_cache, const void* v_cache,
-                             const int* n_ctx, Locator loc, const AttentionShape& shape,
-                             float* out, AttentionWorkspace& workspace, StreamHandle stream,
-                             int force_splits) {
+                             const int* n_ctx, Locator loc, const AttentionShape& shape, float* out,
+                             AttentionWorkspace& workspace, StreamHandle stream, int force_splits) {
   const AttentionPlan plan = plan_attention(shape, force_splits);
   if (shape.n == 0) return;
   // The kernel moves q, out and the cache in 16-byte vectors; every offset inside them is a
@@ -99,8 +98,8 @@ void launch_decode_attention(DType kv, const float* q, const void* k_cache, cons
     case DType::BF16: l.template by_head_dim<__nv_bfloat16>(); break;
   }
   if (plan.splits > 1)
-    merge_splits(l.part_state, l.part_acc, out, plan.splits, static_cast<int>(rows),
-                 shape.head_dim, stream);
+    merge_splits(l.part_state, l.part_acc, out, plan.splits, static_cast<int>(rows), shape.head_dim,
+                 stream);
 }
 
 }  // namespace kvheap::cuda::detail

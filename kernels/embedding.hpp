@@ -36,8 +36,8 @@ void embedding(float* x, const int* ids, const void* table, DType table_dtype, i
 /// \param out  [n, dim] written
 /// \param rows [n] indices into src
 /// \param src  [src_rows, dim]
-inline void gather_rows(float* out, const int* rows, const float* src, int n, int dim,
-                        int src_rows, StreamHandle stream = nullptr) {
+inline void gather_rows(float* out, const int* rows, const float* src, int n, int dim, int src_rows,
+                        StreamHandle stream = nullptr) {
   embedding(out, rows, src, DType::F32, n, dim, src_rows, stream);
 }
 

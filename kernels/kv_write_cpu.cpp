@@ -31,8 +31,8 @@ void kv_write(DType kv, void* k_cache, void* v_cache, const float* k, const floa
                  kv_dim);
       break;
     case DType::F16:
-      write_rows(static_cast<F16Bits*>(k_cache), static_cast<F16Bits*>(v_cache), k, v, dst_rows,
-                 n, kv_dim);
+      write_rows(static_cast<F16Bits*>(k_cache), static_cast<F16Bits*>(v_cache), k, v, dst_rows, n,
+                 kv_dim);
       break;
     case DType::BF16:
       write_rows(static_cast<BF16Bits*>(k_cache), static_cast<BF16Bits*>(v_cache), k, v, dst_rows,

@@ -43,8 +43,7 @@ __global__ void block_sum_kernel(const long long* values, long long* sums) {
   }
 }
 
-__global__ void votes_kernel(unsigned* ballot, int* any, int* all_true, int* all_even,
-                             int* count) {
+__global__ void votes_kernel(unsigned* ballot, int* any, int* all_true, int* all_even, int* count) {
   const unsigned t = blockIdx.x * blockDim.x + threadIdx.x;
   const unsigned lane = threadIdx.x % 32;
   ballot[t] = __ballot_sync(kFull, lane % 3 == 0);
@@ -155,7 +154,7 @@ __global__ void sync_in_first_warp_only_kernel(int* out) {
 }
 
 __global__ void sync_at_two_sites_kernel(int* out) {
-  if (threadIdx.x % 2 == 0) {
+  if (threadIdx.x % 2 == 0) {  // NOLINT(bugprone-branch-clone): the two sites are the test
     __syncthreads();
   } else {
     __syncthreads();  // a second call site: a divergent barrier
@@ -181,7 +180,8 @@ __global__ void syncwarp_without_own_lane_kernel(int* out) {
 __global__ void big_smem_kernel(int* errors) {
   unsigned char* bytes = kvheap::dynamic_smem<unsigned char>();
   const unsigned n = kvheap::dynamic_smem_bytes();
-  for (unsigned i = threadIdx.x; i < n; i += blockDim.x) bytes[i] = static_cast<unsigned char>(i * 13);
+  for (unsigned i = threadIdx.x; i < n; i += blockDim.x)
+    bytes[i] = static_cast<unsigned char>(i * 13);
   __syncthreads();
   for (unsigned i = threadIdx.x; i < n; i += blockDim.x) {
     const unsigned j = n - 1 - i;

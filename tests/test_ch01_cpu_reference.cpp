@@ -163,7 +163,8 @@ TEST(Ch01CpuReference, RopeConventionConversionPreservesLogits) {
     for (int h = 0; h < heads; ++h)
       for (int i = 0; i < hd / 2; ++i)
         for (int col = 0; col < cols; ++col) {
-          dst[(static_cast<long>(h) * hd + i) * cols + col] = src[(static_cast<long>(h) * hd + 2 * i) * cols + col];
+          dst[(static_cast<long>(h) * hd + i) * cols + col] =
+              src[(static_cast<long>(h) * hd + 2 * i) * cols + col];
           dst[(static_cast<long>(h) * hd + hd / 2 + i) * cols + col] =
               src[(static_cast<long>(h) * hd + 2 * i + 1) * cols + col];
         }

@@ -25,7 +25,7 @@ namespace {
 
 /// Chapter 1 greedy run: tokens and the logits of every step.
 struct Trace {
-  std::vector<int> tokens;                // prompt + generated
+  std::vector<int> tokens;                 // prompt + generated
   std::vector<std::vector<float>> logits;  // [steps][vocab]
 };
 
@@ -71,8 +71,9 @@ void expect_gpu_matches_cpu(const ModelWeights& w, const std::vector<int>& promp
     const double err = test::rel_inf_error(got, ref.logits[s]);
     EXPECT_LT(err, logit_tol) << "step " << s;
     const int want = ref.tokens[prompt.size() + s];
-    const float scale = *std::max_element(ref.logits[s].begin(), ref.logits[s].end(),
-                                          [](float a, float c) { return std::fabs(a) < std::fabs(c); });
+    const float scale =
+        *std::max_element(ref.logits[s].begin(), ref.logits[s].end(),
+                          [](float a, float c) { return std::fabs(a) < std::fabs(c); });
     if (argmax(got) != want) {
       // Allowed only where chapter 1's own top-2 margin is within the tolerance: a near tie.
       const float margin = top2_margin(ref.logits[s]);

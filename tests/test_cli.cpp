@@ -36,19 +36,20 @@ TEST(Cli, JsonPrintsGeneratedIdsAndMetrics) {
   EXPECT_EQ(j["generated_ids"].size(), 12u);
   EXPECT_EQ(j["prompt_ids"], nlohmann::json({1, 5, 9}));
   EXPECT_GT(j["metrics"]["decode_tokens_per_s"].get<double>(), 0.0);
-  EXPECT_GT(j["metrics"]["kv_reserved_bytes"].get<double>(), j["metrics"]["kv_used_bytes"].get<double>());
+  EXPECT_GT(j["metrics"]["kv_reserved_bytes"].get<double>(),
+            j["metrics"]["kv_used_bytes"].get<double>());
 }
 
 TEST(Cli, Stories260KJsonMatchesTheLibrary) {
   KVHEAP_REQUIRE_MODEL(path, "stories260K.bin");
-  const auto r = run_program(kCh01, {"--model", path, "--prompt-ids", "1", "--max-new-tokens", "200",
-                                     "--temperature", "0", "--json", "--no-peak"});
+  const auto r = run_program(kCh01, {"--model", path, "--prompt-ids", "1", "--max-new-tokens",
+                                     "200", "--temperature", "0", "--json", "--no-peak"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto ids = nlohmann::json::parse(r.out)["generated_ids"].get<std::vector<int>>();
   EXPECT_EQ(ids.size(), 200u);  // greedy stories260K does not emit BOS within 200 tokens
-  const auto again = run_program(kCh01, {"--model", path, "--prompt-ids", "1", "--max-new-tokens",
-                                         "200", "--temperature", "0", "--json", "--no-peak",
-                                         "--threads", "1"});
+  const auto again =
+      run_program(kCh01, {"--model", path, "--prompt-ids", "1", "--max-new-tokens", "200",
+                          "--temperature", "0", "--json", "--no-peak", "--threads", "1"});
   EXPECT_EQ(nlohmann::json::parse(again.out)["generated_ids"].get<std::vector<int>>(), ids)
       << "thread count must not change greedy output";
 }
@@ -130,9 +131,9 @@ TEST(Cli, TokenizerOfAnotherVocabularyExitsOne) {
 // Chapter 2 agrees with chapter 1 on --json: on its CPU backend always, and on --device cuda in
 // the simulator build (or on a GPU). Where no device exists, asking for one is a clear error.
 TEST(Cli, Chapter2PrintsTheSameIdsAsChapter1) {
-  const std::vector<std::string> args = {"--model", "tiny", "--prompt-ids", "1,5,9",
-                                         "--max-new-tokens", "20", "--temperature", "0",
-                                         "--ignore-eos", "--json", "--no-peak"};
+  const std::vector<std::string> args = {"--model",          "tiny",   "--prompt-ids",  "1,5,9",
+                                         "--max-new-tokens", "20",     "--temperature", "0",
+                                         "--ignore-eos",     "--json", "--no-peak"};
   const auto ref = run_program(kCh01, args);
   ASSERT_EQ(ref.exit_code, 0) << ref.err;
   const auto ids = nlohmann::json::parse(ref.out)["generated_ids"];
@@ -158,8 +159,8 @@ TEST(Cli, Chapter2PrintsTheSameIdsAsChapter1) {
 }
 
 TEST(Cli, Chapter2RejectsHalfWeightsOnTheCpuBackend) {
-  const auto r = run_program("ch02_contiguous_gpu", {"--model", "tiny", "--device", "cpu",
-                                                    "--weight-dtype", "bf16"});
+  const auto r = run_program("ch02_contiguous_gpu",
+                             {"--model", "tiny", "--device", "cpu", "--weight-dtype", "bf16"});
   EXPECT_EQ(r.exit_code, 2);
   expect_one_line_error(r, "--weight-dtype bf16 needs --device cuda");
 }
@@ -173,18 +174,18 @@ TEST(Cli, Chapter3GeneratesPerSequenceIdsEqualToChapter1) {
     std::ofstream f(file);
     for (const auto& p : prompts) f << p << "\n";
   }
-  const auto r = run_program("ch03_paged_blocks",
-                             {"--model", "tiny", "--prompts", file.string(), "--max-new-tokens", "15",
-                              "--temperature", "0", "--block-size", "3", "--json", "--no-peak"});
+  const auto r = run_program(
+      "ch03_paged_blocks", {"--model", "tiny", "--prompts", file.string(), "--max-new-tokens", "15",
+                            "--temperature", "0", "--block-size", "3", "--json", "--no-peak"});
   std::filesystem::remove(file);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   ASSERT_EQ(j["generated_ids"].size(), prompts.size());
   EXPECT_EQ(j["pool"]["block_size"], 3);
   for (std::size_t i = 0; i < prompts.size(); ++i) {
-    const auto ref = run_program(kCh01, {"--model", "tiny", "--prompt-ids", prompts[i],
-                                         "--max-new-tokens", "15", "--temperature", "0", "--json",
-                                         "--no-peak"});
+    const auto ref =
+        run_program(kCh01, {"--model", "tiny", "--prompt-ids", prompts[i], "--max-new-tokens", "15",
+                            "--temperature", "0", "--json", "--no-peak"});
     ASSERT_EQ(ref.exit_code, 0) << ref.err;
     EXPECT_EQ(j["generated_ids"][i], nlohmann::json::parse(ref.out)["generated_ids"])
         << "sequence " << i;
@@ -193,9 +194,9 @@ TEST(Cli, Chapter3GeneratesPerSequenceIdsEqualToChapter1) {
 
 TEST(Cli, Chapter3ReportsSequencesTheBudgetCannotAdmit) {
   // tiny: 2 layers x 2 KV heads x 16 dims x 2 x 4 B = 512 B per token; 0.01 MB = 19 blocks of 1.
-  const auto r = run_program("ch03_paged_blocks",
-                             {"--model", "tiny", "--num-seqs", "3", "--max-new-tokens", "8",
-                              "--block-size", "1", "--kv-budget-mb", "0.01", "--json", "--no-peak"});
+  const auto r = run_program(
+      "ch03_paged_blocks", {"--model", "tiny", "--num-seqs", "3", "--max-new-tokens", "8",
+                            "--block-size", "1", "--kv-budget-mb", "0.01", "--json", "--no-peak"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["not_admitted"].size(), 1u) << r.out;  // 9 blocks each: two fit in 19
@@ -217,7 +218,7 @@ TEST(Cli, HelpExitsZero) {
 
 TEST(Cli, KvCalculatorPrintsTheNapkinMath) {
   const auto r = run_program("ch01_kv_calculator", {"--model", "llama-3-8b", "--kv-dtype", "bf16",
-                                                   "--context", "1024", "--memory-gb", "80"});
+                                                    "--context", "1024", "--memory-gb", "80"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("= 131072 B"), std::string::npos) << r.out;
   // 80e9 - 16.06e9 of weights = 63.94e9 for KV: 59 reservations of 1.07 GB, 476 of 134 MB.

@@ -27,7 +27,7 @@ void expect_one_line_error(const test::ProgramResult& r, const std::string& need
 
 // The tiny preset as a llama2.c v1 checkpoint, for tests that then break one thing in it.
 std::string tiny_checkpoint(const test::TempDir& tmp) {
-  const std::string path = tmp.file("tiny.bin");
+  std::string path = tmp.file("tiny.bin");
   test::write_llama2c(test::random_weights(preset("tiny"), 3), path, 1);
   return path;
 }

@@ -90,13 +90,12 @@ std::vector<float> run_twin(const Problem& p, const HostData& h) {
     for (int i = 0; i < p.n(); ++i) {
       const long base = static_cast<long>(p.slot[i]) * p.max_seq_len * p.kv_dim();
       const cpu::ContiguousRows<T> rows{reinterpret_cast<const T*>(h.k.data()) + base,
-                                        reinterpret_cast<const T*>(h.v.data()) + base,
-                                        p.kv_dim()};
+                                        reinterpret_cast<const T*>(h.v.data()) + base, p.kv_dim()};
       std::vector<float> scores(static_cast<std::size_t>(group) * std::max(p.ctx[i], 1));
       for (int g = 0; g < p.n_kv_heads; ++g) {
         const long qo = (static_cast<long>(i) * p.n_heads + g * group) * p.head_dim;
-        cpu::attend_group<T>(h.q.data() + qo, rows, p.ctx[i], g, group, p.head_dim,
-                             out.data() + qo, scores.data());
+        cpu::attend_group<T>(h.q.data() + qo, rows, p.ctx[i], g, group, p.head_dim, out.data() + qo,
+                             scores.data());
       }
     }
   });
@@ -125,7 +124,7 @@ std::vector<float> run_kernel(const Problem& p, const HostData& h, int force_spl
 std::vector<float> expect_matches_twin(const Problem& p, int force_splits = 0) {
   const HostData h = make_data(p);
   cuda::AttentionWorkspace ws;
-  const std::vector<float> got = run_kernel(p, h, force_splits, ws);
+  std::vector<float> got = run_kernel(p, h, force_splits, ws);
   EXPECT_TRUE(test::rel_close(got, run_twin(p, h), kTol))
       << dtype_name(p.kv) << " heads " << p.n_heads << "/" << p.n_kv_heads << " head_dim "
       << p.head_dim << " rows " << p.n() << " max ctx "
@@ -300,8 +299,7 @@ TEST(DecodeAttention, RejectsShapesTheKernelCannotRun) {
   cuda::AttentionWorkspace ws;
   auto attempt = [&](int n_heads, int n_kv_heads, int head_dim) {
     const cuda::AttentionShape s{1, n_heads, n_kv_heads, head_dim, 1};
-    cuda::decode_attention(DType::F32, nullptr, nullptr, nullptr, nullptr, nullptr, s, nullptr,
-                           ws);
+    cuda::decode_attention(DType::F32, nullptr, nullptr, nullptr, nullptr, nullptr, s, nullptr, ws);
   };
   EXPECT_THROW(attempt(4, 2, 12), InputError);   // not a multiple of 8
   EXPECT_THROW(attempt(4, 2, 264), InputError);  // above 256

@@ -88,7 +88,8 @@ TEST_P(FuzzReplay, EveryPastCrashReturnsNormally) {
   for (const fs::path& f : inputs("regressions", GetParam().name)) (void)replay(GetParam(), f);
 }
 
-INSTANTIATE_TEST_SUITE_P(Targets, FuzzReplay, ::testing::ValuesIn(fuzz_targets().begin(), fuzz_targets().end()),
+INSTANTIATE_TEST_SUITE_P(Targets, FuzzReplay,
+                         ::testing::ValuesIn(fuzz_targets().begin(), fuzz_targets().end()),
                          [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

@@ -199,7 +199,7 @@ TEST(DeviceWeights, UploadsEveryTensorOnceInTheChosenDtype) {
         2 * c.q_dim() * dim + 2 * c.kv_dim() * dim + 3 * c.hidden_dim * dim;
     const std::size_t matrices =
         c.n_layers * per_layer_matrices + (tied ? 1 : 2) * c.vocab_size * dim;  // + embedding
-    const std::size_t vectors = (1 + 2 * c.n_layers) * dim +  // norms
+    const std::size_t vectors = (1 + 2 * c.n_layers) * dim +                    // norms
                                 (tied ? 0 : c.n_layers * (c.q_dim() + 2 * c.kv_dim()));  // biases
     for (DType dtype : {DType::F32, DType::BF16}) {
       const DeviceWeights dw(w, dtype);

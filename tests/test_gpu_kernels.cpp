@@ -182,11 +182,26 @@ TEST(GpuKernels, SwigluAndResidualAddMatchCpuTwin) {
 // fp16 subnormals, fp32 subnormals (bf16 keeps them), infinities and signed zeros.
 std::vector<float> rounding_probes(std::size_t count, unsigned seed) {
   std::vector<float> v = random_floats(count, seed, -70000.0f, 70000.0f);
-  const float probes[] = {0.0f, -0.0f, 1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f, 1.0f + 0x1p-8f,
-                          1.0f + 3 * 0x1p-8f, 65504.0f, 65519.0f, 65520.0f, -65520.0f, 1e30f,
-                          0x1p-24f, 0x1p-25f, 3 * 0x1p-26f, 1e-40f, -1e-40f,
+  const float probes[] = {0.0f,
+                          -0.0f,
+                          1.0f + 0x1p-11f,
+                          1.0f + 3 * 0x1p-11f,
+                          1.0f + 0x1p-8f,
+                          1.0f + 3 * 0x1p-8f,
+                          65504.0f,
+                          65519.0f,
+                          65520.0f,
+                          -65520.0f,
+                          1e30f,
+                          0x1p-24f,
+                          0x1p-25f,
+                          3 * 0x1p-26f,
+                          1e-40f,
+                          -1e-40f,
                           std::numeric_limits<float>::infinity(),
-                          -std::numeric_limits<float>::infinity(), 3.14159265f, -1e-3f};
+                          -std::numeric_limits<float>::infinity(),
+                          3.14159265f,
+                          -1e-3f};
   for (std::size_t i = 0; i < v.size(); ++i) {
     if (i % 3 == 0) v[i] = probes[(i / 3) % std::size(probes)];
     if (i % 3 == 1) v[i] *= 1e-4f;  // small magnitudes too

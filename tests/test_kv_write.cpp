@@ -30,9 +30,18 @@ TEST(KvWrite, EqualsCpuTwinBitwise) {
     for (float& x : v) x = nd(rng) * 1e-3f;
     // Rounding edge cases: fp16's largest value and overflow threshold, values that are
     // subnormal in fp16 or flush to zero, exact ties of fp16 (2^-11) and bf16 (2^-8) at 1.0.
-    const float edges[] = {65504.0f, 65519.0f, 65520.0f, -1e6f, 3e-8f, -6e-6f, 1e-40f,
-                           1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f, 1.0f + 0x1p-8f,
-                           1.0f + 3 * 0x1p-8f, -0.0f};
+    const float edges[] = {65504.0f,
+                           65519.0f,
+                           65520.0f,
+                           -1e6f,
+                           3e-8f,
+                           -6e-6f,
+                           1e-40f,
+                           1.0f + 0x1p-11f,
+                           1.0f + 3 * 0x1p-11f,
+                           1.0f + 0x1p-8f,
+                           1.0f + 3 * 0x1p-8f,
+                           -0.0f};
     std::copy(std::begin(edges), std::end(edges), k.begin());
     const std::vector<std::int64_t> dst = {9, 2, 15, 0, 7};  // unordered cache rows
     for (DType kv : {DType::F32, DType::F16, DType::BF16}) {
@@ -46,8 +55,7 @@ TEST(KvWrite, EqualsCpuTwinBitwise) {
       const auto dkf = DeviceBuffer<float>::from_host(k);
       const auto dvf = DeviceBuffer<float>::from_host(v);
       const auto ddst = DeviceBuffer<std::int64_t>::from_host(dst);
-      cuda::kv_write(kv, dk.data(), dv.data(), dkf.data(), dvf.data(), ddst.data(), s.n,
-                     s.kv_dim);
+      cuda::kv_write(kv, dk.data(), dv.data(), dkf.data(), dvf.data(), ddst.data(), s.n, s.kv_dim);
       EXPECT_EQ(dk.to_host(), want_k) << dtype_name(kv) << " kv_dim " << s.kv_dim;
       EXPECT_EQ(dv.to_host(), want_v) << dtype_name(kv) << " kv_dim " << s.kv_dim;
     }

@@ -68,7 +68,10 @@ TEST(Sampler, ArgmaxTakesTheFirstOfEqualMaxima) {
   EXPECT_EQ(argmax(std::vector<float>{ninf, ninf, -1e30f}), 2);
   expect_error_mentioning<InputError>([] { (void)argmax(std::vector<float>{}); }, {"empty"});
   expect_error_mentioning<InputError>(
-      [] { (void)argmax(std::vector<float>{1.0f, std::nanf(""), 2.0f}); }, {"logit 1", "NaN"});
+      [] {
+        (void)argmax(std::vector<float>{1.0f, std::nanf(""), 2.0f});
+      },
+      {"logit 1", "NaN"});
 }
 
 TEST(Sampler, ZeroTemperatureIsGreedy) {
@@ -195,8 +198,8 @@ int reference_nucleus(const std::vector<float>& logits, float top_p, float u) {
 
 TEST(Sampler, NucleusCutoffMatchesAFullSortReference) {
   // Small, mid-sized and Llama-sized vocabularies; fewer steps where each one costs more.
-  const std::vector<std::pair<std::size_t, std::uint64_t>> shapes = {{7, 400}, {1000, 200},
-                                                                     {32000, 15}};
+  const std::vector<std::pair<std::size_t, std::uint64_t>> shapes = {
+      {7, 400}, {1000, 200}, {32000, 15}};
   for (const auto& [vocab, steps] : shapes) {
     for (const float top_p : {0.5f, 0.9f, 0.99f}) {
       SCOPED_TRACE(testing::Message() << "vocab " << vocab << ", top_p " << top_p);
@@ -245,12 +248,21 @@ TEST(Sampler, BadLogitsAreInputErrors) {
   Sampler s({});
   expect_error_mentioning<InputError>([&] { (void)s.sample(std::vector<float>{}); }, {"empty"});
   expect_error_mentioning<InputError>(
-      [&] { (void)s.sample(std::vector<float>{0.0f, 1.0f, std::nanf("")}); }, {"logit 2", "NaN"});
+      [&] {
+        (void)s.sample(std::vector<float>{0.0f, 1.0f, std::nanf("")});
+      },
+      {"logit 2", "NaN"});
   const float inf = std::numeric_limits<float>::infinity();
   expect_error_mentioning<InputError>(
-      [&] { (void)s.sample(std::vector<float>{inf, 0.0f}); }, {"logit 0"});
+      [&] {
+        (void)s.sample(std::vector<float>{inf, 0.0f});
+      },
+      {"logit 0"});
   expect_error_mentioning<InputError>(
-      [&] { (void)s.sample(std::vector<float>{-inf, -inf}); }, {"-inf"});
+      [&] {
+        (void)s.sample(std::vector<float>{-inf, -inf});
+      },
+      {"-inf"});
 }
 
 }  // namespace

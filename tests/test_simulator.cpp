@@ -37,10 +37,10 @@ constexpr bool kAsan = false;
     GTEST_SKIP() << *why_ << "; this test runs on a GPU or in the KVHEAP_CUDA=sim build"; \
   }
 #endif
-#define KVHEAP_REQUIRE_SIMULATOR()                                                           \
-  if (!is_simulator()) {                                                                     \
+#define KVHEAP_REQUIRE_SIMULATOR()                                                            \
+  if (!is_simulator()) {                                                                      \
     GTEST_SKIP() << "simulator-only check (on a GPU this bug is undefined behaviour: a hang " \
-                    "or silent corruption, not a reportable error)";                         \
+                    "or silent corruption, not a reportable error)";                          \
   }
 
 // Runs `f`, which must throw LaunchError, and returns the message.
@@ -135,7 +135,8 @@ TEST(DeviceLayer, MemcpyAndMemsetRoundTrip) {
   // Pinned memory through a stream.
   Stream stream;
   PinnedBuffer<float> pinned(host.size());
-  KVHEAP_CUDA_CHECK(cudaMemcpyAsync(pinned.data(), a.data(), a.bytes(), cudaMemcpyDeviceToHost, stream));
+  KVHEAP_CUDA_CHECK(
+      cudaMemcpyAsync(pinned.data(), a.data(), a.bytes(), cudaMemcpyDeviceToHost, stream));
   stream.synchronize();
   EXPECT_EQ(std::vector<float>(pinned.span().begin(), pinned.span().end()), host);
 }
@@ -161,8 +162,8 @@ TEST(DeviceLayer, EventsMeasureElapsedTime) {
 
 TEST(SimKernels, BlockSumThroughShufflesIsExact) {
   KVHEAP_REQUIRE_DEVICE();
-  const std::vector<dim3> blocks = {dim3(32), dim3(96), dim3(256), dim3(1024), dim3(8, 4, 2),
-                                    dim3(16, 4, 4)};
+  const std::vector<dim3> blocks = {dim3(32),   dim3(96),      dim3(256),
+                                    dim3(1024), dim3(8, 4, 2), dim3(16, 4, 4)};
   const std::vector<dim3> grids = {dim3(1), dim3(5), dim3(3, 2, 2)};
   for (const dim3 block : blocks) {
     for (const dim3 grid : grids) {
@@ -180,8 +181,8 @@ TEST(SimKernels, BlockSumThroughShufflesIsExact) {
         d_sums.fill_bytes(0);
         test::block_sum(d_values.data(), d_sums.data(), grid, block, how);
         EXPECT_EQ(d_sums.to_host(), expected)
-            << "block " << block.x << "x" << block.y << "x" << block.z << ", grid " << grid.x
-            << "x" << grid.y << "x" << grid.z << (how == test::WarpReduce::Xor ? ", xor" : ", down");
+            << "block " << block.x << "x" << block.y << "x" << block.z << ", grid " << grid.x << "x"
+            << grid.y << "x" << grid.z << (how == test::WarpReduce::Xor ? ", xor" : ", down");
       }
     }
   }
@@ -214,7 +215,9 @@ TEST(SimKernels, BallotAnyAllFollowLanePredicates) {
 
 TEST(SimKernels, ShufflesFollowCudaSegmentRules) {
   KVHEAP_REQUIRE_DEVICE();
-  struct Case { int src, delta, lane_mask, width; };
+  struct Case {
+    int src, delta, lane_mask, width;
+  };
   for (const Case c : {Case{3, 1, 1, 32}, Case{31, 5, 16, 32}, Case{9, 2, 4, 16}, Case{2, 3, 8, 8},
                        Case{0, 1, 2, 4}, Case{7, 4, 16, 16}}) {
     const int threads = 64;
@@ -295,10 +298,12 @@ TEST(SimLaunch, RefusesImpossibleShapes) {
   KVHEAP_REQUIRE_DEVICE();
   DeviceBuffer<float> x(64);
   auto fill = [&](dim3 grid, dim3 block) { test::fill(x.data(), 1.0f, 64, grid, block); };
-  struct Shape { dim3 grid, block; };
-  for (const Shape bad : {Shape{dim3(1), dim3(1025)}, Shape{dim3(1), dim3(32, 32, 2)},
-                          Shape{dim3(0), dim3(32)}, Shape{dim3(1), dim3(0)},
-                          Shape{dim3(1, 65536), dim3(32)}}) {
+  struct Shape {
+    dim3 grid, block;
+  };
+  for (const Shape bad :
+       {Shape{dim3(1), dim3(1025)}, Shape{dim3(1), dim3(32, 32, 2)}, Shape{dim3(0), dim3(32)},
+        Shape{dim3(1), dim3(0)}, Shape{dim3(1, 65536), dim3(32)}}) {
     const std::string m = launch_error_of([&] { fill(bad.grid, bad.block); });
     EXPECT_NE(m.find("fill_kernel failed"), std::string::npos) << m;
     EXPECT_NE(m.find("invalid configuration argument"), std::string::npos) << m;
@@ -323,7 +328,8 @@ TEST(SimLaunch, DynamicSharedMemoryOver48KiBNeedsTheAttribute) {
 TEST(SimLaunch, HostPointerArgumentIsRefused) {
   KVHEAP_REQUIRE_SIMULATOR();
   std::vector<float> host(64);
-  const std::string m = launch_error_of([&] { test::fill(host.data(), 1.0f, 64, dim3(1), dim3(64)); });
+  const std::string m =
+      launch_error_of([&] { test::fill(host.data(), 1.0f, 64, dim3(1), dim3(64)); });
   EXPECT_NE(m.find("argument 0"), std::string::npos) << m;
   EXPECT_NE(m.find("is host memory"), std::string::npos) << m;
 }
@@ -333,13 +339,16 @@ TEST(SimMemory, CopiesOutsideTheirAllocationAreRefused) {
   DeviceBuffer<float> small(64);
   std::vector<float> host(100);
   try {
-    KVHEAP_CUDA_CHECK(cudaMemcpy(small.data(), host.data(), 100 * sizeof(float), cudaMemcpyHostToDevice));
+    KVHEAP_CUDA_CHECK(
+        cudaMemcpy(small.data(), host.data(), 100 * sizeof(float), cudaMemcpyHostToDevice));
     FAIL() << "an overrunning copy should fail";
   } catch (const ResourceError& e) {
     EXPECT_NE(std::string(e.what()).find("has 256 bytes left in its cudaMalloc block of 256 bytes"),
-              std::string::npos) << e.what();
+              std::string::npos)
+        << e.what();
   }
-  EXPECT_EQ(cudaMemcpy(small.data(), host.data(), 16, cudaMemcpyDeviceToHost), cudaErrorInvalidValue);
+  EXPECT_EQ(cudaMemcpy(small.data(), host.data(), 16, cudaMemcpyDeviceToHost),
+            cudaErrorInvalidValue);
   EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidValue);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);  // reading it cleared it
   std::size_t free_before = 0, free_after = 0, total = 0;
@@ -451,7 +460,8 @@ TEST_P(Gemm, MatchesNaiveLoop) {
         std::vector<float> c(static_cast<std::size_t>(m) * n);
         const GemmShape s{m, n, k};
         if (dtype == DType::F32) run_gemm<float>(blas, a, b, c, s, [](float x) { return x; });
-        if (dtype == DType::F16) run_gemm<__half>(blas, a, b, c, s, [](float x) { return __float2half(x); });
+        if (dtype == DType::F16)
+          run_gemm<__half>(blas, a, b, c, s, [](float x) { return __float2half(x); });
         if (dtype == DType::BF16) {
           run_gemm<__nv_bfloat16>(blas, a, b, c, s, [](float x) { return __float2bfloat16(x); });
         }
@@ -467,7 +477,8 @@ TEST_P(Gemm, MatchesNaiveLoop) {
             // at most about k * 2^-24 * sum|a_p b_p|. Allow twice that, whatever the order.
             const double tol = 2.0 * k * std::ldexp(magnitude, -24) + 1e-30;
             EXPECT_NEAR(c[static_cast<std::size_t>(i) * n + j], ref, tol)
-                << dtype_name(dtype) << " m=" << m << " n=" << n << " k=" << k << " at " << i << "," << j;
+                << dtype_name(dtype) << " m=" << m << " n=" << n << " k=" << k << " at " << i << ","
+                << j;
           }
         }
       }

@@ -86,7 +86,7 @@ const std::vector<std::string>& round_trip_texts() {
       "  leading and trailing spaces  ",
       "line one\nline two\n\nline four\n",
       "tabs\tand\r\nwindows line ends",
-      "emoji \xF0\x9F\x98\x80\xF0\x9F\x9A\x80 and CJK \xE6\xBC\xA2\xE5\xAD\x97 "
+      "emoji \xF0\x9F\x98\x80\xF0\x9F\x9A\x80 and CJK \xE6\xBC\xA2\xE5\xAD\x97 "  // NOLINT(bugprone-suspicious-missing-comma)
       "\xE3\x81\x8B\xE3\x81\xAA",
       "caf\xC3\xA9 na\xC3\xAFve \xC3\x9C\x62\x65r",
       "\xF0\x9D\x84\x9E clef, \xE1\x9A\xA0 rune, \xF0\x9F\xA6\x99 sauropod",
@@ -119,9 +119,22 @@ TEST(Tokenizer, HeapMergesMatchThePlainLlama2cLoop) {
   texts.push_back(story + story);
   // Random mixes of letters, spaces, repeats and multi-byte characters give many equal-score
   // pairs, where only the leftmost-first rule decides the order.
-  const std::vector<std::string> alphabet = {"a", "b", "e", "t", "h", "s", " ", "  ", "ab",
-                                             "the", ".", "\n", "\xC3\xA9", "\xE6\xBC\xA2",
-                                             "\xF0\x9F\x98\x80", "\xFF"};
+  const std::vector<std::string> alphabet = {"a",
+                                             "b",
+                                             "e",
+                                             "t",
+                                             "h",
+                                             "s",
+                                             " ",
+                                             "  ",
+                                             "ab",
+                                             "the",
+                                             ".",
+                                             "\n",
+                                             "\xC3\xA9",
+                                             "\xE6\xBC\xA2",
+                                             "\xF0\x9F\x98\x80",
+                                             "\xFF"};
   std::uint64_t state = 12345;
   for (int n = 0; n < 60; ++n) {
     std::string text;
@@ -171,8 +184,7 @@ TEST(Tokenizer, InvalidUtf8IsEncodedByteByByte) {
           << "byte 0x" << std::hex << int{b} << " was not encoded as its byte token";
     }
   }
-  EXPECT_EQ(t.encode("\x80", false),
-            (std::vector<int>{t.find(" "), Tokenizer::kFirstByte + 0x80}));
+  EXPECT_EQ(t.encode("\x80", false), (std::vector<int>{t.find(" "), Tokenizer::kFirstByte + 0x80}));
 }
 
 TEST(Tokenizer, EncodingStartsWithBosAndADummyPrefixSpace) {
@@ -207,8 +219,11 @@ TEST(Tokenizer, WrongVocabularySizeNamesTheMismatch) {
 TEST(Tokenizer, DecodeRejectsIdsOutsideTheVocabulary) {
   KVHEAP_REQUIRE_MODEL(path, "tokenizer.bin");
   const Tokenizer t = Tokenizer::load(path, 32000);
-  expect_input_error([&] { (void)t.decode(std::vector<int>{1, 32000}); },
-                     {"token id 32000", "32000 tokens"});
+  expect_input_error(
+      [&] {
+        (void)t.decode(std::vector<int>{1, 32000});
+      },
+      {"token id 32000", "32000 tokens"});
   expect_input_error([&] { (void)t.decode_piece(1, -1); }, {"token id -1", "0..31999"});
   expect_input_error([&] { (void)t.piece(32000); }, {"32000"});
 }

@@ -123,10 +123,14 @@ TEST(Tokenizer, HigherScoringPairMergesFirst) {
 
 TEST(Tokenizer, MergesChainUntilNoPairIsInTheVocabulary) {
   const TempDir dir;
-  const std::string path =
-      write_vocab(dir, "chain.bin",
-                  {{" ", 0.0f}, {"a", 0.0f}, {"b", 0.0f}, {"ab", -1.0f}, {"abab", -2.0f},
-                   {" abab", -3.0f}, {" a", -9.0f}});
+  const std::string path = write_vocab(dir, "chain.bin",
+                                       {{" ", 0.0f},
+                                        {"a", 0.0f},
+                                        {"b", 0.0f},
+                                        {"ab", -1.0f},
+                                        {"abab", -2.0f},
+                                        {" abab", -3.0f},
+                                        {" a", -9.0f}});
   const Tokenizer t = Tokenizer::load(path, 10);
   // ab ab -> abab -> " abab"; " a" scores too low to steal the first 'a' early.
   EXPECT_EQ(pieces_of(t, t.encode("abab", false)), (std::vector<std::string>{" abab"}));

@@ -1,4 +1,5 @@
-// ch01_kv_calculator: KV-cache napkin math for a model, a dtype, a context length and a memory size.
+// ch01_kv_calculator: KV-cache napkin math for a model, a dtype, a context length and a memory
+// size.
 //
 // Prints bytes per token, cache per sequence, cache versus weights, and how many sequences fit
 // when each reserves max_seq_len (chapter 1's policy) versus only what it needs (chapter 3's).
@@ -24,7 +25,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--kv-dtype", kv_dtype, "fp32, fp16 or bf16")->capture_default_str();
   app.add_option("--weight-dtype", weight_dtype, "fp32, fp16 or bf16")->capture_default_str();
-  app.add_option("--context", context, "Tokens each sequence actually holds (default max_seq_len/4)");
+  app.add_option("--context", context,
+                 "Tokens each sequence actually holds (default max_seq_len/4)");
   app.add_option("--memory-gb", memory_gb, "Accelerator memory in GB (1e9 bytes)")
       ->capture_default_str();
   app.add_flag("--list-presets", list, "Print every preset's configuration and exit");
@@ -67,7 +69,7 @@ int main(int argc, char** argv) {
     const long fit_exact = static_cast<long>(kv_memory / needed);
     fmt::print("memory {:.1f} GB - weights = {:.3f} GB for KV\n", memory_gb, kv_memory / 1e9);
     fmt::print("sequences that fit, reserving max_seq_len : {}\n", fit_reserved);
-    fmt::print("sequences that fit, storing exactly {} tokens: {}  ({:.1f}x)\n", context,
-               fit_exact, fit_reserved > 0 ? static_cast<double>(fit_exact) / fit_reserved : 0.0);
+    fmt::print("sequences that fit, storing exactly {} tokens: {}  ({:.1f}x)\n", context, fit_exact,
+               fit_reserved > 0 ? static_cast<double>(fit_exact) / fit_reserved : 0.0);
   });
 }

@@ -41,9 +41,10 @@ int main(int argc, char** argv) {
 
   return run_cli(app, argc, argv, [&] {
     if (o.device != "cpu")
-      throw UsageError(fmt::format("--device {}: chapter 1 runs on the CPU only (cuda arrives in "
-                                   "chapter 2); expected --device cpu",
-                                   o.device));
+      throw UsageError(
+          fmt::format("--device {}: chapter 1 runs on the CPU only (cuda arrives in "
+                      "chapter 2); expected --device cpu",
+                      o.device));
     const DType kv = parse_dtype(o.kv_dtype);
     // Negated so that NaN fails too: it would otherwise reach the size_t conversion below.
     if (!(o.kv_budget_mb >= 0))
@@ -52,9 +53,10 @@ int main(int argc, char** argv) {
     // undefined conversion); refuse it before the model is loaded.
     const double host_mb = host_memory_bytes() / 1e6;
     if (o.kv_budget_mb > host_mb)
-      throw ResourceError(fmt::format("--kv-budget-mb {} asks for more than this host's "
-                                      "physical memory ({:.0f} MB)",
-                                      o.kv_budget_mb, host_mb));
+      throw ResourceError(
+          fmt::format("--kv-budget-mb {} asks for more than this host's "
+                      "physical memory ({:.0f} MB)",
+                      o.kv_budget_mb, host_mb));
     const int threads = apply_threads(o);
     const ModelWeights weights = load_model(o.model, o.model_seed);
     const ModelConfig& c = weights.config;

@@ -41,7 +41,10 @@ int ContiguousGpuCache::slots_for_budget(const ModelConfig& config, DType kv,
 }
 
 ContiguousGpuCache::ContiguousGpuCache(const ModelConfig& config, DType kv, int max_slots)
-    : config_(config), kv_(kv), max_slots_(max_slots), length_(max_slots, -1),
+    : config_(config),
+      kv_(kv),
+      max_slots_(max_slots),
+      length_(max_slots, -1),
       dev_(std::make_unique<Device>()) {
   if (max_slots <= 0) throw UsageError(fmt::format("need at least one slot, got {}", max_slots));
   const std::size_t total = reservation_bytes(config, kv) * static_cast<std::size_t>(max_slots);

@@ -47,9 +47,9 @@ class ContiguousGpuCache final : public DeviceKVCache {
   ModelConfig config_;
   DType kv_;
   int max_slots_;
-  std::vector<int> length_;   // [max_slots]; -1 = free slot
-  int rows_ = 0;              // rows of the prepared batch
-  int max_ctx_ = 0;           // longest context in the prepared batch
+  std::vector<int> length_;  // [max_slots]; -1 = free slot
+  int rows_ = 0;             // rows of the prepared batch
+  int max_ctx_ = 0;          // longest context in the prepared batch
   std::unique_ptr<Device> dev_;
 };
 

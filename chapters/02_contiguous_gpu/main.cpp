@@ -34,8 +34,9 @@ std::string resolve_device(const std::string& requested) {
   if (requested == "auto") return device_count() > 0 ? "cuda" : "cpu";
 #else
   if (requested == "cuda")
-    throw ResourceError("--device cuda: this build has no CUDA support (configured with "
-                        "KVHEAP_CUDA=off); rebuild with the cuda or sim preset, or use --device cpu");
+    throw ResourceError(
+        "--device cuda: this build has no CUDA support (configured with "
+        "KVHEAP_CUDA=off); rebuild with the cuda or sim preset, or use --device cpu");
   if (requested == "auto") return "cpu";
 #endif
   return requested;
@@ -59,17 +60,19 @@ GenerationResult run_cpu(const ModelWeights& w, DType kv, std::size_t budget,
 GenerationResult run_cuda(const ModelWeights& w, DType kv, DType wt, std::size_t budget,
                           const std::vector<int>& prompt, const GenerationConfig& gen,
                           DecodeReport& rep) {
-  const int slots = budget > 0 ? ch02::ContiguousGpuCache::slots_for_budget(w.config, kv, budget) : 1;
+  const int slots =
+      budget > 0 ? ch02::ContiguousGpuCache::slots_for_budget(w.config, kv, budget) : 1;
   ch02::ContiguousGpuCache cache(w.config, kv, slots);
   const int slot = cache.admit();
   GpuForward fwd(w, wt);
   GenerationResult r;
   if (gen.sampling.temperature == 0.0f) {
     // Greedy: the argmax runs on the device and only one id per step comes back.
-    r = generate_with([&](const Batch& b) { return fwd.forward_greedy(b, cache).back(); },
-                      w.config, slot, prompt, gen);
+    r = generate_with([&](const Batch& b) { return fwd.forward_greedy(b, cache).back(); }, w.config,
+                      slot, prompt, gen);
   } else {
-    r = generate([&](const Batch& b) { return fwd.forward(b, cache); }, w.config, slot, prompt, gen);
+    r = generate([&](const Batch& b) { return fwd.forward(b, cache); }, w.config, slot, prompt,
+                 gen);
   }
   rep.kv_reserved_bytes = cache.bytes_reserved();
   rep.kv_used_bytes = cache.bytes_used();
@@ -96,9 +99,10 @@ int main(int argc, char** argv) {
     const DType kv = parse_dtype(o.kv_dtype);
     const DType wt = parse_dtype(weight_dtype);
     if (device == "cpu" && wt != DType::F32)
-      throw UsageError(fmt::format("--weight-dtype {} needs --device cuda: the CPU backend "
-                                   "computes with fp32 weights",
-                                   weight_dtype));
+      throw UsageError(
+          fmt::format("--weight-dtype {} needs --device cuda: the CPU backend "
+                      "computes with fp32 weights",
+                      weight_dtype));
     if (o.kv_budget_mb < 0)
       throw UsageError(fmt::format("--kv-budget-mb must be >= 0, got {}", o.kv_budget_mb));
     const int threads = apply_threads(o);

@@ -22,10 +22,10 @@ bool BlockManager::can_allocate(long num_tokens) const {
 int BlockManager::allocate(long num_tokens) {
   const int need = blocks_for(num_tokens);
   if (!pool_.can_allocate(need))
-    throw ResourceError(fmt::format("cannot admit a sequence of {} tokens: it needs {} blocks of "
-                                    "{} slots and only {} of {} are free",
-                                    num_tokens, need, pool_.block_size(), pool_.num_free(),
-                                    pool_.num_blocks()));
+    throw ResourceError(
+        fmt::format("cannot admit a sequence of {} tokens: it needs {} blocks of "
+                    "{} slots and only {} of {} are free",
+                    num_tokens, need, pool_.block_size(), pool_.num_free(), pool_.num_blocks()));
   int id = 0;
   while (id < static_cast<int>(seqs_.size()) && seqs_[id].live) ++id;
   if (id == static_cast<int>(seqs_.size())) seqs_.emplace_back();
@@ -60,9 +60,10 @@ std::int64_t BlockManager::slot_of(int seq, int pos) const {
   const Sequence& s = live_seq(seq, "slot_of");
   const int bs = pool_.block_size();
   if (pos < 0 || pos >= static_cast<long>(s.blocks.size()) * bs)
-    throw InputError(fmt::format("position {} of sequence {} has no block (its page table holds "
-                                 "{} blocks of {})",
-                                 pos, seq, s.blocks.size(), bs));
+    throw InputError(
+        fmt::format("position {} of sequence {} has no block (its page table holds "
+                    "{} blocks of {})",
+                    pos, seq, s.blocks.size(), bs));
   return static_cast<std::int64_t>(s.blocks[pos / bs]) * bs + pos % bs;
 }
 
@@ -114,7 +115,8 @@ void BlockManager::check_invariants() const {
   for (std::size_t id = 0; id < seqs_.size(); ++id) {
     const Sequence& s = seqs_[id];
     if (!s.live) {
-      if (!s.blocks.empty()) throw std::logic_error(fmt::format("dead sequence {} holds blocks", id));
+      if (!s.blocks.empty())
+        throw std::logic_error(fmt::format("dead sequence {} holds blocks", id));
       continue;
     }
     if (s.length > static_cast<long>(s.blocks.size()) * pool_.block_size())
@@ -128,12 +130,13 @@ void BlockManager::check_invariants() const {
       throw std::logic_error(fmt::format("block {} has {} page-table owners but reference count {}",
                                          b, owners[b], pool_.ref_count(b)));
     if (owners[b] > 1)
-      throw std::logic_error(fmt::format("block {} is owned by {} page-table entries", b, owners[b]));
+      throw std::logic_error(
+          fmt::format("block {} is owned by {} page-table entries", b, owners[b]));
     used += owners[b] > 0 ? 1 : 0;
   }
   if (used != pool_.num_used() || used + pool_.num_free() != pool_.num_blocks())
-    throw std::logic_error(fmt::format("used {} + free {} != total {}", used, pool_.num_free(),
-                                       pool_.num_blocks()));
+    throw std::logic_error(
+        fmt::format("used {} + free {} != total {}", used, pool_.num_free(), pool_.num_blocks()));
 }
 
 }  // namespace kvheap::ch03

@@ -28,8 +28,8 @@ BlockPool::BlockPool(int num_blocks, int block_size, std::uint64_t shuffle_seed)
 
 void BlockPool::check_id(int block, const char* what) const {
   if (block < 0 || block >= num_blocks())
-    throw InputError(fmt::format("{}: block id {} is outside the pool of {} blocks", what, block,
-                                 num_blocks()));
+    throw InputError(
+        fmt::format("{}: block id {} is outside the pool of {} blocks", what, block, num_blocks()));
 }
 
 int BlockPool::allocate() {
@@ -45,7 +45,8 @@ int BlockPool::allocate() {
 void BlockPool::retain(int block) {
   check_id(block, "retain");
   if (ref_count_[block] == 0)
-    throw InputError(fmt::format("retain: block {} is free; only used blocks can be shared", block));
+    throw InputError(
+        fmt::format("retain: block {} is free; only used blocks can be shared", block));
   ++ref_count_[block];
 }
 

@@ -30,8 +30,9 @@ CapacityResult admit_until_full(const ModelConfig& c, DType kv, std::size_t budg
   for (std::size_t i = 0; i < lengths.size() && i < slots; ++i, ++r.admitted_contiguous)
     tokens += lengths[i];
   r.waste_contiguous = r.admitted_contiguous > 0
-      ? 1.0 - static_cast<double>(tokens) / (static_cast<double>(r.admitted_contiguous) * max_len)
-      : 0.0;
+                           ? 1.0 - static_cast<double>(tokens) /
+                                       (static_cast<double>(r.admitted_contiguous) * max_len)
+                           : 0.0;
   // Paged: real allocations from a pool of the same size, in arrival order, until one fails.
   BlockManager m(blocks_for_budget(c, kv, budget_bytes, block_size), block_size, 1);
   for (int len : lengths) {
@@ -40,9 +41,9 @@ CapacityResult admit_until_full(const ModelConfig& c, DType kv, std::size_t budg
     for (int t = 0; t < len; ++t) (void)m.append_slot(seq);
     ++r.admitted_paged;
   }
-  r.waste_paged = m.slots_held() > 0
-      ? 1.0 - static_cast<double>(m.tokens_held()) / static_cast<double>(m.slots_held())
-      : 0.0;
+  r.waste_paged = m.slots_held() > 0 ? 1.0 - static_cast<double>(m.tokens_held()) /
+                                                 static_cast<double>(m.slots_held())
+                                     : 0.0;
   return r;
 }
 

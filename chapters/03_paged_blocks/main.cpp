@@ -66,7 +66,8 @@ std::vector<std::vector<int>> load_prompts(const CommonOptions& o, const Options
                                            const ModelConfig& c, const Tokenizer* tok) {
   std::vector<std::vector<int>> out;
   if (p.prompts_file.empty()) {
-    if (p.num_seqs <= 0) throw UsageError(fmt::format("--num-seqs must be positive, got {}", p.num_seqs));
+    if (p.num_seqs <= 0)
+      throw UsageError(fmt::format("--num-seqs must be positive, got {}", p.num_seqs));
     out.assign(p.num_seqs, resolve_prompt(o, c, tok));
     return out;
   }
@@ -75,7 +76,8 @@ std::vector<std::vector<int>> load_prompts(const CommonOptions& o, const Options
   std::string line;
   while (std::getline(f, line)) {
     if (line.empty()) continue;
-    out.push_back(tok ? tok->encode(line, true) : parse_token_ids(line, c.vocab_size, "--prompts line"));
+    out.push_back(tok ? tok->encode(line, true)
+                      : parse_token_ids(line, c.vocab_size, "--prompts line"));
   }
   if (out.empty()) throw InputError(fmt::format("--prompts: '{}' holds no prompt", p.prompts_file));
   return out;
@@ -88,36 +90,47 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"kvheap chapter 3: paged blocks, page tables and paged attention", "ch03_paged_blocks"};
+  CLI::App app{"kvheap chapter 3: paged blocks, page tables and paged attention",
+               "ch03_paged_blocks"};
   CommonOptions o;
   o.device = "cpu";
   add_common_options(app, o);
   Options p;
   app.add_option("--block-size", p.block_size, "Token slots per block")->capture_default_str();
-  app.add_option("--num-seqs", p.num_seqs, "Sequences to serve (copies of the prompt)")->capture_default_str();
-  app.add_option("--prompts", p.prompts_file, "File with one prompt per line (ids, or text with --tokenizer)");
+  app.add_option("--num-seqs", p.num_seqs, "Sequences to serve (copies of the prompt)")
+      ->capture_default_str();
+  app.add_option("--prompts", p.prompts_file,
+                 "File with one prompt per line (ids, or text with --tokenizer)");
   app.add_option("--pool-map", p.pool_map, "Write an SVG map of the block pool to this file");
   app.add_option("--pool-map-every", p.pool_map_every, "Also write FILE.stepN.svg every N steps");
-  app.add_option("--weight-dtype", p.weight_dtype, "Weights on the device: fp32, fp16 or bf16")->capture_default_str();
-  app.add_option("--shuffle-seed", p.shuffle_seed, "Order of the free list; 0 hands out blocks in order")->capture_default_str();
+  app.add_option("--weight-dtype", p.weight_dtype, "Weights on the device: fp32, fp16 or bf16")
+      ->capture_default_str();
+  app.add_option("--shuffle-seed", p.shuffle_seed,
+                 "Order of the free list; 0 hands out blocks in order")
+      ->capture_default_str();
   app.add_flag("--no-peak", p.no_peak, "Skip measuring the bandwidth peak at start");
 
   return run_cli(app, argc, argv, [&] {
     if (o.device != "cpu" && o.device != "cuda")
       throw UsageError(fmt::format("--device {}: expected cpu or cuda", o.device));
-    if (p.block_size <= 0) throw UsageError(fmt::format("--block-size must be positive, got {}", p.block_size));
+    if (p.block_size <= 0)
+      throw UsageError(fmt::format("--block-size must be positive, got {}", p.block_size));
     if (p.pool_map_every < 0) throw UsageError("--pool-map-every must be >= 0");
-    if (o.kv_budget_mb < 0) throw UsageError(fmt::format("--kv-budget-mb must be >= 0, got {}", o.kv_budget_mb));
+    if (o.kv_budget_mb < 0)
+      throw UsageError(fmt::format("--kv-budget-mb must be >= 0, got {}", o.kv_budget_mb));
     const DType kv = parse_dtype(o.kv_dtype);
     const DType wt = parse_dtype(p.weight_dtype);
     if (o.device == "cpu" && wt != DType::F32)
-      throw UsageError(fmt::format("--weight-dtype {} needs --device cuda: the CPU backend computes "
-                                   "with fp32 weights", p.weight_dtype));
+      throw UsageError(
+          fmt::format("--weight-dtype {} needs --device cuda: the CPU backend computes "
+                      "with fp32 weights",
+                      p.weight_dtype));
     const int threads = apply_threads(o);
     const ModelWeights weights = load_model(o.model, o.model_seed);
     const ModelConfig& c = weights.config;
     std::unique_ptr<Tokenizer> tok;
-    if (!o.tokenizer.empty()) tok = std::make_unique<Tokenizer>(Tokenizer::load(o.tokenizer, c.vocab_size));
+    if (!o.tokenizer.empty())
+      tok = std::make_unique<Tokenizer>(Tokenizer::load(o.tokenizer, c.vocab_size));
     std::vector<Request> reqs;
     long longest = 0;
     for (auto& pr : load_prompts(o, p, c, tok.get())) {
@@ -130,9 +143,10 @@ int main(int argc, char** argv) {
     // Default budget: what chapter 2 reserves for these sequences (max_seq_len each), so the
     // report compares the two policies on the same memory.
     const std::size_t budget = o.kv_budget_mb > 0
-        ? static_cast<std::size_t>(o.kv_budget_mb * 1e6)
-        : reqs.size() * kv_bytes_for_context(c, kv, c.max_seq_len);
-    const int num_blocks = blocks_for_budget(c, kv, budget, p.block_size, static_cast<int>(longest));
+                                   ? static_cast<std::size_t>(o.kv_budget_mb * 1e6)
+                                   : reqs.size() * kv_bytes_for_context(c, kv, c.max_seq_len);
+    const int num_blocks =
+        blocks_for_budget(c, kv, budget, p.block_size, static_cast<int>(longest));
 
     // The backend: a paged cache and a forward pass over it.
     std::function<std::span<const float>(const Batch&)> forward;
@@ -154,7 +168,8 @@ int main(int argc, char** argv) {
         rep.peak_gbps = measure_read_bandwidth().gbps;
         rep.peak_kind = "STREAM-like read";
       }
-      host_cache = std::make_unique<PagedHostCache>(c, kv, num_blocks, p.block_size, p.shuffle_seed);
+      host_cache =
+          std::make_unique<PagedHostCache>(c, kv, num_blocks, p.block_size, p.shuffle_seed);
       cpu_fwd = std::make_unique<CpuForward>(weights);
       blocks = &host_cache->blocks();
       forward = [&](const Batch& b) { return cpu_fwd->forward(b, *host_cache); };
@@ -182,11 +197,14 @@ int main(int argc, char** argv) {
     int committed = 0;
     std::vector<std::string> refusals;
     for (std::size_t i = 0; i < reqs.size(); ++i) {
-      const int need = blocks->blocks_for(static_cast<long>(reqs[i].prompt.size()) + o.max_new_tokens);
+      const int need =
+          blocks->blocks_for(static_cast<long>(reqs[i].prompt.size()) + o.max_new_tokens);
       if (committed + need > num_blocks) {
         reqs[i].status = "not admitted";
-        refusals.push_back(fmt::format("sequence {} not admitted: its worst case needs {} blocks and "
-                                       "{} of the pool's {} are left", i, need, num_blocks - committed, num_blocks));
+        refusals.push_back(
+            fmt::format("sequence {} not admitted: its worst case needs {} blocks and "
+                        "{} of the pool's {} are left",
+                        i, need, num_blocks - committed, num_blocks));
         continue;
       }
       committed += need;
@@ -225,11 +243,19 @@ int main(int argc, char** argv) {
       for (std::size_t j = 0; j < row_owner.size(); ++j) {
         Request& r = reqs[row_owner[j]];
         const int tok_id = r.sampler->sample(logits.subspan(j * c.vocab_size, c.vocab_size));
-        const bool stop = std::find(c.stop_ids.begin(), c.stop_ids.end(), tok_id) != c.stop_ids.end();
-        if (stop && !o.ignore_eos) { r.status = "stop token"; continue; }
+        const bool stop =
+            std::find(c.stop_ids.begin(), c.stop_ids.end(), tok_id) != c.stop_ids.end();
+        if (stop && !o.ignore_eos) {
+          r.status = "stop token";
+          continue;
+        }
         r.generated.push_back(tok_id);
-        if (static_cast<int>(r.generated.size()) == o.max_new_tokens) { r.status = "max_new_tokens"; continue; }
-        next.rows.push_back({tok_id, r.seq, static_cast<int>(r.prompt.size() + r.generated.size()) - 1, true});
+        if (static_cast<int>(r.generated.size()) == o.max_new_tokens) {
+          r.status = "max_new_tokens";
+          continue;
+        }
+        next.rows.push_back(
+            {tok_id, r.seq, static_cast<int>(r.prompt.size() + r.generated.size()) - 1, true});
         next_owner.push_back(row_owner[j]);
       }
       if (prefill) {
@@ -240,7 +266,8 @@ int main(int argc, char** argv) {
       }
       ++step;
       if (!p.pool_map.empty() && p.pool_map_every > 0 && step % p.pool_map_every == 0)
-        write_pool_map(*blocks, fmt::format("{}.step{}.svg", p.pool_map, step), fmt::format("step {}", step));
+        write_pool_map(*blocks, fmt::format("{}.step{}.svg", p.pool_map, step),
+                       fmt::format("step {}", step));
       batch = std::move(next);
       row_owner = std::move(next_owner);
     }
@@ -248,7 +275,8 @@ int main(int argc, char** argv) {
 
     // Snapshot before the sequences are freed.
     const PoolStats stats = pool_stats(*blocks, c, kv);
-    if (!p.pool_map.empty()) write_pool_map(*blocks, p.pool_map, fmt::format("{} after {} steps", c.name, step));
+    if (!p.pool_map.empty())
+      write_pool_map(*blocks, p.pool_map, fmt::format("{} after {} steps", c.name, step));
     std::size_t generated = 0;
     for (const auto& r : reqs) generated += r.generated.size();
     for (auto& r : reqs)
@@ -261,17 +289,20 @@ int main(int argc, char** argv) {
     rep.kv_used_bytes = stats.tokens * bpt;
     rep.weight_bytes_per_step = static_cast<double>(weight_bytes_per_decode_step(c, wt));
     rep.kv_bytes_per_step = rep.run.decode_steps > 0 ? kv_bytes_total / rep.run.decode_steps : 0.0;
-    const double tokens_per_s = rep.run.decode_seconds > 0 ? decode_rows / rep.run.decode_seconds : 0.0;
+    const double tokens_per_s =
+        rep.run.decode_seconds > 0 ? decode_rows / rep.run.decode_seconds : 0.0;
     const int admitted = static_cast<int>(reqs.size() - refusals.size());
     const std::size_t reservation = kv_bytes_for_context(c, kv, c.max_seq_len);
-    const double avg_blocks = admitted > 0 ? static_cast<double>(stats.blocks_used) / admitted : 0.0;
+    const double avg_blocks =
+        admitted > 0 ? static_cast<double>(stats.blocks_used) / admitted : 0.0;
     const int fit_contiguous = static_cast<int>(budget / reservation);
     const int fit_paged = avg_blocks > 0 ? static_cast<int>(num_blocks / avg_blocks) : 0;
 
     if (o.json) {
       nlohmann::json seqs = nlohmann::json::array(), ids = nlohmann::json::array();
       for (const auto& r : reqs) {
-        nlohmann::json s = {{"prompt_ids", r.prompt}, {"generated_ids", r.generated}, {"status", r.status}};
+        nlohmann::json s = {
+            {"prompt_ids", r.prompt}, {"generated_ids", r.generated}, {"status", r.status}};
         if (tok) s["text"] = tok->decode(r.generated);
         seqs.push_back(s);
         ids.push_back(r.generated);
@@ -282,9 +313,15 @@ int main(int argc, char** argv) {
       m["sequences_fit_contiguous"] = fit_contiguous;
       m["sequences_fit_paged"] = fit_paged;
       m["kv_budget_bytes"] = budget;
-      std::cout << nlohmann::json{{"chapter", rep.chapter}, {"model", c.name}, {"generated_ids", ids},
-                                  {"sequences", seqs}, {"not_admitted", refusals},
-                                  {"pool", pool_stats_json(stats)}, {"metrics", m}}.dump() << "\n";
+      std::cout << nlohmann::json{{"chapter", rep.chapter},
+                                  {"model", c.name},
+                                  {"generated_ids", ids},
+                                  {"sequences", seqs},
+                                  {"not_admitted", refusals},
+                                  {"pool", pool_stats_json(stats)},
+                                  {"metrics", m}}
+                       .dump()
+                << "\n";
       return;
     }
     std::cout << describe(c) << "\n";
@@ -292,18 +329,22 @@ int main(int argc, char** argv) {
       fmt::print("sequence {}: {} prompt tokens, {} generated ({})\n", i, reqs[i].prompt.size(),
                  reqs[i].generated.size(), reqs[i].status);
     for (const auto& r : refusals) fmt::print("{}\n", r);
-    fmt::print("kvheap {} | model {} | {} | KV {} | block size {} | budget {:.3f} MB\n", rep.chapter,
-               c.name, rep.device, dtype_name(kv), p.block_size, budget / 1e6);
+    fmt::print("kvheap {} | model {} | {} | KV {} | block size {} | budget {:.3f} MB\n",
+               rep.chapter, c.name, rep.device, dtype_name(kv), p.block_size, budget / 1e6);
     print_pool_stats(stats, std::cout);
-    fmt::print("  sequences that fit the budget: {} reserving max_seq_len, about {} paged "
-               "(at this run's average of {:.1f} blocks per sequence)\n", fit_contiguous, fit_paged, avg_blocks);
-    fmt::print("  prefill : {} tokens in {:.3f} ms\n", rep.run.prompt.size(), rep.run.prefill_seconds * 1e3);
+    fmt::print(
+        "  sequences that fit the budget: {} reserving max_seq_len, about {} paged "
+        "(at this run's average of {:.1f} blocks per sequence)\n",
+        fit_contiguous, fit_paged, avg_blocks);
+    fmt::print("  prefill : {} tokens in {:.3f} ms\n", rep.run.prompt.size(),
+               rep.run.prefill_seconds * 1e3);
     fmt::print("  decode  : {} steps in {:.3f} ms = {:.1f} tokens/s over all sequences\n",
                rep.run.decode_steps, rep.run.decode_seconds * 1e3, tokens_per_s);
     fmt::print("  bytes/decode step: weights {:.3f} MB (read once for the batch) + KV {:.3f} MB\n",
                rep.weight_bytes_per_step / 1e6, rep.kv_bytes_per_step / 1e6);
     if (rep.peak_gbps > 0)
       fmt::print("  achieved {:.2f} GB/s = {:.1f} % of the {} peak measured now ({:.2f} GB/s)\n",
-                 rep.decode_gbps(), 100.0 * rep.decode_gbps() / rep.peak_gbps, rep.peak_kind, rep.peak_gbps);
+                 rep.decode_gbps(), 100.0 * rep.decode_gbps() / rep.peak_gbps, rep.peak_kind,
+                 rep.peak_gbps);
   });
 }

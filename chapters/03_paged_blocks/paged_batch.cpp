@@ -23,9 +23,10 @@ PagedBatch build_paged_batch(BlockManager& blocks, const Batch& batch) {
     } else if (r.pos < len) {
       pb.slot_mapping[i] = blocks.slot_of(r.slot, r.pos);  // rewriting a cached position
     } else {
-      throw InputError(fmt::format("batch row {} writes position {} of sequence {}, but its next "
-                                   "position is {}: positions must be contiguous",
-                                   i, r.pos, r.slot, len));
+      throw InputError(
+          fmt::format("batch row {} writes position {} of sequence {}, but its next "
+                      "position is {}: positions must be contiguous",
+                      i, r.pos, r.slot, len));
     }
     pb.n_ctx[i] = r.pos + 1;
     pb.max_ctx = std::max(pb.max_ctx, r.pos + 1);

@@ -11,13 +11,13 @@ namespace kvheap::ch03 {
 
 /// \brief Host copies of the arrays behind a PagedLocator, plus the slot mapping of the writes.
 struct PagedBatch {
-  std::vector<int> indptr;              ///< [num_seqs + 1]
-  std::vector<int> indices;             ///< [total pages] physical block ids
-  std::vector<int> last_page_len;       ///< [num_seqs]
-  std::vector<int> row_seq;             ///< [n] index into indptr of each row's sequence
-  std::vector<int> n_ctx;               ///< [n] positions each row attends: pos + 1
+  std::vector<int> indptr;                 ///< [num_seqs + 1]
+  std::vector<int> indices;                ///< [total pages] physical block ids
+  std::vector<int> last_page_len;          ///< [num_seqs]
+  std::vector<int> row_seq;                ///< [n] index into indptr of each row's sequence
+  std::vector<int> n_ctx;                  ///< [n] positions each row attends: pos + 1
   std::vector<std::int64_t> slot_mapping;  ///< [n] physical slot each row's K and V go to
-  int max_ctx = 0;                      ///< longest n_ctx
+  int max_ctx = 0;                         ///< longest n_ctx
 };
 
 /// \brief Grows each row's sequence to cover its position (append_slot for a new position,

@@ -35,17 +35,18 @@ int blocks_for_budget(const ModelConfig& c, DType kv, std::size_t budget_bytes, 
         "one sequence of {} tokens needs",
         budget_bytes / 1e6, blocks, block_size, per_block / 1e6, need, min_tokens));
   if (blocks > (std::size_t{1} << 30))
-    throw ResourceError(fmt::format("KV budget of {:.3f} MB means {} blocks; more than 2^30 is "
-                                    "not supported",
-                                    budget_bytes / 1e6, blocks));
+    throw ResourceError(
+        fmt::format("KV budget of {:.3f} MB means {} blocks; more than 2^30 is "
+                    "not supported",
+                    budget_bytes / 1e6, blocks));
   return static_cast<int>(blocks);
 }
 
 PagedHostCache::PagedHostCache(const ModelConfig& config, DType kv, int num_blocks, int block_size,
                                std::uint64_t shuffle_seed)
     : config_(config), kv_(kv), blocks_(num_blocks, block_size, shuffle_seed) {
-  const std::size_t bytes = static_cast<std::size_t>(num_blocks) * block_size *
-                            kv_bytes_per_token(config, kv) / 2;
+  const std::size_t bytes =
+      static_cast<std::size_t>(num_blocks) * block_size * kv_bytes_per_token(config, kv) / 2;
   k_.resize(bytes);
   v_.resize(bytes);
 }
@@ -54,7 +55,8 @@ void PagedHostCache::write(int layer, const Batch& batch, const float* k, const 
   // The page tables grow once per batch, at layer 0; later layers reuse the same slots.
   if (layer == 0) current_ = build_paged_batch(blocks_, batch);
   const long kv_dim = config_.kv_dim();
-  const long layer_rows = static_cast<long>(blocks_.pool().num_blocks()) * blocks_.pool().block_size();
+  const long layer_rows =
+      static_cast<long>(blocks_.pool().num_blocks()) * blocks_.pool().block_size();
   with_kv_type(kv_, [&](auto tag) {
     using T = decltype(tag);
     T* kd = reinterpret_cast<T*>(k_.data()) + layer * layer_rows * kv_dim;

@@ -33,7 +33,8 @@ PoolStats pool_stats(const BlockManager& m, const ModelConfig& c, DType kv) {
   s.bytes_per_token = kv_bytes_per_token(c, kv);
   for (int seq : m.live_sequences()) {
     ++s.sequences;
-    s.largest_page_table = std::max(s.largest_page_table, static_cast<int>(m.page_table(seq).size()));
+    s.largest_page_table =
+        std::max(s.largest_page_table, static_cast<int>(m.page_table(seq).size()));
   }
   s.reservation_slots = static_cast<std::size_t>(s.sequences) * c.max_seq_len;
   return s;
@@ -43,24 +44,31 @@ void print_pool_stats(const PoolStats& s, std::ostream& os) {
   const double mb = static_cast<double>(s.bytes_per_token) / 1e6;
   fmt::print(os, "  block pool: {} blocks x {} slots = {:.3f} MB\n", s.blocks_total, s.block_size,
              s.blocks_total * static_cast<double>(s.block_size) * mb);
-  fmt::print(os, "    in use  : {:6d} blocks  {:10.3f} MB   ({} sequences, longest page table {} "
-                 "blocks)\n",
+  fmt::print(os,
+             "    in use  : {:6d} blocks  {:10.3f} MB   ({} sequences, longest page table {} "
+             "blocks)\n",
              s.blocks_used, s.slots_held * mb, s.sequences, s.largest_page_table);
   fmt::print(os, "    free    : {:6d} blocks  {:10.3f} MB\n", s.blocks_free,
              s.blocks_free * static_cast<double>(s.block_size) * mb);
-  fmt::print(os, "    tokens  : {:6d}         {:10.3f} MB   tail waste {:.2f} % (unused slots of "
-                 "last blocks)\n",
+  fmt::print(os,
+             "    tokens  : {:6d}         {:10.3f} MB   tail waste {:.2f} % (unused slots of "
+             "last blocks)\n",
              s.tokens, s.tokens * mb, 100.0 * s.tail_waste());
   fmt::print(os, "  max_seq_len reservation for the same sequences: {:.3f} MB, waste {:.2f} %\n",
              s.reservation_slots * mb, 100.0 * s.reservation_waste());
 }
 
 nlohmann::json pool_stats_json(const PoolStats& s) {
-  return {{"blocks_total", s.blocks_total},     {"blocks_used", s.blocks_used},
-          {"blocks_free", s.blocks_free},       {"block_size", s.block_size},
-          {"sequences", s.sequences},           {"largest_page_table", s.largest_page_table},
-          {"tokens", s.tokens},                 {"slots_held", s.slots_held},
-          {"bytes_per_token", s.bytes_per_token}, {"tail_waste_fraction", s.tail_waste()},
+  return {{"blocks_total", s.blocks_total},
+          {"blocks_used", s.blocks_used},
+          {"blocks_free", s.blocks_free},
+          {"block_size", s.block_size},
+          {"sequences", s.sequences},
+          {"largest_page_table", s.largest_page_table},
+          {"tokens", s.tokens},
+          {"slots_held", s.slots_held},
+          {"bytes_per_token", s.bytes_per_token},
+          {"tail_waste_fraction", s.tail_waste()},
           {"reservation_slots", s.reservation_slots},
           {"reservation_waste_fraction", s.reservation_waste()}};
 }
@@ -74,12 +82,18 @@ std::string hue_color(double hue, double lightness) {
   const double hp = hue / 60.0;
   const double x = c * (1.0 - std::fabs(std::fmod(hp, 2.0) - 1.0));
   double r = 0, g = 0, b = 0;
-  if (hp < 1) r = c, g = x;
-  else if (hp < 2) r = x, g = c;
-  else if (hp < 3) g = c, b = x;
-  else if (hp < 4) g = x, b = c;
-  else if (hp < 5) r = x, b = c;
-  else r = c, b = x;
+  if (hp < 1)
+    r = c, g = x;
+  else if (hp < 2)
+    r = x, g = c;
+  else if (hp < 3)
+    g = c, b = x;
+  else if (hp < 4)
+    g = x, b = c;
+  else if (hp < 5)
+    r = x, b = c;
+  else
+    r = c, b = x;
   const double m = l - c / 2.0;
   auto byte = [&](double v) { return static_cast<int>(std::lround((v + m) * 255.0)); };
   return fmt::format("#{:02x}{:02x}{:02x}", byte(r), byte(g), byte(b));
@@ -106,11 +120,12 @@ void write_pool_map(const BlockManager& m, const std::string& path, const std::s
   const int top = 28;
   std::ofstream f(path);
   if (!f) throw InputError(fmt::format("--pool-map: cannot write '{}'", path));
-  fmt::print(f,
-             "<svg xmlns='http://www.w3.org/2000/svg' width='{}' height='{}' font-family='sans-serif' "
-             "font-size='13'>\n<rect width='100%' height='100%' fill='white'/>\n"
-             "<text x='4' y='18'>{}: {} blocks x {} slots, {} used, {} free</text>\n",
-             cols * cell + 8, rows * cell + top + 8, title, n, bs, pool.num_used(), pool.num_free());
+  fmt::print(
+      f,
+      "<svg xmlns='http://www.w3.org/2000/svg' width='{}' height='{}' font-family='sans-serif' "
+      "font-size='13'>\n<rect width='100%' height='100%' fill='white'/>\n"
+      "<text x='4' y='18'>{}: {} blocks x {} slots, {} used, {} free</text>\n",
+      cols * cell + 8, rows * cell + top + 8, title, n, bs, pool.num_used(), pool.num_free());
   for (int b = 0; b < n; ++b) {
     const int x = 4 + (b % cols) * cell, y = top + (b / cols) * cell;
     fmt::print(f, "<rect x='{}' y='{}' width='{}' height='{}' fill='#e8e8e8' stroke='white'/>\n", x,

@@ -20,7 +20,8 @@ BandwidthSample measure_copy_bandwidth(std::size_t bytes, int repeats) {
   Stream stream;
   Event start, stop;
   // One untimed copy first: the first touch of fresh allocations costs page mapping.
-  KVHEAP_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), bytes, cudaMemcpyDeviceToDevice, stream));
+  KVHEAP_CUDA_CHECK(
+      cudaMemcpyAsync(dst.data(), src.data(), bytes, cudaMemcpyDeviceToDevice, stream));
   BandwidthSample s;
   s.bytes = bytes;
   s.threads = info.sm_count;

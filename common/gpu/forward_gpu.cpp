@@ -120,8 +120,8 @@ int GpuForward::run(const Batch& batch, DeviceKVCache& cache) {
     cuda::add_bias(v_.data(), L.bv.data(), n, c.kv_dim(), kStream);
     cuda::rope(q_.data(), pos_.data(), n, c.n_heads, c.head_dim, inv_freq_.data(), interleaved,
                kStream);
-    cuda::rope(k_.data(), pos_.data(), n, c.n_kv_heads, c.head_dim, inv_freq_.data(),
-               interleaved, kStream);
+    cuda::rope(k_.data(), pos_.data(), n, c.n_kv_heads, c.head_dim, inv_freq_.data(), interleaved,
+               kStream);
     cache.write(l, k_.data(), v_.data());
     cache.attend(l, q_.data(), att_.data());
     project(gemm_input(att_.data(), static_cast<long>(n) * c.q_dim()), L.wo, proj_.data(), n);
@@ -144,8 +144,8 @@ int GpuForward::run(const Batch& batch, DeviceKVCache& cache) {
     cuda::gather_rows(last_.data(), logit_rows_.data(), x_.data(), m, c.dim, n, kStream);
     cuda::rmsnorm(last_.data(), last_.data(), w_.final_norm().data(), m, c.dim, c.norm_eps,
                   kStream);
-    project(gemm_input(last_.data(), static_cast<long>(m) * c.dim), w_.classifier(),
-            logits_.data(), m);
+    project(gemm_input(last_.data(), static_cast<long>(m) * c.dim), w_.classifier(), logits_.data(),
+            m);
   }
   return m;
 }
@@ -166,8 +166,10 @@ std::vector<int> GpuForward::forward_greedy(const Batch& batch, DeviceKVCache& c
   for (int j = 0, r = 0; r < batch.size(); ++r) {
     if (!batch.rows[r].wants_logits) continue;
     if (ids[j] < 0) {
-      throw InputError(fmt::format("the logits of batch row {} hold a NaN: the forward pass "
-                                   "produced an invalid value", r));
+      throw InputError(
+          fmt::format("the logits of batch row {} hold a NaN: the forward pass "
+                      "produced an invalid value",
+                      r));
     }
     ++j;
   }

@@ -62,17 +62,17 @@ class GpuForward {
   DeviceBuffer<int> logit_rows_;  // [m] batch rows that want logits
   DeviceBuffer<int> ids_;         // [m] greedy token ids
   // Activations of the current batch.
-  DeviceBuffer<float> x_;       // [n, dim] residual stream
-  DeviceBuffer<float> xn_;      // [n, dim] normalised input of a sub-block
-  DeviceBuffer<float> q_;       // [n, q_dim]
-  DeviceBuffer<float> k_;       // [n, kv_dim]
-  DeviceBuffer<float> v_;       // [n, kv_dim]
-  DeviceBuffer<float> att_;     // [n, q_dim]
-  DeviceBuffer<float> proj_;    // [n, dim]
-  DeviceBuffer<float> gate_;    // [n, hidden_dim]
-  DeviceBuffer<float> up_;      // [n, hidden_dim]
-  DeviceBuffer<float> last_;    // [m, dim]
-  DeviceBuffer<float> logits_;  // [m, vocab_size]
+  DeviceBuffer<float> x_;           // [n, dim] residual stream
+  DeviceBuffer<float> xn_;          // [n, dim] normalised input of a sub-block
+  DeviceBuffer<float> q_;           // [n, q_dim]
+  DeviceBuffer<float> k_;           // [n, kv_dim]
+  DeviceBuffer<float> v_;           // [n, kv_dim]
+  DeviceBuffer<float> att_;         // [n, q_dim]
+  DeviceBuffer<float> proj_;        // [n, dim]
+  DeviceBuffer<float> gate_;        // [n, hidden_dim]
+  DeviceBuffer<float> up_;          // [n, hidden_dim]
+  DeviceBuffer<float> last_;        // [m, dim]
+  DeviceBuffer<float> logits_;      // [m, vocab_size]
   DeviceBuffer<std::byte> narrow_;  // [n, max(dim, q_dim, hidden_dim)] GEMM input in weight dtype
   // Host side.
   std::vector<int> host_ints_;      // [n] staging for the batch description

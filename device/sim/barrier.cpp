@@ -27,9 +27,7 @@ int shuffle_source(WarpOp op, int lane, int arg, int width) {
   int src = lane;
   bool in_range = true;
   switch (op) {
-    case WarpOp::ShflIdx:
-      src = min_lane | (b & ~seg_mask);
-      break;
+    case WarpOp::ShflIdx: src = min_lane | (b & ~seg_mask); break;
     case WarpOp::ShflUp:
       src = lane - b;
       in_range = src >= min_lane;
@@ -42,8 +40,7 @@ int shuffle_source(WarpOp op, int lane, int arg, int width) {
       src = lane ^ b;
       in_range = src <= max_lane;
       break;
-    default:
-      break;
+    default: break;
   }
   return in_range ? src : lane;
 }
@@ -51,13 +48,12 @@ int shuffle_source(WarpOp op, int lane, int arg, int width) {
 std::uint64_t group_result(const WarpGroup& g, int lane) {
   unsigned votes = 0;
   switch (g.op) {
-    case WarpOp::Sync:
-      return 0;
+    case WarpOp::Sync: return 0;
     case WarpOp::ShflIdx:
     case WarpOp::ShflUp:
     case WarpOp::ShflDown:
     case WarpOp::ShflXor: {
-      const int src = g.source[lane];
+      const int src = static_cast<std::uint8_t>(g.source[lane]);  // lanes 0..31
       return (g.arrived >> src & 1u) != 0 ? g.value[src] : kPoison;
     }
     case WarpOp::Ballot:

@@ -16,12 +16,12 @@ namespace kvheap::sim {
 
 /// \brief The block-wide barrier: an arrival count and a generation, and where it was reached.
 struct BlockBarrier {
-  unsigned arrived = 0;           ///< threads waiting in the current generation
-  std::uint64_t generation = 0;   ///< bumped each time the whole block has arrived
+  unsigned arrived = 0;          ///< threads waiting in the current generation
+  std::uint64_t generation = 0;  ///< bumped each time the whole block has arrived
   detail::BlockSync kind = detail::BlockSync::Plain;  ///< the flavour this generation waits in
-  detail::SourceSite site{};    ///< where the first thread of this generation arrived
-  int accumulator = 0;            ///< count / and / or of this generation's predicates
-  int result = 0;                 ///< the last completed generation's outcome
+  detail::SourceSite site{};  ///< where the first thread of this generation arrived
+  int accumulator = 0;        ///< count / and / or of this generation's predicates
+  int result = 0;             ///< the last completed generation's outcome
 };
 
 /// \brief One warp collective in progress: the lanes of `mask` rendezvous, each leaving a value.
@@ -36,9 +36,9 @@ struct WarpGroup {
   bool in_use = false;    ///< the slot holds a group (open, or complete with unread results)
   bool complete = false;  ///< every lane it waits for has arrived; results may be read
   detail::WarpOp op = detail::WarpOp::Sync;  ///< the collective, as the opening lane called it
-  unsigned mask = 0;      ///< the lanes that take part, as passed to the intrinsic
-  unsigned arrived = 0;   ///< lanes that have contributed
-  unsigned readers = 0;   ///< members that have not yet read their result
+  unsigned mask = 0;          ///< the lanes that take part, as passed to the intrinsic
+  unsigned arrived = 0;       ///< lanes that have contributed
+  unsigned readers = 0;       ///< members that have not yet read their result
   detail::SourceSite site{};  ///< where the lane that opened the group called the intrinsic
   std::uint64_t value[32]{};  ///< each lane's contribution: the bits of its value or predicate
   std::int8_t source[32]{};   ///< shuffles: the lane each lane reads

@@ -31,24 +31,36 @@ T atomic_update(T* address, F f) {  // CAS loop for the operations std::atomic_r
 }
 }  // namespace kvheap::sim::detail
 
-#define KVHEAP_SIM_ATOMIC_ARITH(T)                                                                 \
-  inline T atomicAdd(T* a, T v) { return std::atomic_ref<T>(*a).fetch_add(v, std::memory_order_relaxed); } \
-  inline T atomicExch(T* a, T v) { return std::atomic_ref<T>(*a).exchange(v, std::memory_order_relaxed); }
-#define KVHEAP_SIM_ATOMIC_INT(T)                                                                   \
-  KVHEAP_SIM_ATOMIC_ARITH(T)                                                                       \
-  inline T atomicSub(T* a, T v) { return std::atomic_ref<T>(*a).fetch_sub(v, std::memory_order_relaxed); } \
-  inline T atomicAnd(T* a, T v) { return std::atomic_ref<T>(*a).fetch_and(v, std::memory_order_relaxed); } \
-  inline T atomicOr(T* a, T v) { return std::atomic_ref<T>(*a).fetch_or(v, std::memory_order_relaxed); }   \
-  inline T atomicXor(T* a, T v) { return std::atomic_ref<T>(*a).fetch_xor(v, std::memory_order_relaxed); } \
-  inline T atomicMax(T* a, T v) {                                                                  \
-    return ::kvheap::sim::detail::atomic_update(a, [v](T old) { return old < v ? v : old; });      \
-  }                                                                                                \
-  inline T atomicMin(T* a, T v) {                                                                  \
-    return ::kvheap::sim::detail::atomic_update(a, [v](T old) { return v < old ? v : old; });      \
-  }                                                                                                \
-  inline T atomicCAS(T* a, T compare, T v) {                                                       \
-    std::atomic_ref<T>(*a).compare_exchange_strong(compare, v, std::memory_order_relaxed);         \
-    return compare;                                                                                \
+#define KVHEAP_SIM_ATOMIC_ARITH(T)                                         \
+  inline T atomicAdd(T* a, T v) {                                          \
+    return std::atomic_ref<T>(*a).fetch_add(v, std::memory_order_relaxed); \
+  }                                                                        \
+  inline T atomicExch(T* a, T v) {                                         \
+    return std::atomic_ref<T>(*a).exchange(v, std::memory_order_relaxed);  \
+  }
+#define KVHEAP_SIM_ATOMIC_INT(T)                                                              \
+  KVHEAP_SIM_ATOMIC_ARITH(T)                                                                  \
+  inline T atomicSub(T* a, T v) {                                                             \
+    return std::atomic_ref<T>(*a).fetch_sub(v, std::memory_order_relaxed);                    \
+  }                                                                                           \
+  inline T atomicAnd(T* a, T v) {                                                             \
+    return std::atomic_ref<T>(*a).fetch_and(v, std::memory_order_relaxed);                    \
+  }                                                                                           \
+  inline T atomicOr(T* a, T v) {                                                              \
+    return std::atomic_ref<T>(*a).fetch_or(v, std::memory_order_relaxed);                     \
+  }                                                                                           \
+  inline T atomicXor(T* a, T v) {                                                             \
+    return std::atomic_ref<T>(*a).fetch_xor(v, std::memory_order_relaxed);                    \
+  }                                                                                           \
+  inline T atomicMax(T* a, T v) {                                                             \
+    return ::kvheap::sim::detail::atomic_update(a, [v](T old) { return old < v ? v : old; }); \
+  }                                                                                           \
+  inline T atomicMin(T* a, T v) {                                                             \
+    return ::kvheap::sim::detail::atomic_update(a, [v](T old) { return v < old ? v : old; }); \
+  }                                                                                           \
+  inline T atomicCAS(T* a, T compare, T v) {                                                  \
+    std::atomic_ref<T>(*a).compare_exchange_strong(compare, v, std::memory_order_relaxed);    \
+    return compare;                                                                           \
   }
 
 KVHEAP_SIM_ATOMIC_INT(int)
@@ -66,7 +78,8 @@ inline long long atomicMin(long long* a, long long v) {
   return ::kvheap::sim::detail::atomic_update(a, [v](long long old) { return v < old ? v : old; });
 }
 inline unsigned short atomicCAS(unsigned short* a, unsigned short compare, unsigned short v) {
-  std::atomic_ref<unsigned short>(*a).compare_exchange_strong(compare, v, std::memory_order_relaxed);
+  std::atomic_ref<unsigned short>(*a).compare_exchange_strong(compare, v,
+                                                              std::memory_order_relaxed);
   return compare;
 }
 inline __half atomicAdd(__half* a, __half v) {
@@ -77,7 +90,8 @@ inline __nv_bfloat16 atomicAdd(__nv_bfloat16* a, __nv_bfloat16 v) {
 }
 /// \brief Atomic increment with wrap-around at `limit`, as CUDA defines it.
 inline unsigned atomicInc(unsigned* a, unsigned limit) {
-  return ::kvheap::sim::detail::atomic_update(a, [limit](unsigned old) { return old >= limit ? 0u : old + 1; });
+  return ::kvheap::sim::detail::atomic_update(
+      a, [limit](unsigned old) { return old >= limit ? 0u : old + 1; });
 }
 
 // ---- fences, loads, misc ------------------------------------------------------------------------
@@ -85,7 +99,9 @@ inline unsigned atomicInc(unsigned* a, unsigned limit) {
 inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 inline void __threadfence_block() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 template <class T>
-inline T __ldg(const T* p) { return *p; }
+inline T __ldg(const T* p) {
+  return *p;
+}
 inline void __nanosleep(unsigned) {}
 [[noreturn]] inline void __trap(::kvheap::sim::detail::SourceSite site = {}) {
   ::kvheap::sim::detail::trap(site);
@@ -93,8 +109,8 @@ inline void __nanosleep(unsigned) {}
 
 // ---- integer min/max and bit intrinsics ---------------------------------------------------------
 
-#define KVHEAP_SIM_MINMAX(T)                                 \
-  inline T min(T a, T b) { return b < a ? b : a; }           \
+#define KVHEAP_SIM_MINMAX(T)                       \
+  inline T min(T a, T b) { return b < a ? b : a; } \
   inline T max(T a, T b) { return a < b ? b : a; }
 KVHEAP_SIM_MINMAX(int)
 KVHEAP_SIM_MINMAX(unsigned int)
@@ -148,7 +164,10 @@ inline float __powf(float x, float y) { return powf(x, y); }
 inline float __sinf(float x) { return sinf(x); }
 inline float __cosf(float x) { return cosf(x); }
 inline float __tanf(float x) { return tanf(x); }
-inline void __sincosf(float x, float* s, float* c) { *s = sinf(x); *c = cosf(x); }
+inline void __sincosf(float x, float* s, float* c) {
+  *s = sinf(x);
+  *c = cosf(x);
+}
 inline float __fdividef(float x, float y) { return x / y; }
 inline float __frcp_rn(float x) { return 1.0f / x; }
 inline float __fsqrt_rn(float x) { return sqrtf(x); }
@@ -167,28 +186,37 @@ inline float __int2float_rn(int x) { return static_cast<float>(x); }
 // Computed in float and rounded once; __hfma may differ from a GPU's fused result in the last bit
 // in rare double-rounding cases.
 
-#define KVHEAP_SIM_HALF_MATH(H, TO_F, FROM_F, H2, TO_F2, FROM_F2)                                    \
-  inline H __hfma(H a, H b, H c) { return FROM_F(fmaf(TO_F(a), TO_F(b), TO_F(c))); }                 \
-  inline H hsqrt(H a) { return FROM_F(sqrtf(TO_F(a))); }                                              \
-  inline H hrsqrt(H a) { return FROM_F(1.0f / sqrtf(TO_F(a))); }                                      \
-  inline H hrcp(H a) { return FROM_F(1.0f / TO_F(a)); }                                               \
-  inline H hexp(H a) { return FROM_F(expf(TO_F(a))); }                                                \
-  inline H hexp2(H a) { return FROM_F(exp2f(TO_F(a))); }                                              \
-  inline H hlog(H a) { return FROM_F(logf(TO_F(a))); }                                                \
-  inline H hsin(H a) { return FROM_F(sinf(TO_F(a))); }                                                \
-  inline H hcos(H a) { return FROM_F(cosf(TO_F(a))); }                                                \
-  inline H htanh(H a) { return FROM_F(tanhf(TO_F(a))); }                                              \
-  inline H2 __hfma2(H2 a, H2 b, H2 c) {                                                               \
-    const float2 x = TO_F2(a), y = TO_F2(b), z = TO_F2(c);                                            \
-    return FROM_F2(fmaf(x.x, y.x, z.x), fmaf(x.y, y.y, z.y));                                         \
-  }                                                                                                   \
-  inline H2 h2sqrt(H2 a) { const float2 x = TO_F2(a); return FROM_F2(sqrtf(x.x), sqrtf(x.y)); }      \
-  inline H2 h2rsqrt(H2 a) {                                                                           \
-    const float2 x = TO_F2(a);                                                                        \
-    return FROM_F2(1.0f / sqrtf(x.x), 1.0f / sqrtf(x.y));                                             \
-  }                                                                                                   \
-  inline H2 h2exp(H2 a) { const float2 x = TO_F2(a); return FROM_F2(expf(x.x), expf(x.y)); }         \
-  inline H2 h2exp2(H2 a) { const float2 x = TO_F2(a); return FROM_F2(exp2f(x.x), exp2f(x.y)); }
+#define KVHEAP_SIM_HALF_MATH(H, TO_F, FROM_F, H2, TO_F2, FROM_F2)                    \
+  inline H __hfma(H a, H b, H c) { return FROM_F(fmaf(TO_F(a), TO_F(b), TO_F(c))); } \
+  inline H hsqrt(H a) { return FROM_F(sqrtf(TO_F(a))); }                             \
+  inline H hrsqrt(H a) { return FROM_F(1.0f / sqrtf(TO_F(a))); }                     \
+  inline H hrcp(H a) { return FROM_F(1.0f / TO_F(a)); }                              \
+  inline H hexp(H a) { return FROM_F(expf(TO_F(a))); }                               \
+  inline H hexp2(H a) { return FROM_F(exp2f(TO_F(a))); }                             \
+  inline H hlog(H a) { return FROM_F(logf(TO_F(a))); }                               \
+  inline H hsin(H a) { return FROM_F(sinf(TO_F(a))); }                               \
+  inline H hcos(H a) { return FROM_F(cosf(TO_F(a))); }                               \
+  inline H htanh(H a) { return FROM_F(tanhf(TO_F(a))); }                             \
+  inline H2 __hfma2(H2 a, H2 b, H2 c) {                                              \
+    const float2 x = TO_F2(a), y = TO_F2(b), z = TO_F2(c);                           \
+    return FROM_F2(fmaf(x.x, y.x, z.x), fmaf(x.y, y.y, z.y));                        \
+  }                                                                                  \
+  inline H2 h2sqrt(H2 a) {                                                           \
+    const float2 x = TO_F2(a);                                                       \
+    return FROM_F2(sqrtf(x.x), sqrtf(x.y));                                          \
+  }                                                                                  \
+  inline H2 h2rsqrt(H2 a) {                                                          \
+    const float2 x = TO_F2(a);                                                       \
+    return FROM_F2(1.0f / sqrtf(x.x), 1.0f / sqrtf(x.y));                            \
+  }                                                                                  \
+  inline H2 h2exp(H2 a) {                                                            \
+    const float2 x = TO_F2(a);                                                       \
+    return FROM_F2(expf(x.x), expf(x.y));                                            \
+  }                                                                                  \
+  inline H2 h2exp2(H2 a) {                                                           \
+    const float2 x = TO_F2(a);                                                       \
+    return FROM_F2(exp2f(x.x), exp2f(x.y));                                          \
+  }
 
 KVHEAP_SIM_HALF_MATH(__half, __half2float, __float2half_rn, __half2, __half22float2,
                      __floats2half2_rn)

@@ -35,27 +35,23 @@ inline void __syncthreads(::kvheap::sim::detail::SourceSite site = {}) {
   ::kvheap::sim::detail::block_sync(::kvheap::sim::detail::BlockSync::Plain, 0, site);
 }
 /// \brief __syncthreads that returns how many threads passed a non-zero predicate.
-inline int __syncthreads_count(int predicate,
-                               ::kvheap::sim::detail::SourceSite site = {}) {
+inline int __syncthreads_count(int predicate, ::kvheap::sim::detail::SourceSite site = {}) {
   return ::kvheap::sim::detail::block_sync(::kvheap::sim::detail::BlockSync::Count, predicate,
                                            site);
 }
 /// \brief __syncthreads that returns non-zero when every thread's predicate is non-zero.
-inline int __syncthreads_and(int predicate,
-                             ::kvheap::sim::detail::SourceSite site = {}) {
+inline int __syncthreads_and(int predicate, ::kvheap::sim::detail::SourceSite site = {}) {
   return ::kvheap::sim::detail::block_sync(::kvheap::sim::detail::BlockSync::And, predicate, site);
 }
 /// \brief __syncthreads that returns non-zero when any thread's predicate is non-zero.
-inline int __syncthreads_or(int predicate,
-                            ::kvheap::sim::detail::SourceSite site = {}) {
+inline int __syncthreads_or(int predicate, ::kvheap::sim::detail::SourceSite site = {}) {
   return ::kvheap::sim::detail::block_sync(::kvheap::sim::detail::BlockSync::Or, predicate, site);
 }
 
 // ---- warp collectives ---------------------------------------------------------------------------
 
 /// \brief Waits until the (non-exited) lanes of `mask` reach a __syncwarp with the same mask.
-inline void __syncwarp(unsigned mask = 0xffffffffu,
-                       ::kvheap::sim::detail::SourceSite site = {}) {
+inline void __syncwarp(unsigned mask = 0xffffffffu, ::kvheap::sim::detail::SourceSite site = {}) {
   ::kvheap::sim::detail::warp_collective(::kvheap::sim::detail::WarpOp::Sync, mask, 0, 0, 32, site);
 }
 
@@ -66,14 +62,12 @@ inline unsigned __ballot_sync(unsigned mask, int predicate,
       ::kvheap::sim::detail::WarpOp::Ballot, mask, predicate != 0, 0, 32, site));
 }
 /// \brief Non-zero when any lane of `mask` has a non-zero predicate.
-inline int __any_sync(unsigned mask, int predicate,
-                      ::kvheap::sim::detail::SourceSite site = {}) {
+inline int __any_sync(unsigned mask, int predicate, ::kvheap::sim::detail::SourceSite site = {}) {
   return static_cast<int>(::kvheap::sim::detail::warp_collective(
       ::kvheap::sim::detail::WarpOp::Any, mask, predicate != 0, 0, 32, site));
 }
 /// \brief Non-zero when every (non-exited) lane of `mask` has a non-zero predicate.
-inline int __all_sync(unsigned mask, int predicate,
-                      ::kvheap::sim::detail::SourceSite site = {}) {
+inline int __all_sync(unsigned mask, int predicate, ::kvheap::sim::detail::SourceSite site = {}) {
   return static_cast<int>(::kvheap::sim::detail::warp_collective(
       ::kvheap::sim::detail::WarpOp::All, mask, predicate != 0, 0, 32, site));
 }
@@ -105,26 +99,26 @@ T shuffle(WarpOp op, unsigned mask, T var, int arg, int width, const detail::Sou
 }  // namespace kvheap::sim::detail
 
 // One overload per type CUDA shuffles, so arguments convert exactly as they do under nvcc.
-#define KVHEAP_SIM_SHUFFLES(T)                                                                   \
-  inline T __shfl_sync(unsigned mask, T var, int src_lane, int width = warpSize,                \
-                       ::kvheap::sim::detail::SourceSite site = {}) {          \
-    return ::kvheap::sim::detail::shuffle(::kvheap::sim::detail::WarpOp::ShflIdx, mask, var,     \
-                                          src_lane, width, site);                                \
-  }                                                                                              \
-  inline T __shfl_up_sync(unsigned mask, T var, unsigned delta, int width = warpSize,           \
-                          ::kvheap::sim::detail::SourceSite site = {}) {       \
-    return ::kvheap::sim::detail::shuffle(::kvheap::sim::detail::WarpOp::ShflUp, mask, var,      \
-                                          static_cast<int>(delta), width, site);                 \
-  }                                                                                              \
-  inline T __shfl_down_sync(unsigned mask, T var, unsigned delta, int width = warpSize,         \
-                            ::kvheap::sim::detail::SourceSite site = {}) {     \
-    return ::kvheap::sim::detail::shuffle(::kvheap::sim::detail::WarpOp::ShflDown, mask, var,    \
-                                          static_cast<int>(delta), width, site);                 \
-  }                                                                                              \
-  inline T __shfl_xor_sync(unsigned mask, T var, int lane_mask, int width = warpSize,           \
-                           ::kvheap::sim::detail::SourceSite site = {}) {      \
-    return ::kvheap::sim::detail::shuffle(::kvheap::sim::detail::WarpOp::ShflXor, mask, var,     \
-                                          lane_mask, width, site);                               \
+#define KVHEAP_SIM_SHUFFLES(T)                                                                \
+  inline T __shfl_sync(unsigned mask, T var, int src_lane, int width = warpSize,              \
+                       ::kvheap::sim::detail::SourceSite site = {}) {                         \
+    return ::kvheap::sim::detail::shuffle(::kvheap::sim::detail::WarpOp::ShflIdx, mask, var,  \
+                                          src_lane, width, site);                             \
+  }                                                                                           \
+  inline T __shfl_up_sync(unsigned mask, T var, unsigned delta, int width = warpSize,         \
+                          ::kvheap::sim::detail::SourceSite site = {}) {                      \
+    return ::kvheap::sim::detail::shuffle(::kvheap::sim::detail::WarpOp::ShflUp, mask, var,   \
+                                          static_cast<int>(delta), width, site);              \
+  }                                                                                           \
+  inline T __shfl_down_sync(unsigned mask, T var, unsigned delta, int width = warpSize,       \
+                            ::kvheap::sim::detail::SourceSite site = {}) {                    \
+    return ::kvheap::sim::detail::shuffle(::kvheap::sim::detail::WarpOp::ShflDown, mask, var, \
+                                          static_cast<int>(delta), width, site);              \
+  }                                                                                           \
+  inline T __shfl_xor_sync(unsigned mask, T var, int lane_mask, int width = warpSize,         \
+                           ::kvheap::sim::detail::SourceSite site = {}) {                     \
+    return ::kvheap::sim::detail::shuffle(::kvheap::sim::detail::WarpOp::ShflXor, mask, var,  \
+                                          lane_mask, width, site);                            \
   }
 
 KVHEAP_SIM_SHUFFLES(int)

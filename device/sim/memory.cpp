@@ -11,8 +11,8 @@
 namespace kvheap::sim {
 namespace {
 
-constexpr std::size_t kAlign = 256;                       // cudaMalloc's guarantee
-constexpr std::size_t kQuarantineBlocks = 1024;           // freed blocks kept recognisable
+constexpr std::size_t kAlign = 256;              // cudaMalloc's guarantee
+constexpr std::size_t kQuarantineBlocks = 1024;  // freed blocks kept recognisable
 constexpr std::size_t kQuarantineBytes = std::size_t{1} << 30;
 constexpr std::size_t kPoisonLimit = std::size_t{256} << 20;  // fill smaller blocks with 0xff
 
@@ -59,8 +59,8 @@ cudaError_t DeviceMemory::allocate(void** out, std::size_t bytes, MemoryKind kin
     const std::size_t page = page_size();
     const std::size_t usable = (bytes + page - 1) / page * page;
     a.map_bytes = usable + 2 * page;
-    void* base = mmap(nullptr, a.map_bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                      -1, 0);
+    void* base =
+        mmap(nullptr, a.map_bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (base == MAP_FAILED) {
       why = "cudaMalloc of " + std::to_string(bytes) + " bytes: mmap failed";
       return cudaErrorMemoryAllocation;
@@ -98,8 +98,8 @@ cudaError_t DeviceMemory::release(void* p, MemoryKind kind, std::string& why) {
   std::lock_guard lock(mutex_);
   auto cit = locate(p, false);
   if (cit == blocks_.end()) {
-    why = std::string(api) + ": " + (p == nullptr ? "null" : "pointer") +
-          " was not returned by " + (kind == MemoryKind::Device ? "cudaMalloc" : "cudaMallocHost");
+    why = std::string(api) + ": " + (p == nullptr ? "null" : "pointer") + " was not returned by " +
+          (kind == MemoryKind::Device ? "cudaMalloc" : "cudaMallocHost");
     return cudaErrorInvalidValue;
   }
   auto it = blocks_.find(cit->first);
@@ -115,7 +115,8 @@ cudaError_t DeviceMemory::release(void* p, MemoryKind kind, std::string& why) {
   }
   if (a.kind != kind) {
     why = std::string(api) + ": block was allocated with " +
-          (a.kind == MemoryKind::Device ? "cudaMalloc; use cudaFree" : "cudaMallocHost; use cudaFreeHost");
+          (a.kind == MemoryKind::Device ? "cudaMalloc; use cudaFree"
+                                        : "cudaMallocHost; use cudaFreeHost");
     return cudaErrorInvalidValue;
   }
   if (kind == MemoryKind::Device) used_ -= a.bytes;
@@ -147,7 +148,7 @@ void DeviceMemory::evict_quarantine() {
 }
 
 std::map<std::uintptr_t, Allocation>::const_iterator DeviceMemory::locate(const void* p,
-                                                                         bool include_end) const {
+                                                                          bool include_end) const {
   const auto addr = reinterpret_cast<std::uintptr_t>(p);
   auto it = blocks_.upper_bound(addr);
   // The block starting at or below addr; when addr is the end of a malloc'd block, that may be
@@ -181,7 +182,8 @@ std::optional<Allocation> DeviceMemory::find_mapping_nonblocking(const void* add
 
 void DeviceMemory::protect(Allocation& a, bool readable) {
   const std::size_t page = page_size();
-  mprotect(a.map_base + page, a.map_bytes - 2 * page, readable ? PROT_READ | PROT_WRITE : PROT_NONE);
+  mprotect(a.map_base + page, a.map_bytes - 2 * page,
+           readable ? PROT_READ | PROT_WRITE : PROT_NONE);
 }
 
 void DeviceMemory::open(const void* p) {

@@ -30,13 +30,13 @@ enum class MemoryKind : std::uint8_t { Device, Pinned };
 
 /// \brief One cudaMalloc / cudaMallocHost block.
 struct Allocation {
-  std::byte* user = nullptr;      ///< what the caller got
-  std::size_t bytes = 0;          ///< what the caller asked for
+  std::byte* user = nullptr;             ///< what the caller got
+  std::size_t bytes = 0;                 ///< what the caller asked for
   MemoryKind kind = MemoryKind::Device;  ///< cudaMalloc (Device) or cudaMallocHost (Pinned)
-  bool freed = false;             ///< in quarantine after cudaFree
-  std::byte* map_base = nullptr;  ///< the whole mapping, guard pages included
-  std::size_t map_bytes = 0;      ///< size of the whole mapping, guard pages included
-  int open_count = 0;             ///< launches and copies that currently need it readable
+  bool freed = false;                    ///< in quarantine after cudaFree
+  std::byte* map_base = nullptr;         ///< the whole mapping, guard pages included
+  std::size_t map_bytes = 0;             ///< size of the whole mapping, guard pages included
+  int open_count = 0;                    ///< launches and copies that currently need it readable
 };
 
 /// \brief The simulator's allocator for device and pinned memory (one per process).
@@ -79,7 +79,8 @@ class DeviceMemory {
 
  private:
   DeviceMemory();
-  std::map<std::uintptr_t, Allocation>::const_iterator locate(const void* p, bool include_end) const;
+  std::map<std::uintptr_t, Allocation>::const_iterator locate(const void* p,
+                                                              bool include_end) const;
   void protect(Allocation& a, bool readable);
   void evict_quarantine();
 

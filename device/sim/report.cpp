@@ -75,8 +75,8 @@ std::string BlockRunner::deadlock_report() const {
       }
       out += "\n  " + std::string(warp_op_name(g.op)) + "(mask " + hex_mask(g.mask) + ") at " +
              site_string(g.site) + " in warp " + std::to_string(warp) + " was reached by " +
-             who("lane", arrived) + "; missing: " +
-             describe_missing("lane", missing, [&](int lane) {
+             who("lane", arrived) +
+             "; missing: " + describe_missing("lane", missing, [&](int lane) {
                return where_waiting(fibers_[warp * 32 + static_cast<std::size_t>(lane)]);
              });
     }

@@ -42,7 +42,8 @@ std::string check_side(const char* role, const void* p, std::size_t count, int w
            " memory, not " + (want_device == 1 ? "device" : "host") + " memory";
   }
   if (device) {
-    const std::size_t room = static_cast<std::size_t>(a->user + a->bytes - static_cast<const std::byte*>(p));
+    const std::size_t room =
+        static_cast<std::size_t>(a->user + a->bytes - static_cast<const std::byte*>(p));
     if (count > room) {
       return std::string(role) + " " + hex(p) + " has " + std::to_string(room) +
              " bytes left in its cudaMalloc block of " + std::to_string(a->bytes) + " bytes";
@@ -54,16 +55,29 @@ std::string check_side(const char* role, const void* p, std::size_t count, int w
 cudaError_t copy(const char* api, void* dst, const void* src, std::size_t count,
                  cudaMemcpyKind kind) {
   if (count == 0) return api_ok();
-  const std::string what = std::string(api) + " (" + kind_name(kind) + ") of " +
-                           std::to_string(count) + " bytes: ";
-  if (dst == nullptr || src == nullptr) return api_fail(cudaErrorInvalidValue, what + "null pointer");
+  const std::string what =
+      std::string(api) + " (" + kind_name(kind) + ") of " + std::to_string(count) + " bytes: ";
+  if (dst == nullptr || src == nullptr)
+    return api_fail(cudaErrorInvalidValue, what + "null pointer");
   int dst_device = -1;
   int src_device = -1;
   switch (kind) {
-    case cudaMemcpyHostToHost: dst_device = 0; src_device = 0; break;
-    case cudaMemcpyHostToDevice: dst_device = 1; src_device = 0; break;
-    case cudaMemcpyDeviceToHost: dst_device = 0; src_device = 1; break;
-    case cudaMemcpyDeviceToDevice: dst_device = 1; src_device = 1; break;
+    case cudaMemcpyHostToHost:
+      dst_device = 0;
+      src_device = 0;
+      break;
+    case cudaMemcpyHostToDevice:
+      dst_device = 1;
+      src_device = 0;
+      break;
+    case cudaMemcpyDeviceToHost:
+      dst_device = 0;
+      src_device = 1;
+      break;
+    case cudaMemcpyDeviceToDevice:
+      dst_device = 1;
+      src_device = 1;
+      break;
     case cudaMemcpyDefault: break;
     default: return api_fail(cudaErrorInvalidMemcpyDirection, what + "invalid direction");
   }
@@ -191,7 +205,8 @@ cudaError_t cudaMemcpyToSymbol(const void* symbol, const void* src, size_t count
 cudaError_t cudaMemcpyFromSymbol(void* dst, const void* symbol, size_t count, size_t offset,
                                  cudaMemcpyKind kind) {
   if (kind == cudaMemcpyHostToDevice || kind == cudaMemcpyHostToHost) {
-    return api_fail(cudaErrorInvalidMemcpyDirection, "cudaMemcpyFromSymbol: copies from the device");
+    return api_fail(cudaErrorInvalidMemcpyDirection,
+                    "cudaMemcpyFromSymbol: copies from the device");
   }
   if (symbol == nullptr || (dst == nullptr && count > 0)) {
     return api_fail(cudaErrorInvalidSymbol, "cudaMemcpyFromSymbol: null symbol or destination");

@@ -21,12 +21,12 @@ struct PointerArg {
 
 /// \brief One kernel launch, erased to plain data so the simulator itself is not a template.
 struct LaunchSpec {
-  std::string_view kernel_name;   ///< for messages: "block_sum<256>"
-  const void* kernel = nullptr;   ///< identity for cudaFuncSetAttribute
-  dim3 grid;                      ///< blocks in the grid
-  dim3 block;                     ///< threads per block
+  std::string_view kernel_name;        ///< for messages: "block_sum<256>"
+  const void* kernel = nullptr;        ///< identity for cudaFuncSetAttribute
+  dim3 grid;                           ///< blocks in the grid
+  dim3 block;                          ///< threads per block
   std::size_t dynamic_smem_bytes = 0;  ///< dynamic shared memory per block, in bytes
-  cudaStream_t stream = nullptr;  ///< must be a live stream (or null); the run is synchronous
+  cudaStream_t stream = nullptr;       ///< must be a live stream (or null); the run is synchronous
   void (*run_thread)(const void* args) = nullptr;  ///< runs the kernel body as the current thread
   const void* args = nullptr;                      ///< the converted parameters (a std::tuple)
   std::span<const PointerArg> pointer_args;        ///< pointer parameters, checked before running

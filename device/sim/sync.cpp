@@ -90,7 +90,8 @@ std::uint64_t BlockRunner::warp_collective(WarpOp op, unsigned mask, std::uint64
   if (g == nullptr) fail("internal error: warp " + std::to_string(warp) + " ran out of groups");
 
   g->value[lane] = value;
-  if (is_shuffle(op)) g->source[lane] = static_cast<std::int8_t>(shuffle_source(op, lane, arg, width));
+  if (is_shuffle(op))
+    g->source[lane] = static_cast<std::int8_t>(shuffle_source(op, lane, arg, width));
   g->arrived |= bit;
   Fiber& me = fibers_[t];
   me.wait = Wait::Warp;

@@ -20,7 +20,7 @@ namespace kvheap::sim::detail {
 struct SourceSite {
   const char* file;  ///< source file of the call, as the compiler spells it
   unsigned line;     ///< line of the call
-  unsigned column;  ///< 0 where the compiler has no __builtin_COLUMN (GCC 12)
+  unsigned column;   ///< 0 where the compiler has no __builtin_COLUMN (GCC 12)
 #if defined(__has_builtin) && __has_builtin(__builtin_COLUMN)
   /// \brief Captures the caller's file, line and column (pass nothing).
   constexpr SourceSite(const char* f = __builtin_FILE(), unsigned l = __builtin_LINE(),

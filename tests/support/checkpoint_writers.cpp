@@ -40,12 +40,9 @@ void put_as(std::string& out, const float* p, std::size_t n, DType dtype) {
 
 const char* safetensors_dtype(DType t) {
   switch (t) {
-    case DType::F32:
-      return "F32";
-    case DType::F16:
-      return "F16";
-    case DType::BF16:
-      return "BF16";
+    case DType::F32: return "F32";
+    case DType::F16: return "F16";
+    case DType::BF16: return "BF16";
   }
   return "?";
 }
@@ -235,7 +232,10 @@ void write_safetensors(const ModelWeights& w, const std::string& dir, DType dtyp
     const std::size_t lo = std::min(all.size(), s * per), hi = std::min(all.size(), lo + per);
     const std::vector<NamedTensor> part(all.begin() + lo, all.begin() + hi);
     for (const NamedTensor& t : part) weight_map[t.name] = name;
-    write_safetensors_file(dir + "/" + name, part, dtype);
+    std::string shard_path = dir;
+    shard_path += '/';
+    shard_path += name;
+    write_safetensors_file(shard_path, part, dtype);
   }
   const json index = {{"metadata", {{"total_size", 0}}}, {"weight_map", weight_map}};
   write_bytes(dir + "/model.safetensors.index.json", index.dump(2));
@@ -243,12 +243,9 @@ void write_safetensors(const ModelWeights& w, const std::string& dir, DType dtyp
 
 float stored_as(float x, DType dtype) {
   switch (dtype) {
-    case DType::F32:
-      return x;
-    case DType::F16:
-      return fp16_to_float(float_to_fp16(x));
-    case DType::BF16:
-      return bf16_to_float(float_to_bf16(x));
+    case DType::F32: return x;
+    case DType::F16: return fp16_to_float(float_to_fp16(x));
+    case DType::BF16: return bf16_to_float(float_to_bf16(x));
   }
   return x;
 }

@@ -17,8 +17,8 @@
 
 /// Skips the test, saying why, when there is no CUDA device: a real build on a machine without
 /// a GPU. The simulator build always has its device.
-#define KVHEAP_REQUIRE_DEVICE()                                                          \
-  if (auto why_ = ::kvheap::device_unavailable_reason()) {                               \
+#define KVHEAP_REQUIRE_DEVICE()                                                            \
+  if (auto why_ = ::kvheap::device_unavailable_reason()) {                                 \
     GTEST_SKIP() << *why_ << "; these tests run on a GPU or in the KVHEAP_CUDA=sim build"; \
   }
 
@@ -33,8 +33,8 @@ DeviceBuffer<T> to_device(const std::vector<T>& host) {
 /// \brief Passes when rel_inf_error(got, want) <= tol (max|got - want| / max|want|) and NaNs sit
 /// in the same places; otherwise lists the first ten elements whose error exceeds
 /// tol * max|want|, as llm.c's checks do.
-inline ::testing::AssertionResult rel_close(std::span<const float> got,
-                                            std::span<const float> want, double tol) {
+inline ::testing::AssertionResult rel_close(std::span<const float> got, std::span<const float> want,
+                                            double tol) {
   if (got.size() != want.size())
     return ::testing::AssertionFailure() << "sizes differ: " << got.size() << " vs " << want.size();
   // rel_inf_error's std::max skips NaNs, so they are counted separately.

@@ -28,16 +28,15 @@ double rel_inf_error(std::span<const float> a, std::span<const float> b);
 }  // namespace kvheap::test
 
 /// Binds `var` to the path of a file in KVHEAP_MODELS_DIR, or skips (fails under CI=true).
-#define KVHEAP_REQUIRE_MODEL(var, name)                                                     \
-  std::string var;                                                                          \
-  if (auto p_ = ::kvheap::test::model_file(name)) {                                         \
-    var = *p_;                                                                              \
-  } else if (::kvheap::test::running_in_ci()) {                                             \
-    FAIL() << "KVHEAP_MODELS_DIR must point at a folder with " << (name)                     \
-           << " in CI; tests that need a real checkpoint may not skip there";               \
-  } else {                                                                                  \
-    GTEST_SKIP() << "set KVHEAP_MODELS_DIR to a folder holding " << (name)                   \
-                 << " to run this test";                                                    \
+#define KVHEAP_REQUIRE_MODEL(var, name)                                                            \
+  std::string var; /* NOLINT(bugprone-macro-parentheses): a declaration */                         \
+  if (auto p_ = ::kvheap::test::model_file(name)) {                                                \
+    var = *p_;                                                                                     \
+  } else if (::kvheap::test::running_in_ci()) {                                                    \
+    FAIL() << "KVHEAP_MODELS_DIR must point at a folder with " << (name)                           \
+           << " in CI; tests that need a real checkpoint may not skip there";                      \
+  } else {                                                                                         \
+    GTEST_SKIP() << "set KVHEAP_MODELS_DIR to a folder holding " << (name) << " to run this test"; \
   }
 
 namespace kvheap::test {
