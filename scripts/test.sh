@@ -52,9 +52,8 @@ step "5. fuzz targets, ${KVHEAP_FUZZ_SECONDS:-60} s each"
 bash scripts/fuzz.sh "${KVHEAP_FUZZ_SECONDS:-60}"
 echo "[$SECONDS s]"
 
-if [ -f scripts/lint.sh ]; then
-  step "6. format and lint"
-  bash scripts/lint.sh
-fi
+step "6. format and lint"
+bash scripts/lint.sh
+echo "[$SECONDS s]"
 
 step "all passed in $SECONDS s"
