@@ -29,8 +29,8 @@ void paged_attention(DType kv, const float* q, const void* k_cache, const void* 
   if (shape.n > 0 && pages.block_size <= 0)
     throw InputError("paged_attention: block_size = " + std::to_string(pages.block_size) +
                      "; need at least one slot per block");
-  if (shape.n > 0 && (pages.indptr == nullptr || pages.indices == nullptr ||
-                      pages.row_seq == nullptr))
+  if (shape.n > 0 &&
+      (pages.indptr == nullptr || pages.indices == nullptr || pages.row_seq == nullptr))
     throw InputError("paged_attention: the page table (indptr, indices, row_seq) is missing");
   detail::launch_decode_attention(kv, q, k_cache, v_cache, n_ctx, pages, shape, out, workspace,
                                   stream, force_splits);

@@ -17,14 +17,33 @@
 // CUDA-side types only forward-declared, so CPU-only builds can include this header.
 #pragma once
 
+#include <bit>
 #include <cstdint>
 
 #include "common/model_config.hpp"
-#include "kernels/attention.hpp"
 #include "kernels/cuda_stream.hpp"
 #include "kernels/host_device.hpp"
 
 namespace kvheap {
+
+/// \brief Physical slot of position t of a sequence whose page table is `pages`:
+/// pages[t / block_size] * block_size + t % block_size.
+///
+/// Power-of-two block sizes (the usual ones) take a shift and a mask: an integer division costs
+/// tens of cycles on a CPU and about twenty instructions on a GPU, as much as the attention
+/// arithmetic a small head spends on one position. The branch goes the same way for every
+/// position (and every lane of a warp), so it costs nothing.
+KVHEAP_HD std::int64_t paged_slot(const int* pages, int block_size, int t) {
+  if ((block_size & (block_size - 1)) == 0) {
+#if defined(__CUDA_ARCH__)
+    const int shift = __popc(block_size - 1);
+#else
+    const int shift = std::popcount(static_cast<unsigned>(block_size - 1));
+#endif
+    return (static_cast<std::int64_t>(pages[t >> shift]) << shift) | (t & (block_size - 1));
+  }
+  return static_cast<std::int64_t>(pages[t / block_size]) * block_size + t % block_size;
+}
 
 /// \brief Row locator over page tables (CSR), for the attention kernels' `row(i, t)` interface.
 struct PagedLocator {
@@ -37,8 +56,7 @@ struct PagedLocator {
   /// \brief Physical slot (row of the [num_blocks * block_size, kv_dim] storage) of position t
   /// of batch row i.
   KVHEAP_HD std::int64_t row(int i, int t) const {
-    const int page = indices[indptr[row_seq[i]] + t / block_size];
-    return static_cast<std::int64_t>(page) * block_size + t % block_size;
+    return paged_slot(indices + indptr[row_seq[i]], block_size, t);
   }
 };
 
@@ -48,17 +66,17 @@ namespace cpu {
 /// ContiguousRows, only the address of position t differs.
 template <class T>
 struct PagedRows {
-  const T* k_base;     ///< [num_blocks * block_size, kv_dim] K storage of one layer
-  const T* v_base;     ///< same layout, V
-  const int* pages;    ///< this sequence's physical block ids, logical order
-  int block_size;      ///< slots per block
-  long stride;         ///< elements per slot (kv_dim)
+  const T* k_base;   ///< [num_blocks * block_size, kv_dim] K storage of one layer
+  const T* v_base;   ///< same layout, V
+  const int* pages;  ///< this sequence's physical block ids, logical order
+  int block_size;    ///< slots per block
+  long stride;       ///< elements per slot (kv_dim)
   /// \brief Position t's K row.
   const T* k(int t) const { return k_base + slot(t) * stride; }
   /// \brief Position t's V row.
   const T* v(int t) const { return v_base + slot(t) * stride; }
   /// \brief Physical slot of position t.
-  long slot(int t) const { return static_cast<long>(pages[t / block_size]) * block_size + t % block_size; }
+  long slot(int t) const { return static_cast<long>(paged_slot(pages, block_size, t)); }
 };
 
 }  // namespace cpu

@@ -1,7 +1,8 @@
 // Chapter 3's claims on the device: paging changes where K and V live, never what attention
 // computes. cuda::paged_attention is bitwise equal to chapter 2's cuda::decode_attention on the
-// same cache contents (any block size, shuffled blocks, fp32 and bf16, forced split counts), and the
-// GPU decoder over PagedGpuCache returns the same logits, bit for bit, as over ContiguousGpuCache.
+// same cache contents (any block size, shuffled blocks, fp32 and bf16, forced split counts), and
+// the GPU decoder over PagedGpuCache returns the same logits, bit for bit, as over
+// ContiguousGpuCache.
 //
 // In the simulator build every kernel runs on the CPU; in a real build they run on the GPU and
 // skip with a message when there is none.
@@ -31,8 +32,8 @@
 namespace kvheap {
 namespace {
 
-#define KVHEAP_REQUIRE_DEVICE()                                                           \
-  if (auto why_ = device_unavailable_reason()) {                                          \
+#define KVHEAP_REQUIRE_DEVICE()                                                                 \
+  if (auto why_ = device_unavailable_reason()) {                                                \
     GTEST_SKIP() << *why_ << "; paged attention runs on a GPU or in the KVHEAP_CUDA=sim build"; \
   }
 
@@ -68,8 +69,8 @@ struct Twins {
   std::vector<float> q;                       // [n, n_heads, head_dim]
 };
 
-Twins make_twins(DType kv, int block_size, const std::vector<int>& ctx, int n_heads,
-                 int n_kv_heads, int head_dim) {
+Twins make_twins(DType kv, int block_size, const std::vector<int>& ctx, int n_heads, int n_kv_heads,
+                 int head_dim) {
   Twins t;
   t.n_heads = n_heads;
   t.n_kv_heads = n_kv_heads;
@@ -145,8 +146,8 @@ void expect_twins_bitwise_equal(DType kv, int block_size, int splits, const Twin
   const std::vector<float> want = out_flat.to_host(), got = out_paged.to_host();
   ASSERT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0)
       << dtype_name(kv) << ", block size " << block_size << ", splits " << splits
-      << ": paged attention differs from contiguous (max rel diff "
-      << test::max_rel_diff(got, want) << ")";
+      << ": paged attention differs from contiguous (max rel diff " << test::max_rel_diff(got, want)
+      << ")";
   EXPECT_TRUE(std::any_of(want.begin(), want.end(), [](float x) { return x != 0.0f; }));
 }
 
@@ -180,7 +181,7 @@ TEST(Ch03PagedGpu, PagedAttentionRejectsBlockSizeZero) {
 /// from greedy decoding on this run, so both caches see identical inputs.
 struct Reference {
   std::vector<Batch> batches;              // slot field = sequence index 0..2
-  std::vector<std::vector<float>> logits;    // [steps][logit rows * vocab]
+  std::vector<std::vector<float>> logits;  // [steps][logit rows * vocab]
 };
 
 Reference run_contiguous(GpuForward& fwd, DType kv, int steps) {
@@ -205,8 +206,8 @@ Reference run_contiguous(GpuForward& fwd, DType kv, int steps) {
     int row = 0;
     for (const BatchRow& r : b.rows) {
       if (!r.wants_logits) continue;
-      next[r.slot] = argmax(std::span<const float>(&ref.logits.back()[row * c.vocab_size],
-                                                   c.vocab_size));
+      next[r.slot] =
+          argmax(std::span<const float>(&ref.logits.back()[row * c.vocab_size], c.vocab_size));
       ++row;
     }
     ref.batches.push_back(b);

@@ -46,7 +46,9 @@ void ensure_size(DeviceBuffer<T>& buf, std::size_t count) {
 
 PagedGpuCache::PagedGpuCache(const ModelConfig& config, DType kv, int num_blocks, int block_size,
                              std::uint64_t shuffle_seed)
-    : config_(config), kv_(kv), blocks_(num_blocks, block_size, shuffle_seed),
+    : config_(config),
+      kv_(kv),
+      blocks_(num_blocks, block_size, shuffle_seed),
       dev_(std::make_unique<Device>()) {
   const std::size_t total = pool_bytes();
   std::size_t free_bytes = 0, total_bytes = 0;
@@ -93,7 +95,7 @@ void PagedGpuCache::prepare(const Batch& batch) {
 }
 
 void PagedGpuCache::write(int layer, const float* k, const float* v) {
-  const std::size_t off = static_cast<std::size_t>(layer) * layer_bytes(config_, kv_, blocks_.pool());
+  const std::size_t off = layer * layer_bytes(config_, kv_, blocks_.pool());
   // The slot mapping is a row index into [num_blocks * block_size, kv_dim]: exactly kv_write's
   // dst_rows, so chapter 2's write kernel serves the paged layout unchanged.
   cuda::kv_write(kv_, dev_->k.data() + off, dev_->v.data() + off, k, v, dev_->slot_mapping.data(),
@@ -101,7 +103,7 @@ void PagedGpuCache::write(int layer, const float* k, const float* v) {
 }
 
 void PagedGpuCache::attend(int layer, const float* q, float* out) {
-  const std::size_t off = static_cast<std::size_t>(layer) * layer_bytes(config_, kv_, blocks_.pool());
+  const std::size_t off = layer * layer_bytes(config_, kv_, blocks_.pool());
   cuda::AttentionShape shape;
   shape.n = static_cast<int>(current_.n_ctx.size());
   shape.n_heads = config_.n_heads;

@@ -1,0 +1,140 @@
+// What bench_paged_attention (GPU) and bench_paged_attention_cpu share: the block-size sweep's
+// batch of mixed context lengths, the tail waste of each block size, the sweep's output (a
+// markdown table on stdout and in PREFIX.md, the same rows in PREFIX.csv for
+// scripts/plot_block_sweep.py), and two small helpers for their result tables.
+//
+// Block size trades two costs. Small blocks waste little memory (a sequence's last block is on
+// average half empty, so waste per sequence is about block_size / 2 slots) but scatter the rows
+// attention reads; large blocks read like contiguous memory but strand more of the pool. Tail
+// waste only shows with context lengths that are not multiples of the block size, so the sweep
+// draws them at random.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace kvheap::bench {
+
+/// \brief `n` context lengths drawn uniformly from [lo, hi] with a fixed seed, so every run and
+/// every block size sees the same batch.
+inline std::vector<int> sweep_contexts(int n, int lo, int hi, unsigned seed = 2024) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> len(lo, hi);
+  std::vector<int> ctx(n);
+  for (int& c : ctx) c = len(rng);
+  return ctx;
+}
+
+/// \brief Slots the blocks of `ctx` occupy at `block_size`: sum of ceil(ctx / B) * B.
+inline std::size_t slots_held(const std::vector<int>& ctx, int block_size) {
+  std::size_t slots = 0;
+  for (int c : ctx)
+    slots += static_cast<std::size_t>((c + block_size - 1) / block_size) * block_size;
+  return slots;
+}
+
+/// \brief Positions of `ctx`: the slots that hold a token.
+inline std::size_t tokens_of(const std::vector<int>& ctx) {
+  std::size_t n = 0;
+  for (int c : ctx) n += static_cast<std::size_t>(c);
+  return n;
+}
+
+/// \brief The median of `v` (the upper one for an even count); 0 when empty.
+inline double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+/// \brief Replaces the row of `rows` that `same` matches with `r`, or appends it. Google
+/// Benchmark may run a function more than once (a trial run first); the last result counts.
+template <class Row, class Same>
+void keep_last(std::vector<Row>& rows, const Row& r, Same&& same) {
+  auto it = std::find_if(rows.begin(), rows.end(), [&](const Row& x) { return same(x, r); });
+  if (it != rows.end()) {
+    *it = r;
+  } else {
+    rows.push_back(r);
+  }
+}
+
+/// \brief One block size of the sweep.
+struct SweepRow {
+  int block_size = 0;
+  double paged_ms = 0.0;       ///< attention time over the paged pool
+  double contiguous_ms = 0.0;  ///< the same batch over a contiguous reservation, timed alongside
+  double gbps = 0.0;           ///< paged: useful bytes / time
+  std::size_t slots = 0;       ///< slots of the blocks held
+  std::size_t tokens = 0;      ///< slots that hold a token
+
+  /// \brief Fraction of the held slots that hold no token (the last blocks' empty tails).
+  [[nodiscard]] double tail_waste() const {
+    return slots == 0 ? 0.0 : static_cast<double>(slots - tokens) / static_cast<double>(slots);
+  }
+};
+
+/// \brief The value of `--name=VALUE` among the arguments Google Benchmark left, or `fallback`.
+inline std::string flag_value(int argc, char** argv, std::string_view name, std::string fallback) {
+  const std::string prefix = fmt::format("--{}=", name);
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    if (a.substr(0, prefix.size()) == prefix) return std::string(a.substr(prefix.size()));
+  }
+  return fallback;
+}
+
+/// \brief The command line as typed, program name without its folder: "bench_x --flag=1". Call it
+/// before benchmark::Initialize, which removes the flags it knows.
+inline std::string command_line(int argc, char** argv) {
+  std::string_view prog = argc > 0 ? argv[0] : "";
+  const std::size_t slash = prog.rfind('/');
+  if (slash != std::string_view::npos) prog.remove_prefix(slash + 1);
+  std::string cmd(prog);
+  for (int i = 1; i < argc; ++i) cmd += std::string(" ") + argv[i];
+  return cmd;
+}
+
+/// \brief Prints `heading` (markdown: what ran, and any other tables) and the sweep as a markdown
+/// table, and writes both to PREFIX.md and the sweep to PREFIX.csv. Returns false when a file
+/// cannot be written.
+inline bool write_sweep(const std::string& prefix, const std::string& heading,
+                        const std::vector<SweepRow>& rows, std::size_t bytes_per_slot) {
+  std::string md = heading + "\n\n";
+  md +=
+      "| block size | paged ms | contiguous ms | paged / contiguous | paged GB/s | "
+      "tail waste % | MB stranded in tails |\n";
+  md += "|---:|---:|---:|---:|---:|---:|---:|\n";
+  std::string csv = "block_size,paged_ms,contiguous_ms,ratio,gbps,tail_waste_pct,slots,tokens\n";
+  for (const SweepRow& r : rows) {
+    const double ratio = r.contiguous_ms > 0 ? r.paged_ms / r.contiguous_ms : 0.0;
+    const double stranded_mb = static_cast<double>((r.slots - r.tokens) * bytes_per_slot) / 1e6;
+    md += fmt::format("| {} | {:.3f} | {:.3f} | {:.3f} | {:.1f} | {:.2f} | {:.1f} |\n",
+                      r.block_size, r.paged_ms, r.contiguous_ms, ratio, r.gbps,
+                      100.0 * r.tail_waste(), stranded_mb);
+    csv += fmt::format("{},{:.6f},{:.6f},{:.4f},{:.3f},{:.4f},{},{}\n", r.block_size, r.paged_ms,
+                       r.contiguous_ms, ratio, r.gbps, 100.0 * r.tail_waste(), r.slots, r.tokens);
+  }
+  fmt::print("\n{}", md);
+  bool ok = true;
+  for (const auto& [ext, text] : {std::pair{".md", &md}, std::pair{".csv", &csv}}) {
+    const std::string path = prefix + ext;
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    if (f == nullptr || std::fputs(text->c_str(), f) < 0) {
+      fmt::print(stderr, "cannot write {}\n", path);
+      ok = false;
+    }
+    if (f != nullptr) std::fclose(f);
+  }
+  if (ok) fmt::print("sweep written to {}.md and {}.csv\n", prefix, prefix);
+  return ok;
+}
+
+}  // namespace kvheap::bench
