@@ -59,6 +59,12 @@ FuzzOutcome fuzz_tokenizer(std::span<const std::uint8_t> input, std::string* why
 /// functions the chapter programs use. No model is run.
 FuzzOutcome fuzz_cli(std::span<const std::uint8_t> input, std::string* why = nullptr);
 
+/// \brief Input: a pool shape and a program of admit / append / free / misuse operations on
+/// chapter 3's BlockManager, checked after every step (see fuzz/entry_block_pool.cpp).
+FuzzOutcome fuzz_block_pool(std::span<const std::uint8_t> input, std::string* why = nullptr);
+
+/// \brief libFuzzer-shaped wrapper of fuzz_block_pool; always returns 0.
+int fuzz_block_pool_one(const std::uint8_t* data, std::size_t size);
 /// \brief libFuzzer-shaped wrapper of fuzz_llama2c_loader; always returns 0.
 int fuzz_llama2c_loader_one(const std::uint8_t* data, std::size_t size);
 /// \brief libFuzzer-shaped wrapper of fuzz_safetensors; always returns 0.

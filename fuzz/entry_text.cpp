@@ -140,10 +140,9 @@ FuzzOutcome fuzz_cli(std::span<const std::uint8_t> input, std::string* why) {
 
 std::span<const FuzzTarget> fuzz_targets() {
   static constexpr FuzzTarget kTargets[] = {
-      {"fuzz_llama2c_loader", fuzz_llama2c_loader},
-      {"fuzz_safetensors", fuzz_safetensors},
-      {"fuzz_tokenizer", fuzz_tokenizer},
-      {"fuzz_cli", fuzz_cli},
+      {"fuzz_llama2c_loader", fuzz_llama2c_loader}, {"fuzz_safetensors", fuzz_safetensors},
+      {"fuzz_tokenizer", fuzz_tokenizer},           {"fuzz_cli", fuzz_cli},
+      {"fuzz_block_pool", fuzz_block_pool},
   };
   return kTargets;
 }
