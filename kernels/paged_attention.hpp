@@ -27,12 +27,12 @@
 namespace kvheap {
 
 /// \brief Physical slot of position t of a sequence whose page table is `pages`:
-/// pages[t / block_size] * block_size + t % block_size.
+/// pages[t / block_size] * block_size + t % block_size, for block_size >= 1.
 ///
 /// Power-of-two block sizes (the usual ones) take a shift and a mask: an integer division costs
 /// tens of cycles on a CPU and about twenty instructions on a GPU, as much as the attention
 /// arithmetic a small head spends on one position. The branch goes the same way for every
-/// position (and every lane of a warp), so it costs nothing.
+/// position (and every lane of a warp), so it is all but free.
 KVHEAP_HD std::int64_t paged_slot(const int* pages, int block_size, int t) {
   if ((block_size & (block_size - 1)) == 0) {
 #if defined(__CUDA_ARCH__)
