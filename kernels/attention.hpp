@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "common/half.hpp"
+#include "common/model_config.hpp"
 
 namespace kvheap::cpu {
 
@@ -35,6 +36,17 @@ inline void from_float(float x, float& out) { out = x; }
 inline void from_float(float x, F16Bits& out) { out.bits = float_to_fp16(x); }
 /// \copydoc from_float(float, float&)
 inline void from_float(float x, BF16Bits& out) { out.bits = float_to_bf16(x); }
+
+/// \brief Calls `f(T{})` with T the storage element of KV dtype `t` (float, F16Bits or BF16Bits),
+/// so a cache policy writes its type-generic code once.
+template <class F>
+void with_kv_type(DType t, F&& f) {
+  switch (t) {
+    case DType::F32: f(float{}); break;
+    case DType::F16: f(F16Bits{}); break;
+    case DType::BF16: f(BF16Bits{}); break;
+  }
+}
 
 /// \brief Attention of one query row over positions [0, n_ctx) for one KV head's query group.
 ///

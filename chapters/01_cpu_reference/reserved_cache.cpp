@@ -11,28 +11,12 @@
 
 namespace kvheap::ch01 {
 
-using cpu::BF16Bits;
-using cpu::F16Bits;
-
 /// One sequence's reservation: K and V as raw bytes, [n_layers, max_seq_len, kv_dim] elements.
 struct ReservedCache::Reservation {
   std::vector<unsigned char> k;
   std::vector<unsigned char> v;
   int length = 0;
 };
-
-namespace {
-
-template <class F>
-void with_kv_type(DType t, F&& f) {
-  switch (t) {
-    case DType::F32: f(float{}); break;
-    case DType::F16: f(F16Bits{}); break;
-    case DType::BF16: f(BF16Bits{}); break;
-  }
-}
-
-}  // namespace
 
 ReservedCache::ReservedCache(const ModelConfig& config, DType kv, std::size_t budget_bytes)
     : config_(config), kv_(kv), budget_(budget_bytes) {
@@ -88,7 +72,7 @@ int ReservedCache::length(int slot) const { return slot_at(slot).length; }
 
 void ReservedCache::write(int layer, const Batch& batch, const float* k, const float* v) {
   const long kv_dim = config_.kv_dim();
-  with_kv_type(kv_, [&](auto tag) {
+  cpu::with_kv_type(kv_, [&](auto tag) {
     using T = decltype(tag);
     for (int i = 0; i < batch.size(); ++i) {
       const BatchRow& row = batch.rows[i];
@@ -116,7 +100,7 @@ void ReservedCache::attend(int layer, const Batch& batch, const float* q, float*
     (void)slot_at(row.slot);
     work += 2L * (row.pos + 1) * config_.q_dim();
   }
-  with_kv_type(kv_, [&](auto tag) {
+  cpu::with_kv_type(kv_, [&](auto tag) {
     using T = decltype(tag);
     // One work item per (row, KV head): each reads that head's K and V rows once for its group.
 #pragma omp parallel if (work >= (1L << 16))

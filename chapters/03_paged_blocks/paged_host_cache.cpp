@@ -8,20 +8,6 @@
 
 namespace kvheap::ch03 {
 
-using cpu::BF16Bits;
-using cpu::F16Bits;
-
-namespace {
-template <class F>
-void with_kv_type(DType t, F&& f) {
-  switch (t) {
-    case DType::F32: f(float{}); break;
-    case DType::F16: f(F16Bits{}); break;
-    case DType::BF16: f(BF16Bits{}); break;
-  }
-}
-}  // namespace
-
 int blocks_for_budget(const ModelConfig& c, DType kv, std::size_t budget_bytes, int block_size,
                       int min_tokens) {
   if (block_size <= 0)
@@ -57,7 +43,7 @@ void PagedHostCache::write(int layer, const Batch& batch, const float* k, const 
   const long kv_dim = config_.kv_dim();
   const long layer_rows =
       static_cast<long>(blocks_.pool().num_blocks()) * blocks_.pool().block_size();
-  with_kv_type(kv_, [&](auto tag) {
+  cpu::with_kv_type(kv_, [&](auto tag) {
     using T = decltype(tag);
     T* kd = reinterpret_cast<T*>(k_.data()) + layer * layer_rows * kv_dim;
     T* vd = reinterpret_cast<T*>(v_.data()) + layer * layer_rows * kv_dim;
@@ -80,7 +66,7 @@ void PagedHostCache::attend(int layer, const Batch& batch, const float* q, float
   const long layer_rows = static_cast<long>(blocks_.pool().num_blocks()) * bs;
   long work = 0;
   for (int i = 0; i < n; ++i) work += 2L * current_.n_ctx[i] * config_.q_dim();
-  with_kv_type(kv_, [&](auto tag) {
+  cpu::with_kv_type(kv_, [&](auto tag) {
     using T = decltype(tag);
     const T* kd = reinterpret_cast<const T*>(k_.data()) + layer * layer_rows * kv_dim;
     const T* vd = reinterpret_cast<const T*>(v_.data()) + layer * layer_rows * kv_dim;
