@@ -1,31 +1,33 @@
-// bench_attention_cpu: the CPU twin of decode attention (cpu::attend_group over a contiguous
+// bench_attention_cpu: the CPU twin of decode attention (cpu::attend_batch over a contiguous
 // cache), against a STREAM-like read bandwidth measured in the same process. Builds and runs in
 // every mode, KVHEAP_CUDA=off included; the GPU kernel's benchmark is bench_attention.
 //
-// The work is chapter 1's attention: OpenMP over (row, KV head) items, each reading its KV head's
-// rows once for the whole query group. Heads are Llama-3-8B's (32 query, 8 KV, head_dim 128), one
-// layer. Cold-cache numbers: only configurations whose K+V working set is at least 4x the
-// last-level cache run (and at most 1 GiB, to share the machine); every slot reserves 32k
-// positions so sequences sit far apart, and rows use slots in shuffled order.
+// The work is chapter 1's attention: OpenMP over batch rows (split into KV-head ranges when rows
+// are fewer than twice the threads), each KV head's rows read once for its whole query group. Heads
+// are Llama-3-8B's (32 query, 8 KV, head_dim 128), one layer. Cold-cache numbers: only
+// configurations whose K+V working set is at least 4x the last-level cache run (and at most 1 GiB,
+// to share the machine); every slot reserves 32k positions so sequences sit far apart, and rows use
+// slots in shuffled order.
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <chrono>
-#include <memory>
 #include <numeric>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "common/bandwidth.hpp"
+#include "common/fma_peak.hpp"
+#include "common/host_buffer.hpp"
 #include "kernels/attention.hpp"
 
 namespace kvheap {
 namespace {
 
-constexpr int kHeads = 32, kKvHeads = 8, kHeadDim = 128, kGroup = kHeads / kKvHeads;
+constexpr int kHeads = 32, kKvHeads = 8, kHeadDim = 128;
 constexpr long kMaxSeqLen = 32768;
 constexpr long kKvDim = static_cast<long>(kKvHeads) * kHeadDim;
 
@@ -34,6 +36,7 @@ double g_peak_gbps = 0.0;
 struct Row {
   std::string config;
   double budget_mb, mb_moved, ms, gbps;
+  double flops_per_byte;  // multiply-add work per byte of cache read (2 flops per multiply-add)
 };
 std::vector<Row> g_rows;
 
@@ -50,10 +53,11 @@ void record(const Row& r) {
 
 template <class T>
 void attention_cpu(benchmark::State& state, const char* dtype, int batch, int ctx) {
-  // Uninitialised on purpose: only the rows a sequence uses are touched (and so committed), as
-  // with a real reservation; the rest of each slot stays virtual.
+  // Allocated as chapter 1's reservations are (zero-filled, on huge pages).
   const std::size_t elems = static_cast<std::size_t>(batch) * kMaxSeqLen * kKvDim;
-  std::unique_ptr<T[]> k(new T[elems]), v(new T[elems]);
+  HostBuffer k_buf(elems * sizeof(T)), v_buf(elems * sizeof(T));
+  T* k = k_buf.as<T>();
+  T* v = v_buf.as<T>();
   std::vector<int> slots(batch);
   std::iota(slots.begin(), slots.end(), 0);
   std::shuffle(slots.begin(), slots.end(), std::mt19937(42));
@@ -69,21 +73,15 @@ void attention_cpu(benchmark::State& state, const char* dtype, int batch, int ct
   std::vector<float> q(static_cast<std::size_t>(batch) * kHeads * kHeadDim, 0.05f);
   std::vector<float> out(q.size());
 
+  const ModelConfig heads = preset("llama-3-8b");  // kHeads, kKvHeads, kHeadDim
   auto run = [&] {
-#pragma omp parallel
-    {
-      std::vector<float> scores(static_cast<std::size_t>(kGroup) * ctx);
-#pragma omp for schedule(dynamic)
-      for (long item = 0; item < static_cast<long>(batch) * kKvHeads; ++item) {
-        const int i = static_cast<int>(item / kKvHeads);
-        const int g = static_cast<int>(item % kKvHeads);
-        const long base = slots[i] * kMaxSeqLen * kKvDim;
-        const cpu::ContiguousRows<T> rows{k.get() + base, v.get() + base, kKvDim};
-        const long qo = (static_cast<long>(i) * kHeads + g * kGroup) * kHeadDim;
-        cpu::attend_group<T>(q.data() + qo, rows, ctx, g, kGroup, kHeadDim, out.data() + qo,
-                             scores.data());
-      }
-    }
+    cpu::attend_batch<T>(
+        heads, batch,
+        [&](int i) {
+          const long base = slots[i] * kMaxSeqLen * kKvDim;
+          return cpu::ContiguousRows<T>{k + base, v + base, kKvDim};
+        },
+        [&](int) { return ctx; }, q.data(), out.data());
   };
   run();  // warm-up: page in the scratch vectors
   const auto t0 = std::chrono::steady_clock::now();
@@ -103,8 +101,11 @@ void attention_cpu(benchmark::State& state, const char* dtype, int batch, int ct
   const std::string config =
       fmt::format("batch {}, ctx {}, {}, {} threads", batch, ctx, dtype, omp_get_max_threads());
   state.SetLabel(config);
+  // Arithmetic: one multiply-add per query head and element of K (the scores) and of V (the
+  // weighted sum), i.e. 2 x 2 x n_heads x head_dim flops per position.
+  const double flops = 4.0 * batch * ctx * kHeads * kHeadDim;
   record({config, 2.0 * static_cast<double>(elems * sizeof(T)) / 1e6, bytes / 1e6, per_call * 1e3,
-          gbps});
+          gbps, flops / bytes});
 }
 
 }  // namespace
@@ -115,6 +116,7 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   const BandwidthSample peak = measure_read_bandwidth();
   g_peak_gbps = peak.gbps;
+  const FmaSample fma = measure_fma_peak();
   // The last-level cache: the per-instance size the kernel reports in sysfs (Google Benchmark's
   // CPUInfo reads it), else sysconf's. Some glibc versions report an AMD socket's total L3
   // through sysconf (320 MiB for this machine's 32 MiB), which would rule out every size here.
@@ -138,7 +140,7 @@ int main(int argc, char** argv) {
       for (int ctx : {4096, 16384, 32768}) {
         const std::size_t elem = bf16 ? 2 : 4;
         const std::size_t set = static_cast<std::size_t>(batch) * ctx * 2 * kKvDim * elem;
-        const std::string name = fmt::format("attend_group/llama3_8b_{}/batch{}/ctx{}",
+        const std::string name = fmt::format("attend_batch/llama3_8b_{}/batch{}/ctx{}",
                                              bf16 ? "bf16" : "fp32", batch, ctx);
         if (set < min_set || set > max_set) {
           fmt::print("{}: skipped, K+V working set {} MiB is outside [4 x LLC = {} MiB, {} MiB]\n",
@@ -159,15 +161,28 @@ int main(int argc, char** argv) {
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
 
-  // The peak again after the runs: the table uses the better of the two, so a busy moment at
-  // start cannot flatter the fraction.
+  // The peaks again after the runs: the table uses the better of each, so a busy moment at start
+  // cannot flatter a fraction.
   g_peak_gbps = std::max(g_peak_gbps, measure_read_bandwidth().gbps);
+  const double fma_gflops = std::max(fma.gflops, measure_fma_peak().gflops);
   fmt::print("\nSTREAM-like read peak: {:.2f} GB/s ({} threads, {:.0f} MiB buffer, LLC {} KiB)\n",
              g_peak_gbps, peak.threads, static_cast<double>(peak.bytes) / (1 << 20), llc / 1024);
-  fmt::print("| config | KV budget MB (reserved) | MB moved | ms/call | GB/s | % of read peak |\n");
-  fmt::print("|---|---:|---:|---:|---:|---:|\n");
-  for (const Row& r : g_rows)
-    fmt::print("| {} | {:.0f} | {:.1f} | {:.2f} | {:.2f} | {:.1f} |\n", r.config, r.budget_mb,
-               r.mb_moved, r.ms, r.gbps, 100.0 * r.gbps / g_peak_gbps);
+  fmt::print(
+      "fp32 multiply-add peak: {:.1f} GFLOP/s ({} threads): machine balance {:.2f} flop/byte\n",
+      fma_gflops, fma.threads, fma_gflops / g_peak_gbps);
+  // The roof is the roofline's bound for the kernel's arithmetic intensity: min(read peak, FMA
+  // peak / intensity). Below the balance the cache read binds, above it the multiply-adds.
+  fmt::print(
+      "| config | KV budget MB (reserved) | MB moved | ms/call | GB/s | % of read peak | flop/byte "
+      "| % of FMA peak | roof GB/s | % of roof |\n");
+  fmt::print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  for (const Row& r : g_rows) {
+    const double roof = std::min(g_peak_gbps, fma_gflops / r.flops_per_byte);
+    fmt::print(
+        "| {} | {:.0f} | {:.1f} | {:.2f} | {:.2f} | {:.1f} | {:.1f} | {:.1f} | {:.1f} | {:.1f} |\n",
+        r.config, r.budget_mb, r.mb_moved, r.ms, r.gbps, 100.0 * r.gbps / g_peak_gbps,
+        r.flops_per_byte, 100.0 * r.gbps * r.flops_per_byte / fma_gflops, roof,
+        100.0 * r.gbps / roof);
+  }
   return 0;
 }

@@ -1,7 +1,7 @@
 // bench_paged_attention_cpu: what paging costs the CPU twin of decode attention. The same batch is
 // stored twice, in chapter 1's per-sequence reservation (cpu::ContiguousRows) and in chapter 3's
-// shuffled block pool (cpu::PagedRows via ch03::BlockManager), and cpu::attend_group runs over
-// each, OpenMP over (row, KV head) as chapters 1 and 3 do. Builds and runs in every mode.
+// shuffled block pool (cpu::PagedRows via ch03::BlockManager), and cpu::attend_batch runs over
+// each, with the work split chapters 1 and 3 use. Builds and runs in every mode.
 //
 // Two parts:
 //   1. paged (block size 16) vs contiguous, side by side, with their ratio: the goal is
@@ -16,18 +16,17 @@
 // keeps a load change from landing on one side only. Both layouts must give bitwise equal outputs
 // before anything is timed. Heads are Llama-3-8B's (32 query, 8 KV, head_dim 128), bf16, one
 // layer; only working sets of at least 4x the last-level cache run (cold-cache numbers), and at
-// most 512 MiB, to share the machine. Memory is plain 4 KiB pages, as PagedHostCache's; with
-// --huge-pages=1 both layouts get transparent huge pages instead.
+// most 512 MiB, to share the machine. Both layouts are allocated as the chapters' CPU caches are,
+// on transparent huge pages (common/host_buffer.hpp); --huge-pages=0 gives both 4 KiB pages, to
+// show what the TLB costs.
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 #include <omp.h>
-#include <sys/mman.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <new>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -37,6 +36,7 @@
 #include "bench/block_sweep.hpp"
 #include "chapters/03_paged_blocks/block_manager.hpp"
 #include "common/bandwidth.hpp"
+#include "common/host_buffer.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/paged_attention.hpp"
 
@@ -44,31 +44,24 @@ namespace kvheap {
 namespace {
 
 using T = cpu::BF16Bits;
-constexpr int kHeads = 32, kKvHeads = 8, kHeadDim = 128, kGroup = kHeads / kKvHeads;
+constexpr int kHeads = 32, kKvHeads = 8, kHeadDim = 128;
 constexpr long kKvDim = static_cast<long>(kKvHeads) * kHeadDim;
 constexpr long kMaxSeqLen = 32768;  // chapter 1's reservation per sequence
 constexpr int kBlockSize = 16;
 
 double g_peak_gbps = 0.0;
-bool g_huge_pages = false;  // --huge-pages=1: back both layouts with transparent huge pages
+bool g_huge_pages = true;  // --huge-pages=0: back both layouts with 4 KiB pages instead
 
-struct FreeDeleter {
-  void operator()(void* p) const { std::free(p); }
+/// Host storage for `count` elements, allocated as the chapters' CPU caches allocate theirs
+/// (common/host_buffer.hpp): huge pages unless --huge-pages=0 asks for 4 KiB pages.
+struct HostArray {
+  HostBuffer buf;
+  T* get() { return buf.as<T>(); }
+  const T* get() const { return buf.as<T>(); }
+  T& operator[](std::size_t i) { return get()[i]; }
 };
-template <class T>
-using HostArray = std::unique_ptr<T[], FreeDeleter>;
-
-/// Uninitialised host memory for `count` elements. With --huge-pages=1 it is 2 MiB aligned and
-/// advised for transparent huge pages: a (row, KV head) item touches a new 4 KiB page every two
-/// positions, so TLB misses otherwise cost more than the arithmetic, in both layouts.
-template <class T>
-HostArray<T> host_array(std::size_t count) {
-  const std::size_t align = g_huge_pages ? std::size_t{2} << 20 : 64;
-  const std::size_t bytes = (count * sizeof(T) + align - 1) / align * align;
-  void* p = std::aligned_alloc(align, bytes);
-  if (p == nullptr) throw std::bad_alloc();
-  if (g_huge_pages) (void)madvise(p, bytes, MADV_HUGEPAGE);  // a hint: ignored where unsupported
-  return HostArray<T>(static_cast<T*>(p));
+HostArray host_array(std::size_t count) {
+  return {HostBuffer(count * sizeof(T), g_huge_pages ? PageSize::kHuge : PageSize::kSmall)};
 }
 
 /// The value stored at (row i, position t, element e) in both layouts.
@@ -78,13 +71,13 @@ float value(long i, long t, long e) {
 
 /// One batch of query rows and its K/V, stored contiguously and in a paged pool.
 struct Layouts {
-  std::vector<int> ctx;         // [n] positions each row attends over
-  std::vector<long> base;       // [n] first row of row i's reservation
-  HostArray<T> flat_k, flat_v;  // [n * kMaxSeqLen, kv_dim]; only used rows are touched
+  std::vector<int> ctx;      // [n] positions each row attends over
+  std::vector<long> base;    // [n] first row of row i's reservation
+  HostArray flat_k, flat_v;  // [n * kMaxSeqLen, kv_dim], zero-filled like a reservation
   std::unique_ptr<ch03::BlockManager> blocks;
-  std::vector<int> seq;         // [n] BlockManager id of row i
-  HostArray<T> pool_k, pool_v;  // [num_blocks * block_size, kv_dim]
-  std::vector<float> q;         // [n, n_heads, head_dim]
+  std::vector<int> seq;      // [n] BlockManager id of row i
+  HostArray pool_k, pool_v;  // [num_blocks * block_size, kv_dim]
+  std::vector<float> q;      // [n, n_heads, head_dim]
 };
 
 /// Reservations go to rows in shuffled order; the pool holds exactly the blocks the batch needs
@@ -98,16 +91,16 @@ Layouts make_layouts(const std::vector<int>& ctx, int block_size) {
   std::shuffle(slot.begin(), slot.end(), std::mt19937(42));
   for (long i = 0; i < n; ++i) l.base.push_back(slot[i] * kMaxSeqLen);
   {
-    l.flat_k = host_array<T>(static_cast<std::size_t>(n) * kMaxSeqLen * kKvDim);
-    l.flat_v = host_array<T>(static_cast<std::size_t>(n) * kMaxSeqLen * kKvDim);
+    l.flat_k = host_array(static_cast<std::size_t>(n) * kMaxSeqLen * kKvDim);
+    l.flat_v = host_array(static_cast<std::size_t>(n) * kMaxSeqLen * kKvDim);
   }
   {
     const int num_blocks = static_cast<int>(bench::slots_held(ctx, block_size) / block_size);
     l.blocks = std::make_unique<ch03::BlockManager>(num_blocks, block_size, /*shuffle_seed=*/7);
     for (long i = 0; i < n; ++i) l.seq.push_back(l.blocks->allocate(ctx[i]));
     const std::size_t slots = static_cast<std::size_t>(num_blocks) * block_size;
-    l.pool_k = host_array<T>(slots * kKvDim);
-    l.pool_v = host_array<T>(slots * kKvDim);
+    l.pool_k = host_array(slots * kKvDim);
+    l.pool_v = host_array(slots * kKvDim);
   }
   std::vector<std::pair<long, long>> positions;  // (row, t) of every cached token
   for (long i = 0; i < n; ++i)
@@ -132,23 +125,13 @@ Layouts make_layouts(const std::vector<int>& ctx, int block_size) {
   return l;
 }
 
-/// attend_group over every (row, KV head) of the batch; `rows_of(i)` is row i's accessor.
+/// The batch's attention as the chapters run it; `rows_of(i)` is row i's accessor.
 template <class RowsOf>
 void attend_batch(const Layouts& l, float* out, RowsOf&& rows_of) {
-  const long n = static_cast<long>(l.ctx.size());
-  const int max_ctx = *std::max_element(l.ctx.begin(), l.ctx.end());
-#pragma omp parallel
-  {
-    std::vector<float> scores(static_cast<std::size_t>(kGroup) * max_ctx);
-#pragma omp for schedule(dynamic)
-    for (long item = 0; item < n * kKvHeads; ++item) {
-      const int i = static_cast<int>(item / kKvHeads);
-      const int g = static_cast<int>(item % kKvHeads);
-      const long qo = (static_cast<long>(i) * kHeads + g * kGroup) * kHeadDim;
-      cpu::attend_group<T>(l.q.data() + qo, rows_of(i), l.ctx[i], g, kGroup, kHeadDim, out + qo,
-                           scores.data());
-    }
-  }
+  static const ModelConfig heads = preset("llama-3-8b");  // kHeads, kKvHeads, kHeadDim
+  cpu::attend_batch<T>(
+      heads, static_cast<int>(l.ctx.size()), rows_of, [&](int i) { return l.ctx[i]; }, l.q.data(),
+      out);
 }
 
 void attend_contiguous(const Layouts& l, float* out) {
@@ -271,7 +254,7 @@ int main(int argc, char** argv) {
   const std::string command = bench::command_line(argc, argv);
   benchmark::Initialize(&argc, argv);
   const std::string prefix = bench::flag_value(argc, argv, "sweep-out", "block_size_sweep_cpu");
-  g_huge_pages = bench::flag_value(argc, argv, "huge-pages", "0") == "1";
+  g_huge_pages = bench::flag_value(argc, argv, "huge-pages", "1") == "1";
   g_peak_gbps = measure_read_bandwidth().gbps;
   const std::size_t llc = llc_bytes();
   const std::size_t min_set = 4 * (llc > 0 ? llc : std::size_t{32} << 20);

@@ -4,12 +4,12 @@
 
 namespace kvheap::cpu {
 
-#define KVHEAP_INSTANTIATE_ATTEND_GROUP(T)                                                      \
-  template void attend_group<T, ContiguousRows<T>>(const float*, const ContiguousRows<T>&, int, \
-                                                   int, int, int, float*, float*);
-KVHEAP_INSTANTIATE_ATTEND_GROUP(float)
-KVHEAP_INSTANTIATE_ATTEND_GROUP(F16Bits)
-KVHEAP_INSTANTIATE_ATTEND_GROUP(BF16Bits)
-#undef KVHEAP_INSTANTIATE_ATTEND_GROUP
+#define KVHEAP_INSTANTIATE_ATTEND(T)                                                               \
+  template void attend_kv_heads<T, ContiguousRows<T>>(const float*, const ContiguousRows<T>&, int, \
+                                                      int, int, int, int, float*, float*);
+KVHEAP_INSTANTIATE_ATTEND(float)
+KVHEAP_INSTANTIATE_ATTEND(F16Bits)
+KVHEAP_INSTANTIATE_ATTEND(BF16Bits)
+#undef KVHEAP_INSTANTIATE_ATTEND
 
 }  // namespace kvheap::cpu

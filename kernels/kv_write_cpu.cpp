@@ -1,7 +1,7 @@
 // CPU twin of the KV write: the reference the CUDA kernel must match bit for bit.
 #include "kernels/kv_write.hpp"
 
-#include "kernels/attention.hpp"
+#include "kernels/kv_types.hpp"
 
 namespace kvheap::cpu {
 namespace {

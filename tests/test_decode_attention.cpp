@@ -1,4 +1,4 @@
-// Chapter 2's decode attention against its CPU twin: the kernel equals cpu::attend_group over
+// Chapter 2's decode attention against its CPU twin: the kernel equals cpu::attend_kv_heads over
 // ContiguousRows on the same cache contents. (The KV write's bitwise check is test_kv_write.cpp,
 // in the same test program.)
 //
@@ -81,7 +81,7 @@ HostData make_data(const Problem& p) {
   return h;
 }
 
-/// The CPU twin: attend_group per (row, KV head) over the row's slot.
+/// The CPU twin over the row's slot, one KV head at a time as the GPU's blocks go.
 std::vector<float> run_twin(const Problem& p, const HostData& h) {
   std::vector<float> out(h.q.size());
   const int group = p.n_heads / p.n_kv_heads;
@@ -91,12 +91,11 @@ std::vector<float> run_twin(const Problem& p, const HostData& h) {
       const long base = static_cast<long>(p.slot[i]) * p.max_seq_len * p.kv_dim();
       const cpu::ContiguousRows<T> rows{reinterpret_cast<const T*>(h.k.data()) + base,
                                         reinterpret_cast<const T*>(h.v.data()) + base, p.kv_dim()};
-      std::vector<float> scores(static_cast<std::size_t>(group) * std::max(p.ctx[i], 1));
-      for (int g = 0; g < p.n_kv_heads; ++g) {
-        const long qo = (static_cast<long>(i) * p.n_heads + g * group) * p.head_dim;
-        cpu::attend_group<T>(h.q.data() + qo, rows, p.ctx[i], g, group, p.head_dim, out.data() + qo,
-                             scores.data());
-      }
+      std::vector<float> scores(cpu::attend_scratch_floats(group));
+      const long qo = static_cast<long>(i) * p.n_heads * p.head_dim;
+      for (int g = 0; g < p.n_kv_heads; ++g)
+        cpu::attend_kv_heads<T>(h.q.data() + qo, rows, p.ctx[i], g, g + 1, group, p.head_dim,
+                                out.data() + qo, scores.data());
     }
   });
   return out;

@@ -1,6 +1,6 @@
 // GpuForward against CpuForward on the `tiny` preset, with the attention kernel taken out of the
 // picture: the device cache here keeps K and V in device memory but attends by downloading them
-// and calling the CPU twin (cpu::attend_group). A mismatch therefore points at the forward pass
+// and calling the CPU twin (cpu::attend_kv_heads). A mismatch therefore points at the forward pass
 // (embedding, norms, GEMMs, biases, RoPE, SwiGLU, residuals, classifier, row bookkeeping).
 #include <gtest/gtest.h>
 
@@ -56,12 +56,10 @@ class HostAttentionCache final : public DeviceKVCache {
       const BatchRow& r = batch_.rows[i];
       const long base = offset(layer, r.slot, 0);
       const cpu::ContiguousRows<float> rows{kc.data() + base, vc.data() + base, c_.kv_dim()};
-      scores.resize(static_cast<std::size_t>(group) * (r.pos + 1));
-      for (int g = 0; g < c_.n_kv_heads; ++g) {
-        const long qo = (static_cast<long>(i) * c_.n_heads + g * group) * hd;
-        cpu::attend_group<float>(hq.data() + qo, rows, r.pos + 1, g, group, hd, hout.data() + qo,
-                                 scores.data());
-      }
+      scores.resize(cpu::attend_scratch_floats(c_.n_heads));
+      const long qo = static_cast<long>(i) * c_.q_dim();
+      cpu::attend_kv_heads<float>(hq.data() + qo, rows, r.pos + 1, 0, c_.n_kv_heads, group, hd,
+                                  hout.data() + qo, scores.data());
     }
     KVHEAP_CUDA_CHECK(
         cudaMemcpy(out, hout.data(), hout.size() * sizeof(float), cudaMemcpyHostToDevice));

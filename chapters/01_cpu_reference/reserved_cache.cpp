@@ -2,19 +2,19 @@
 #include "chapters/01_cpu_reference/reserved_cache.hpp"
 
 #include <fmt/format.h>
-#include <omp.h>
 
 #include <algorithm>
 
 #include "common/error.hpp"
+#include "common/host_buffer.hpp"
 #include "kernels/attention.hpp"
 
 namespace kvheap::ch01 {
 
 /// One sequence's reservation: K and V as raw bytes, [n_layers, max_seq_len, kv_dim] elements.
 struct ReservedCache::Reservation {
-  std::vector<unsigned char> k;
-  std::vector<unsigned char> v;
+  HostBuffer k;  // huge pages: see common/host_buffer.hpp
+  HostBuffer v;
   int length = 0;
 };
 
@@ -46,8 +46,8 @@ int ReservedCache::admit() {
         bytes_reserved() / reservation_bytes(), bytes_reserved() / 1e6, budget_ / 1e6,
         reservation_bytes() / 1e6));
   auto r = std::make_unique<Reservation>();
-  r->k.resize(reservation_bytes() / 2);
-  r->v.resize(reservation_bytes() / 2);
+  r->k = HostBuffer(reservation_bytes() / 2);
+  r->v = HostBuffer(reservation_bytes() / 2);
   auto free_it = std::find(slots_.begin(), slots_.end(), nullptr);
   if (free_it != slots_.end()) {
     *free_it = std::move(r);
@@ -79,8 +79,8 @@ void ReservedCache::write(int layer, const Batch& batch, const float* k, const f
       Reservation& r = slot_at(row.slot);
       // [layer][pos][kv_dim] inside the slot's reservation.
       const long offset = (static_cast<long>(layer) * config_.max_seq_len + row.pos) * kv_dim;
-      T* kd = reinterpret_cast<T*>(r.k.data()) + offset;
-      T* vd = reinterpret_cast<T*>(r.v.data()) + offset;
+      T* kd = r.k.as<T>() + offset;
+      T* vd = r.v.as<T>() + offset;
       for (long e = 0; e < kv_dim; ++e) {
         cpu::from_float(k[i * kv_dim + e], kd[e]);
         cpu::from_float(v[i * kv_dim + e], vd[e]);
@@ -91,35 +91,18 @@ void ReservedCache::write(int layer, const Batch& batch, const float* k, const f
 }
 
 void ReservedCache::attend(int layer, const Batch& batch, const float* q, float* out) {
-  const int n = batch.size();
-  const int group = config_.group_size();
-  const int hd = config_.head_dim;
   const long kv_dim = config_.kv_dim();
-  long work = 0;  // multiply-adds of QK^T and PV, to decide whether threads pay off
-  for (const BatchRow& row : batch.rows) {
-    (void)slot_at(row.slot);
-    work += 2L * (row.pos + 1) * config_.q_dim();
-  }
+  for (const BatchRow& row : batch.rows) (void)slot_at(row.slot);  // throws here, not in a thread
   cpu::with_kv_type(kv_, [&](auto tag) {
     using T = decltype(tag);
-    // One work item per (row, KV head): each reads that head's K and V rows once for its group.
-#pragma omp parallel if (work >= (1L << 16))
-    {
-      std::vector<float> scores;
-#pragma omp for schedule(dynamic)
-      for (long item = 0; item < static_cast<long>(n) * config_.n_kv_heads; ++item) {
-        const int i = static_cast<int>(item / config_.n_kv_heads);
-        const int g = static_cast<int>(item % config_.n_kv_heads);
-        const BatchRow& row = batch.rows[i];
-        const Reservation& r = *slots_[row.slot];
-        const long base = static_cast<long>(layer) * config_.max_seq_len * kv_dim;
-        const cpu::ContiguousRows<T> rows{reinterpret_cast<const T*>(r.k.data()) + base,
-                                          reinterpret_cast<const T*>(r.v.data()) + base, kv_dim};
-        scores.resize(static_cast<std::size_t>(group) * (row.pos + 1));
-        const long qo = (static_cast<long>(i) * config_.n_heads + g * group) * hd;
-        cpu::attend_group<T>(q + qo, rows, row.pos + 1, g, group, hd, out + qo, scores.data());
-      }
-    }
+    const long base = static_cast<long>(layer) * config_.max_seq_len * kv_dim;
+    cpu::attend_batch<T>(
+        config_, batch.size(),
+        [&](int i) {
+          const Reservation& r = *slots_[batch.rows[i].slot];
+          return cpu::ContiguousRows<T>{r.k.as<T>() + base, r.v.as<T>() + base, kv_dim};
+        },
+        [&](int i) { return batch.rows[i].pos + 1; }, q, out);
   });
 }
 

@@ -33,8 +33,8 @@ PagedHostCache::PagedHostCache(const ModelConfig& config, DType kv, int num_bloc
     : config_(config), kv_(kv), blocks_(num_blocks, block_size, shuffle_seed) {
   const std::size_t bytes =
       static_cast<std::size_t>(num_blocks) * block_size * kv_bytes_per_token(config, kv) / 2;
-  k_.resize(bytes);
-  v_.resize(bytes);
+  k_ = HostBuffer(bytes);
+  v_ = HostBuffer(bytes);
 }
 
 void PagedHostCache::write(int layer, const Batch& batch, const float* k, const float* v) {
@@ -45,8 +45,8 @@ void PagedHostCache::write(int layer, const Batch& batch, const float* k, const 
       static_cast<long>(blocks_.pool().num_blocks()) * blocks_.pool().block_size();
   cpu::with_kv_type(kv_, [&](auto tag) {
     using T = decltype(tag);
-    T* kd = reinterpret_cast<T*>(k_.data()) + layer * layer_rows * kv_dim;
-    T* vd = reinterpret_cast<T*>(v_.data()) + layer * layer_rows * kv_dim;
+    T* kd = k_.as<T>() + layer * layer_rows * kv_dim;
+    T* vd = v_.as<T>() + layer * layer_rows * kv_dim;
     for (int i = 0; i < batch.size(); ++i) {
       const long dst = current_.slot_mapping[i] * kv_dim;
       for (long e = 0; e < kv_dim; ++e) {
@@ -58,36 +58,23 @@ void PagedHostCache::write(int layer, const Batch& batch, const float* k, const 
 }
 
 void PagedHostCache::attend(int layer, const Batch& batch, const float* q, float* out) {
-  const int n = batch.size();
-  const int group = config_.group_size();
-  const int hd = config_.head_dim;
   const long kv_dim = config_.kv_dim();
   const int bs = blocks_.pool().block_size();
   const long layer_rows = static_cast<long>(blocks_.pool().num_blocks()) * bs;
-  long work = 0;
-  for (int i = 0; i < n; ++i) work += 2L * current_.n_ctx[i] * config_.q_dim();
   cpu::with_kv_type(kv_, [&](auto tag) {
     using T = decltype(tag);
-    const T* kd = reinterpret_cast<const T*>(k_.data()) + layer * layer_rows * kv_dim;
-    const T* vd = reinterpret_cast<const T*>(v_.data()) + layer * layer_rows * kv_dim;
-    // Same work split and same arithmetic as chapter 1's attend: only addresses differ, so the
-    // results are bitwise equal.
-#pragma omp parallel if (work >= (1L << 16))
-    {
-      std::vector<float> scores;
-#pragma omp for schedule(dynamic)
-      for (long item = 0; item < static_cast<long>(n) * config_.n_kv_heads; ++item) {
-        const int i = static_cast<int>(item / config_.n_kv_heads);
-        const int g = static_cast<int>(item % config_.n_kv_heads);
-        const int s = current_.row_seq[i];
-        const cpu::PagedRows<T> rows{kd, vd, current_.indices.data() + current_.indptr[s], bs,
-                                     kv_dim};
-        scores.resize(static_cast<std::size_t>(group) * current_.n_ctx[i]);
-        const long qo = (static_cast<long>(i) * config_.n_heads + g * group) * hd;
-        cpu::attend_group<T>(q + qo, rows, current_.n_ctx[i], g, group, hd, out + qo,
-                             scores.data());
-      }
-    }
+    const T* kd = k_.as<T>() + layer * layer_rows * kv_dim;
+    const T* vd = v_.as<T>() + layer * layer_rows * kv_dim;
+    // Chapter 1's work split and arithmetic through a page-table accessor: only addresses
+    // differ, so the results are bitwise equal.
+    cpu::attend_batch<T>(
+        config_, batch.size(),
+        [&](int i) {
+          const int s = current_.row_seq[i];
+          return cpu::PagedRows<T>{kd, vd, current_.indices.data() + current_.indptr[s], bs,
+                                   kv_dim};
+        },
+        [&](int i) { return current_.n_ctx[i]; }, q, out);
   });
 }
 

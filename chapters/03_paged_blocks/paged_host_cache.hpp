@@ -8,6 +8,7 @@
 
 #include "chapters/03_paged_blocks/block_manager.hpp"
 #include "chapters/03_paged_blocks/paged_batch.hpp"
+#include "common/host_buffer.hpp"
 #include "common/kv_cache.hpp"
 #include "common/model_config.hpp"
 
@@ -42,9 +43,9 @@ class PagedHostCache final : public KVCache {
   ModelConfig config_;
   DType kv_;
   BlockManager blocks_;
-  std::vector<unsigned char> k_;  // [n_layers, num_blocks * block_size, kv_dim] in the KV dtype
-  std::vector<unsigned char> v_;  // same
-  PagedBatch current_;            // built by layer 0's write, used by every layer of the batch
+  HostBuffer k_;        // [n_layers, num_blocks * block_size, kv_dim] in the KV dtype
+  HostBuffer v_;        // same
+  PagedBatch current_;  // built by layer 0's write, used by every layer of the batch
 };
 
 }  // namespace kvheap::ch03

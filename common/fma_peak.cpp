@@ -1,0 +1,53 @@
+#include "common/fma_peak.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+
+namespace kvheap {
+
+namespace {
+
+// Eight floats as one value, the width the CPU attention twin computes in; the compiler maps it
+// onto the target's vector registers.
+using Vec8 = float __attribute__((vector_size(8 * sizeof(float))));
+
+constexpr int kChains = 12;        // independent accumulators: more than latency x units in flight
+constexpr long kSteps = 1L << 23;  // about 30 ms at 3 G multiply-adds per second
+
+// Multiply-adds per thread: kSteps x kChains vectors of 8.
+float run_chains(float m, float c) {
+  Vec8 acc[kChains];
+  for (int j = 0; j < kChains; ++j) acc[j] = Vec8{} + static_cast<float>(j);
+  const Vec8 vm = Vec8{} + m, vc = Vec8{} + c;
+  for (long i = 0; i < kSteps; ++i)
+    for (int j = 0; j < kChains; ++j) acc[j] = acc[j] * vm + vc;
+  float total = 0.0f;
+  for (const Vec8& a : acc)
+    for (int l = 0; l < 8; ++l) total += a[l];
+  return total;
+}
+
+}  // namespace
+
+FmaSample measure_fma_peak(int repeats) {
+  FmaSample s;
+  s.threads = omp_get_max_threads();
+  // Runtime values, so that the compiler cannot fold the chains away.
+  volatile float m = 0.999999f, c = 1e-7f;
+  volatile float sink = 0.0f;
+  for (int r = 0; r < repeats; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    float total = 0.0f;
+#pragma omp parallel reduction(+ : total)
+    total += run_chains(m, c);
+    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    sink = sink + total;
+    const double flops = 2.0 * 8 * kChains * static_cast<double>(kSteps) * s.threads;
+    s.gflops = std::max(s.gflops, flops / sec / 1e9);
+  }
+  return s;
+}
+
+}  // namespace kvheap

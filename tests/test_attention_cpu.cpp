@@ -1,0 +1,171 @@
+// The CPU attention twin (kernels/attention.hpp) on its own: against a naive double-precision
+// softmax attention over awkward shapes, and bitwise stable under every way of splitting the work
+// (head ranges, threads, where the rows live). The chapters' bitwise-equality claims rest on the
+// second property; the first is what makes the twin a reference for the CUDA kernels.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "common/model_config.hpp"
+#include "kernels/attention.hpp"
+
+namespace kvheap {
+namespace {
+
+/// One batch row's cache and queries, n_ctx positions of [n_kv_heads, head_dim].
+template <class T>
+struct Case {
+  int n_kv_heads, group, head_dim, n_ctx;
+  std::vector<T> k, v;   // [n_ctx, n_kv_heads, head_dim]
+  std::vector<float> q;  // [n_kv_heads * group, head_dim]
+
+  Case(int kv, int g, int hd, int ctx, unsigned seed)
+      : n_kv_heads(kv), group(g), head_dim(hd), n_ctx(ctx) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    const std::size_t elems = static_cast<std::size_t>(ctx) * kv * hd;
+    k.resize(elems);
+    v.resize(elems);
+    for (std::size_t e = 0; e < elems; ++e) {
+      cpu::from_float(nd(rng), k[e]);
+      cpu::from_float(nd(rng), v[e]);
+    }
+    q.resize(static_cast<std::size_t>(kv) * g * hd);
+    for (float& x : q) x = 2.0f * nd(rng);  // peaky enough that softmax matters
+  }
+  [[nodiscard]] long kv_dim() const { return static_cast<long>(n_kv_heads) * head_dim; }
+  [[nodiscard]] cpu::ContiguousRows<T> rows() const { return {k.data(), v.data(), kv_dim()}; }
+};
+
+/// Softmax attention in double over the stored (already rounded) values.
+template <class T>
+std::vector<double> naive(const Case<T>& c) {
+  std::vector<double> out(c.q.size(), 0.0);
+  for (int h = 0; h < c.n_kv_heads * c.group; ++h) {
+    const long off = static_cast<long>(h / c.group) * c.head_dim;
+    std::vector<double> s(c.n_ctx);
+    for (int t = 0; t < c.n_ctx; ++t) {
+      double dot = 0.0;
+      for (int d = 0; d < c.head_dim; ++d)
+        dot += static_cast<double>(c.q[static_cast<long>(h) * c.head_dim + d]) *
+               cpu::to_float(c.k[t * c.kv_dim() + off + d]);
+      s[t] = dot / std::sqrt(static_cast<double>(c.head_dim));
+    }
+    const double m = *std::max_element(s.begin(), s.end());
+    double sum = 0.0;
+    for (double& x : s) sum += (x = std::exp(x - m));
+    for (int t = 0; t < c.n_ctx; ++t)
+      for (int d = 0; d < c.head_dim; ++d)
+        out[static_cast<long>(h) * c.head_dim + d] +=
+            s[t] / sum * cpu::to_float(c.v[t * c.kv_dim() + off + d]);
+  }
+  return out;
+}
+
+/// The twin over all KV heads of the case in one call.
+template <class T>
+std::vector<float> twin(const Case<T>& c) {
+  std::vector<float> out(c.q.size(), -1.0f);
+  std::vector<float> scratch(cpu::attend_scratch_floats(c.n_kv_heads * c.group));
+  cpu::attend_kv_heads<T>(c.q.data(), c.rows(), c.n_ctx, 0, c.n_kv_heads, c.group, c.head_dim,
+                          out.data(), scratch.data());
+  return out;
+}
+
+template <class T>
+void expect_matches_naive(int group, int head_dim, int n_ctx) {
+  const Case<T> c(2, group, head_dim, n_ctx, 1000u * head_dim + 10u * group + n_ctx);
+  const std::vector<float> got = twin(c);
+  const std::vector<double> want = naive(c);
+  double scale = 0.0;
+  for (double x : want) scale = std::max(scale, std::abs(x));
+  for (std::size_t e = 0; e < want.size(); ++e)
+    ASSERT_NEAR(got[e], want[e], 1e-5 * scale) << "element " << e << ", head_dim " << head_dim
+                                               << ", group " << group << ", n_ctx " << n_ctx;
+}
+
+TEST(AttentionCpu, MatchesNaiveDoubleReferenceOverAwkwardShapes) {
+  // head_dim: below one 8-lane vector, not a multiple of 8, the fast sizes, and past a 32-wide
+  // output chunk by a remainder. n_ctx: one position, short and long last tiles, many tiles.
+  for (int head_dim : {2, 6, 8, 12, 40, 64, 128, 136})
+    for (int group : {1, 3, 4})
+      for (int n_ctx : {1, 7, 8, 9, 100, 1031}) {
+        expect_matches_naive<float>(group, head_dim, n_ctx);
+        expect_matches_naive<cpu::BF16Bits>(group, head_dim, n_ctx);
+      }
+  expect_matches_naive<cpu::F16Bits>(4, 128, 333);
+}
+
+TEST(AttentionCpu, HeadRangesAndThreadsGiveBitwiseTheSameResult) {
+  const Case<cpu::BF16Bits> c(8, 4, 64, 517, 7);
+  const std::vector<float> whole = twin(c);
+
+  // One KV head per call, as the GPU's blocks split the work.
+  std::vector<float> per_head(c.q.size(), -1.0f);
+  std::vector<float> scratch(cpu::attend_scratch_floats(c.group));
+  for (int g = 0; g < c.n_kv_heads; ++g)
+    cpu::attend_kv_heads<cpu::BF16Bits>(c.q.data(), c.rows(), c.n_ctx, g, g + 1, c.group,
+                                        c.head_dim, per_head.data(), scratch.data());
+  EXPECT_EQ(0, std::memcmp(whole.data(), per_head.data(), whole.size() * sizeof(float)));
+
+  // attend_batch splits rows into head ranges by thread count; the numbers must not move.
+  ModelConfig mc;
+  mc.n_heads = c.n_kv_heads * c.group;
+  mc.n_kv_heads = c.n_kv_heads;
+  mc.head_dim = c.head_dim;
+  const int saved = omp_get_max_threads();
+  for (int threads : {1, 2, 3, 5}) {
+    omp_set_num_threads(threads);
+    std::vector<float> batched(c.q.size(), -1.0f);
+    cpu::attend_batch<cpu::BF16Bits>(
+        mc, 1, [&](int) { return c.rows(); }, [&](int) { return c.n_ctx; }, c.q.data(),
+        batched.data());
+    EXPECT_EQ(0, std::memcmp(whole.data(), batched.data(), whole.size() * sizeof(float)))
+        << threads << " threads";
+  }
+  omp_set_num_threads(saved);
+}
+
+/// Rows stored back to front: a layout no tile boundary lines up with.
+struct ReversedRows {
+  const float* k_base;
+  const float* v_base;
+  long stride;
+  int n_ctx;
+  [[nodiscard]] const float* k(int t) const { return k_base + (n_ctx - 1 - t) * stride; }
+  [[nodiscard]] const float* v(int t) const { return v_base + (n_ctx - 1 - t) * stride; }
+};
+
+TEST(AttentionCpu, OnlyAddressesDependOnTheLayout) {
+  const Case<float> c(2, 2, 24, 77, 11);
+  std::vector<float> rk(c.k.size()), rv(c.v.size());
+  for (int t = 0; t < c.n_ctx; ++t) {
+    std::copy_n(c.k.begin() + t * c.kv_dim(), c.kv_dim(),
+                rk.begin() + (c.n_ctx - 1 - t) * c.kv_dim());
+    std::copy_n(c.v.begin() + t * c.kv_dim(), c.kv_dim(),
+                rv.begin() + (c.n_ctx - 1 - t) * c.kv_dim());
+  }
+  std::vector<float> out(c.q.size(), -1.0f);
+  std::vector<float> scratch(cpu::attend_scratch_floats(4));
+  cpu::attend_kv_heads<float>(c.q.data(), ReversedRows{rk.data(), rv.data(), c.kv_dim(), c.n_ctx},
+                              c.n_ctx, 0, 2, c.group, c.head_dim, out.data(), scratch.data());
+  const std::vector<float> contiguous = twin(c);
+  EXPECT_EQ(0, std::memcmp(contiguous.data(), out.data(), out.size() * sizeof(float)));
+}
+
+TEST(AttentionCpu, EmptyContextGivesZeros) {
+  const Case<float> c(2, 2, 8, 1, 3);
+  std::vector<float> out(c.q.size(), -1.0f);
+  std::vector<float> scratch(cpu::attend_scratch_floats(4));
+  cpu::attend_kv_heads<float>(c.q.data(), c.rows(), 0, 0, 2, c.group, c.head_dim, out.data(),
+                              scratch.data());
+  for (float x : out) EXPECT_EQ(x, 0.0f);
+}
+
+}  // namespace
+}  // namespace kvheap
