@@ -50,8 +50,11 @@ fi
 log "4. benchmarks"
 for b in "$bin"/bench/*; do
   name=$(basename "$b")
+  # The paged benchmarks also write their block-size sweep (PREFIX.md and PREFIX.csv); those go
+  # beside the other results, not into the working tree. The others ignore the extra flag.
   timeout 180 "$b" --benchmark_out="$out/$name.json" --benchmark_out_format=json \
-    > "$out/$name.md" 2> "$out/$name.err" || { echo "benchmark $name failed" >&2; exit 1; }
+    --sweep-out="$out/sweep-$name" > "$out/$name.md" 2> "$out/$name.err" ||
+    { echo "benchmark $name failed" >&2; exit 1; }
 done
 
 log "5. end-to-end runs"
