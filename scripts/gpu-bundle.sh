@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# scripts/gpu-bundle.sh: packs, into .gpu-bundle/ (ignored by git), what scripts/gpu-check.sh needs
+# on a GPU machine that has CUDA, CMake and a compiler but cannot reach a package mirror:
+#
+#   .gpu-bundle/debs/    the Debian packages of the build's libraries (headers, static and shared
+#                        libraries, CMake package files), unpacked there under build/deps, never
+#                        into the system
+#   .gpu-bundle/models/  the test checkpoint and tokenizer (KVHEAP_MODELS_DIR, else ../shared/models)
+#
+# Run it on a Debian machine that can reach a mirror, then copy the checkout with .gpu-bundle/ in
+# it to the GPU machine and run scripts/gpu-check.sh there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bundle=.gpu-bundle
+packages=(
+  libeigen3-dev libcli11-dev nlohmann-json3-dev  # header-only
+  libfmt-dev libfmt9                             # fmt and its shared library
+  libgtest-dev libgmock-dev                      # GoogleTest (static libraries)
+  libbenchmark-dev libbenchmark1debian           # Google Benchmark and its shared library
+)
+
+rm -rf "$bundle"
+mkdir -p "$bundle/debs" "$bundle/models"
+if ! (cd "$bundle/debs" && apt-get download "${packages[@]}" > /dev/null); then
+  echo "gpu-bundle: apt-get download failed; run 'apt-get update' (as root) and try again" >&2
+  exit 1
+fi
+models=${KVHEAP_MODELS_DIR:-../shared/models}
+if [ -d "$models" ]; then
+  cp "$models"/*.bin "$bundle/models/"
+else
+  echo "gpu-bundle: no models at $models; the GPU run will skip the checkpoint tests" >&2
+fi
+echo "gpu-bundle: $(ls "$bundle/debs" | wc -l) packages and $(ls "$bundle/models" | wc -l) model files, $(du -sh "$bundle" | cut -f1) in $bundle/"
