@@ -41,7 +41,11 @@ else
 fi
 if [ -z "${KVHEAP_MODELS_DIR:-}" ]; then
   for m in ../shared/models .gpu-bundle/models; do
-    if [ -d "$m" ]; then export KVHEAP_MODELS_DIR=$(realpath "$m"); break; fi
+    if [ -d "$m" ]; then
+      KVHEAP_MODELS_DIR=$(realpath "$m")
+      export KVHEAP_MODELS_DIR
+      break
+    fi
   done
 fi
 echo "gpu-check: models from ${KVHEAP_MODELS_DIR:-nowhere (checkpoint tests will skip)}" | tee -a "$out/gpu-check.log"
@@ -74,7 +78,7 @@ fi
 
 log "4. benchmarks"
 for b in "$bin"/bench/bench_*; do
-  [ -f "$b" ] && [ -x "$b" ] || continue  # the build folder also holds CMake's own files
+  if [ ! -f "$b" ] || [ ! -x "$b" ]; then continue; fi  # the folder also holds CMake's files
   name=$(basename "$b")
   # The paged benchmarks also write their block-size sweep (PREFIX.md and PREFIX.csv); those go
   # beside the other results, not into the working tree. The others ignore the extra flag.
