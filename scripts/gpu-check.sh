@@ -28,6 +28,9 @@ fi
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem,driver_version \
   --format=csv | tee "$out/gpu.csv"
 
+if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
+  export PATH="$PATH:/usr/local/cuda/bin"
+fi
 if [ -d .gpu-bundle/debs ]; then
   # Unpacked under build/deps, never into /, and found through the standard search variables.
   deps=$(pwd)/build/deps
