@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdlib>
 #include <memory>
+#include <utility>
 
 namespace kvheap {
 
@@ -26,6 +27,15 @@ class HostBuffer {
   HostBuffer() = default;
   /// \brief Allocates `bytes` zero bytes; throws ResourceError, naming the size, when it cannot.
   explicit HostBuffer(std::size_t bytes, PageSize pages = PageSize::kHuge);
+  /// \brief Takes `other`'s memory; `other` is left empty (no data, size 0).
+  HostBuffer(HostBuffer&& other) noexcept
+      : data_(std::move(other.data_)), size_(std::exchange(other.size_, 0)) {}
+  /// \copydoc HostBuffer(HostBuffer&&)
+  HostBuffer& operator=(HostBuffer&& other) noexcept {
+    data_ = std::move(other.data_);
+    size_ = std::exchange(other.size_, 0);
+    return *this;
+  }
 
   /// \brief First byte (nullptr when empty).
   [[nodiscard]] unsigned char* data() { return data_.get(); }
