@@ -10,8 +10,8 @@
 // multiply-add or two on it per query head, so on a CPU the loops must run close to the
 // multiply-add peak just to keep up with memory: positions go in tiles of eight, query heads in
 // fours, and the inner loops (kernels/attention_simd.hpp) keep eight accumulators in registers.
-// Work items are whole batch rows where possible, so that each item reads every position's row
-// front to back.
+// Work items are whole batch rows where possible, so that one item reads all of each position's
+// row (as whole pages, and with the page-table lookup done once per position).
 #pragma once
 
 #include <omp.h>
@@ -171,7 +171,7 @@ void attend_kv_heads(const float* q, const Rows& rows, int n_ctx, int kv_begin, 
 /// \param out       [n, n_heads, head_dim] written
 ///
 /// A work item is a batch row and a range of its KV heads: whole rows when there are enough of
-/// them to keep the threads busy (each position's row is then read front to back), else each row
+/// them to keep the threads busy (one item then reads all of each position's row), else each row
 /// split into just enough head ranges. Every CPU cache policy calls this with its own accessor,
 /// so they share the work split and the arithmetic; only addresses differ.
 template <class T, class RowsOf, class CtxOf>
