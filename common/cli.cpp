@@ -87,6 +87,11 @@ int run_cli(CLI::App& app, int argc, char** argv, const std::function<void()>& b
   }
 }
 
+std::unique_ptr<Tokenizer> load_tokenizer(const CommonOptions& o, const ModelConfig& c) {
+  if (o.tokenizer.empty()) return nullptr;
+  return std::make_unique<Tokenizer>(Tokenizer::load(o.tokenizer, c.vocab_size));
+}
+
 std::vector<int> resolve_prompt(const CommonOptions& o, const ModelConfig& c,
                                 const Tokenizer* tok) {
   if (!o.prompt.empty() && !o.prompt_ids.empty())

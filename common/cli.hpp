@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,10 @@ void add_common_options(CLI::App& app, CommonOptions& o);
 /// code: 0 success (or --help), 2 usage errors (unknown flag, malformed number, bad value),
 /// 1 input or resource errors (bad file, exhausted budget, no device).
 int run_cli(CLI::App& app, int argc, char** argv, const std::function<void()>& body);
+
+/// \brief The tokenizer named by --tokenizer, checked against the model's vocabulary, or nullptr
+/// when the flag is not given.
+std::unique_ptr<Tokenizer> load_tokenizer(const CommonOptions& o, const ModelConfig& c);
 
 /// \brief The prompt's token ids: --prompt-ids, or --prompt encoded with BOS by `tok`, or just BOS
 /// when neither is given. Throws UsageError for both at once or --prompt without a tokenizer.

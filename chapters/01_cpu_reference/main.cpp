@@ -60,9 +60,7 @@ int main(int argc, char** argv) {
     const int threads = apply_threads(o);
     const ModelWeights weights = load_model(o.model, o.model_seed);
     const ModelConfig& c = weights.config;
-    std::unique_ptr<Tokenizer> tok;
-    if (!o.tokenizer.empty())
-      tok = std::make_unique<Tokenizer>(Tokenizer::load(o.tokenizer, c.vocab_size));
+    const std::unique_ptr<Tokenizer> tok = load_tokenizer(o, c);
     const std::vector<int> prompt = resolve_prompt(o, c, tok.get());
     check_generation_fits(prompt.size(), o.max_new_tokens, c);
 

@@ -128,9 +128,7 @@ int main(int argc, char** argv) {
     const int threads = apply_threads(o);
     const ModelWeights weights = load_model(o.model, o.model_seed);
     const ModelConfig& c = weights.config;
-    std::unique_ptr<Tokenizer> tok;
-    if (!o.tokenizer.empty())
-      tok = std::make_unique<Tokenizer>(Tokenizer::load(o.tokenizer, c.vocab_size));
+    const std::unique_ptr<Tokenizer> tok = load_tokenizer(o, c);
     std::vector<Request> reqs;
     long longest = 0;
     for (auto& pr : load_prompts(o, p, c, tok.get())) {
