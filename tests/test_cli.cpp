@@ -16,16 +16,10 @@
 namespace kvheap {
 namespace {
 
+using test::expect_one_line_error;
 using test::run_program;
 
 const char* kCh01 = "ch01_cpu_reference";
-
-// One line on stderr that contains `needle`.
-void expect_one_line_error(const test::ProgramResult& r, const std::string& needle) {
-  EXPECT_NE(r.err.find(needle), std::string::npos) << "stderr: " << r.err;
-  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "stderr: " << r.err;
-  EXPECT_TRUE(r.out.empty()) << "stdout: " << r.out;
-}
 
 TEST(Cli, JsonPrintsGeneratedIdsAndMetrics) {
   const auto r = run_program(kCh01, {"--model", "tiny", "--prompt-ids", "1,5,9", "--max-new-tokens",

@@ -14,16 +14,10 @@
 namespace kvheap {
 namespace {
 
+using test::expect_one_line_error;
 using test::run_program;
 
 const char* kCh01 = "ch01_cpu_reference";
-
-// One line on stderr that contains `needle`, nothing on stdout (as in test_cli.cpp).
-void expect_one_line_error(const test::ProgramResult& r, const std::string& needle) {
-  EXPECT_NE(r.err.find(needle), std::string::npos) << "stderr: " << r.err;
-  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "stderr: " << r.err;
-  EXPECT_TRUE(r.out.empty()) << "stdout: " << r.out;
-}
 
 // The tiny preset as a llama2.c v1 checkpoint, for tests that then break one thing in it.
 std::string tiny_checkpoint(const test::TempDir& tmp) {

@@ -5,6 +5,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <gtest/gtest.h>
+
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +17,12 @@
 extern char** environ;
 
 namespace kvheap::test {
+
+void expect_one_line_error(const ProgramResult& r, const std::string& needle) {
+  EXPECT_NE(r.err.find(needle), std::string::npos) << "stderr: " << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "stderr: " << r.err;
+  EXPECT_TRUE(r.out.empty()) << "stdout: " << r.out;
+}
 
 namespace {
 std::string slurp(const std::string& path) {

@@ -17,4 +17,8 @@ struct ProgramResult {
 /// with `args`, without a shell, and waits for it.
 ProgramResult run_program(const std::string& program, const std::vector<std::string>& args);
 
+/// \brief Expects the answer to bad input: one line on stderr that contains `needle`, nothing on
+/// stdout.
+void expect_one_line_error(const ProgramResult& r, const std::string& needle);
+
 }  // namespace kvheap::test
