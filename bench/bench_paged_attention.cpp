@@ -273,13 +273,7 @@ int main(int argc, char** argv) {
           ->MinTime(0.2);
     }
   }
-  for (int bs = 1; bs <= 256; bs *= 2) {
-    benchmark::RegisterBenchmark(fmt::format("block_sweep/bf16/bs{}", bs).c_str(),
-                                 [bs](benchmark::State& s) { block_sweep(s, bs); })
-        ->UseManualTime()
-        ->Unit(benchmark::kMicrosecond)
-        ->MinTime(0.2);
-  }
+  bench::register_block_sweep(block_sweep, benchmark::kMicrosecond, 0.2);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
 

@@ -275,13 +275,7 @@ int main(int argc, char** argv) {
           ->MinTime(2.0);
     }
   }
-  for (int bs = 1; bs <= 256; bs *= 2) {
-    benchmark::RegisterBenchmark(fmt::format("block_sweep/bf16/bs{}", bs).c_str(),
-                                 [bs](benchmark::State& s) { block_sweep(s, bs); })
-        ->UseManualTime()
-        ->Unit(benchmark::kMillisecond)
-        ->MinTime(2.0);
-  }
+  bench::register_block_sweep(block_sweep, benchmark::kMillisecond, 2.0);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
 

@@ -10,6 +10,7 @@
 // draws them at random.
 #pragma once
 
+#include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -22,6 +23,22 @@
 #include <vector>
 
 namespace kvheap::bench {
+
+/// \brief The block sizes every sweep measures: 1, 2, 4, ..., 256.
+inline constexpr int kSweepMaxBlockSize = 256;
+
+/// \brief Registers `sweep(state, block_size)` as block_sweep/bf16/bsN for every sweep block
+/// size, timed manually (the sweep reports its own time) in `unit` for at least `min_seconds`.
+template <class Sweep>
+void register_block_sweep(Sweep sweep, benchmark::TimeUnit unit, double min_seconds) {
+  for (int bs = 1; bs <= kSweepMaxBlockSize; bs *= 2) {
+    benchmark::RegisterBenchmark(fmt::format("block_sweep/bf16/bs{}", bs).c_str(),
+                                 [sweep, bs](benchmark::State& s) { sweep(s, bs); })
+        ->UseManualTime()
+        ->Unit(unit)
+        ->MinTime(min_seconds);
+  }
+}
 
 /// \brief `n` context lengths drawn uniformly from [lo, hi] with a fixed seed, so every run and
 /// every block size sees the same batch.
