@@ -293,18 +293,7 @@ int main(int argc, char** argv) {
         r.config, r.mb_moved, 1e3 * r.t.contiguous_ms, 1e3 * r.t.paged_ms,
         r.t.paged_ms / r.t.contiguous_ms, gc, gp, 100.0 * gp / g_peak_gbps, r.t.splits);
   }
-  if (g_sweep.empty()) {  // the sweep was filtered out: the ratio table is all there is
-    fmt::print("\n{}", md);
-    return 0;
-  }
-  const std::vector<int>& ctx = sweep_batch();
-  const std::string heading =
-      md + fmt::format(
-               "\nBlock-size sweep, {} ({} SMs): {} sequences of {}..{} positions ({} tokens), "
-               "Llama-3-8B "
-               "heads, bf16, one layer. Copy peak {:.0f} GB/s. Produced by `{}`.",
-               info.name, info.sm_count, ctx.size(), *std::min_element(ctx.begin(), ctx.end()),
-               *std::max_element(ctx.begin(), ctx.end()), bench::tokens_of(ctx), g_peak_gbps,
-               command);
-  return bench::write_sweep(prefix, heading, g_sweep, 2 * kRowBytes) ? 0 : 1;
+  return bench::finish_sweep(prefix, md, fmt::format("{} ({} SMs)", info.name, info.sm_count),
+                             fmt::format("Copy peak {:.0f} GB/s", g_peak_gbps), sweep_batch(),
+                             command, g_sweep, 2 * kRowBytes);
 }

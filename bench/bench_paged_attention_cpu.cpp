@@ -295,18 +295,8 @@ int main(int argc, char** argv) {
                       r.mb_moved, r.contiguous_ms, r.paged_ms, r.paged_ms / r.contiguous_ms, gbps,
                       100.0 * gbps / g_peak_gbps);
   }
-  if (g_sweep.empty()) {  // the sweep was filtered out: the ratio table is all there is
-    fmt::print("\n{}", md);
-    return 0;
-  }
-  const std::vector<int>& ctx = sweep_batch();
-  const std::string heading =
-      md + fmt::format(
-               "\nBlock-size sweep, CPU twin ({} threads): {} sequences of {}..{} positions ({} "
-               "tokens), "
-               "Llama-3-8B heads, bf16, one layer. Read peak {:.2f} GB/s. Produced by `{}`.",
-               omp_get_max_threads(), ctx.size(), *std::min_element(ctx.begin(), ctx.end()),
-               *std::max_element(ctx.begin(), ctx.end()), bench::tokens_of(ctx), g_peak_gbps,
-               command);
-  return bench::write_sweep(prefix, heading, g_sweep, 2 * kKvDim * sizeof(T)) ? 0 : 1;
+  return bench::finish_sweep(prefix, md,
+                             fmt::format("CPU twin ({} threads)", omp_get_max_threads()),
+                             fmt::format("Read peak {:.2f} GB/s", g_peak_gbps), sweep_batch(),
+                             command, g_sweep, 2 * kKvDim * sizeof(T));
 }

@@ -154,4 +154,25 @@ inline bool write_sweep(const std::string& prefix, const std::string& heading,
   return ok;
 }
 
+/// \brief The end of a paged-attention benchmark: `tables` (its markdown so far) alone when the
+/// sweep was filtered out, else the sweep under it, headed by where it ran (`where`, e.g. "CPU
+/// twin (2 threads)"), the sweep batch `ctx`, the peak it was measured against and the command.
+/// Returns the program's exit code.
+inline int finish_sweep(const std::string& prefix, const std::string& tables,
+                        const std::string& where, const std::string& peak,
+                        const std::vector<int>& ctx, const std::string& command,
+                        const std::vector<SweepRow>& rows, std::size_t bytes_per_slot) {
+  if (rows.empty()) {  // the sweep was filtered out: the other tables are all there is
+    fmt::print("\n{}", tables);
+    return 0;
+  }
+  const std::string heading =
+      tables + fmt::format(
+                   "\nBlock-size sweep, {}: {} sequences of {}..{} positions ({} tokens), "
+                   "Llama-3-8B heads, bf16, one layer. {}. Produced by `{}`.",
+                   where, ctx.size(), *std::min_element(ctx.begin(), ctx.end()),
+                   *std::max_element(ctx.begin(), ctx.end()), tokens_of(ctx), peak, command);
+  return write_sweep(prefix, heading, rows, bytes_per_slot) ? 0 : 1;
+}
+
 }  // namespace kvheap::bench
