@@ -4,9 +4,9 @@
 
 namespace kvheap::cpu {
 
-#define KVHEAP_INSTANTIATE_ATTEND(T)                                                               \
-  template void attend_kv_heads<T, ContiguousRows<T>>(const float*, const ContiguousRows<T>&, int, \
-                                                      int, int, int, int, float*, float*);
+#define KVHEAP_INSTANTIATE_ATTEND(T)                   \
+  template void attend_kv_heads<T, ContiguousRows<T>>( \
+      const float*, const ContiguousRows<T>&, int, const AttendShape&, int, int, float*, float*);
 KVHEAP_INSTANTIATE_ATTEND(float)
 KVHEAP_INSTANTIATE_ATTEND(F16Bits)
 KVHEAP_INSTANTIATE_ATTEND(BF16Bits)

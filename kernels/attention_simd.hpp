@@ -8,8 +8,9 @@
 //
 // Every reduction here has an order fixed by head_dim alone: a dot product keeps lane d % 8 for
 // element d and adds the eight lanes pairwise, whichever block computed it; an output element
-// accumulates positions in increasing order. Any caller that hands in the same numbers gets
-// bitwise the same result, whatever the layout, the blocking or the thread.
+// accumulates a tile's rows in the order it is handed them. Any caller that hands in the same
+// numbers in the same order gets bitwise the same result, whatever the layout, the blocking or
+// the thread.
 #pragma once
 
 #include <Eigen/Core>
@@ -20,6 +21,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 #include "kernels/kv_types.hpp"
 
@@ -108,7 +110,8 @@ inline Vec8 sum8_each(const Vec8* a) {
                    pair_sums(pair_sums(a[4], a[5]), pair_sums(a[6], a[7])));
 }
 
-/// \brief s[h * kPos + p] = q_h . k[p] for kHeads query heads and kPos rows (kHeads * kPos = 8).
+/// \brief Lane h * kPos + p is q_h . k[p], for kHeads query heads and kPos rows (kHeads * kPos =
+/// 8).
 ///
 /// \param q  [kHeads, head_dim] query heads, consecutive
 /// \param k  kPos row pointers, each [head_dim] as stored (fp32, bf16 or fp16)
@@ -116,7 +119,7 @@ inline Vec8 sum8_each(const Vec8* a) {
 /// latency. Rows are widened as they are loaded: widening into a buffer first would store twice
 /// the bytes the cache holds, and those stores slow the stream of loads from memory.
 template <int kHeads, int kPos, class T>
-void dot_block(const float* q, const T* const* k, int head_dim, float* s) {
+Vec8 dot_block(const float* q, const T* const* k, int head_dim) {
   static_assert(kHeads * kPos == kLanes, "one transpose sums exactly eight dot products");
   Vec8 acc[kLanes] = {};
   const int body = head_dim - head_dim % kLanes;
@@ -133,7 +136,36 @@ void dot_block(const float* q, const T* const* k, int head_dim, float* s) {
     for (int h = 0; h < kHeads; ++h)
       for (int p = 0; p < kPos; ++p)
         acc[h * kPos + p][d - body] += q[static_cast<long>(h) * head_dim + d] * load1(k[p] + d);
-  store8(s, sum8_each(acc));
+  return sum8_each(acc);
+}
+
+/// \brief s[h] = the scores q_h . k[p] of one tile of eight rows, position p in lane p.
+///
+/// \param q  [kHeads, head_dim] query heads, consecutive
+/// \param k  8 row pointers, each [head_dim] as stored
+/// Heads go in dot_blocks of kHeads by 8 / kHeads rows, so that each loaded K vector serves every
+/// head; a few shuffles then regroup the blocks' lanes by head.
+template <int kHeads, class T>
+void scores_tile(const float* q, const T* const* k, int head_dim, Vec8* s) {
+  constexpr int kPos = kLanes / kHeads;
+  Vec8 b[kHeads];  // b[c]: lane h * kPos + p is head h against row c * kPos + p
+  for (int c = 0; c < kHeads; ++c) b[c] = dot_block<kHeads, kPos>(q, k + c * kPos, head_dim);
+  if constexpr (kHeads == 1) {
+    s[0] = b[0];
+  } else if constexpr (kHeads == 2) {  // [h0: rows 0-3 | h1: rows 0-3], [same for rows 4-7]
+    s[0] = __builtin_shufflevector(b[0], b[1], 0, 1, 2, 3, 8, 9, 10, 11);
+    s[1] = __builtin_shufflevector(b[0], b[1], 4, 5, 6, 7, 12, 13, 14, 15);
+  } else {  // four blocks of [h0 h0 h1 h1 h2 h2 h3 h3], two rows each: pairs first, then halves
+    static_assert(kHeads == 4, "query heads go 4, 2 or 1 at a time");
+    const Vec8 h01_lo = __builtin_shufflevector(b[0], b[1], 0, 1, 8, 9, 2, 3, 10, 11);
+    const Vec8 h23_lo = __builtin_shufflevector(b[0], b[1], 4, 5, 12, 13, 6, 7, 14, 15);
+    const Vec8 h01_hi = __builtin_shufflevector(b[2], b[3], 0, 1, 8, 9, 2, 3, 10, 11);
+    const Vec8 h23_hi = __builtin_shufflevector(b[2], b[3], 4, 5, 12, 13, 6, 7, 14, 15);
+    s[0] = __builtin_shufflevector(h01_lo, h01_hi, 0, 1, 2, 3, 8, 9, 10, 11);
+    s[1] = __builtin_shufflevector(h01_lo, h01_hi, 4, 5, 6, 7, 12, 13, 14, 15);
+    s[2] = __builtin_shufflevector(h23_lo, h23_hi, 0, 1, 2, 3, 8, 9, 10, 11);
+    s[3] = __builtin_shufflevector(h23_lo, h23_hi, 4, 5, 6, 7, 12, 13, 14, 15);
+  }
 }
 
 /// \brief o_h[d] += w_h[p] * v[p][d] for kHeads heads over the first nt rows, p increasing.
@@ -172,27 +204,45 @@ void accumulate_block(const float* w, long w_stride, const T* const* v, int nt, 
     }
 }
 
-/// \brief One step of an online softmax over the next kLanes scores of one query head.
+/// \brief Largest lane of a.
+inline float max8(Vec8 a) {
+  const auto vmax = [](Vec8 x, Vec8 y) { return x > y ? x : y; };
+  a = vmax(a, __builtin_shufflevector(a, a, 4, 5, 6, 7, 0, 1, 2, 3));
+  a = vmax(a, __builtin_shufflevector(a, a, 2, 3, 0, 1, 6, 7, 4, 5));
+  a = vmax(a, __builtin_shufflevector(a, a, 1, 0, 3, 2, 5, 4, 7, 6));
+  return a[0];
+}
+
+/// \brief One online-softmax step for kHeads query heads over one tile of scores.
 ///
-/// On entry s[0, nt) are the scores (the rest is ignored), m the largest score so far (-inf at
-/// the start) and l the sum of exp(score - m) so far. On return s[p] = exp(s[p] - m') with m' the
-/// new largest score, m = m', l rescaled to m' and grown by this tile's terms (added in position
-/// order). Returns exp(m_old - m'), the factor by which outputs accumulated so far must be
-/// scaled: exactly 1 when the max did not grow, 0 on the first step. The exponentials go through
-/// one 8-wide Eigen array, so every score takes the same vectorised path wherever it sits.
-inline float online_softmax_step(float* s, int nt, float& m, float& l) {
-  using Chunk = Eigen::Array<float, kLanes, 1>;
-  float m_new = m;
-  for (int p = 0; p < nt; ++p) m_new = std::max(m_new, s[p]);
-  Chunk c = Chunk::Zero();
-  std::copy_n(s, nt, c.data());
-  c = (c - m_new).exp();
-  float sum = 0.0f;
-  for (int p = 0; p < nt; ++p) sum += (s[p] = c[p]);
-  const float factor = m == m_new ? 1.0f : std::exp(m - m_new);
-  l = l * factor + sum;
-  m = m_new;
-  return factor;
+/// On entry s[h] holds head h's raw scores q.k for the tile (lanes nt and up are ignored), m[h] its
+/// largest scaled score so far (-inf at the start) and l[h] its sum of exp(score - m[h]) so far. On
+/// return s[h] holds the weights exp(score * scale - m'), zero in the ignored lanes; m[h] = m', the
+/// new largest score; l[h] is rescaled to m' and grown by the tile's weights (summed as sum8 sums);
+/// and factor[h] = exp(m_old - m') is what earlier outputs must be multiplied by: exactly 1 when
+/// the max did not grow, 0 on the first tile. The exponentials go through one 8-wide Eigen array
+/// per head, so every weight takes the same vectorised path wherever it sits.
+template <int kHeads>
+void softmax_tile(Vec8* s, int nt, float scale, float* m, float* l, float* factor) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  const Vec8 lane = {0, 1, 2, 3, 4, 5, 6, 7};
+  const auto live = lane < static_cast<float>(nt);  // all-ones lanes for the tile's positions
+  for (int h = 0; h < kHeads; ++h) {
+    Vec8 sh = s[h] * scale;
+    if (nt < kLanes) sh = live ? sh : Vec8{} - kInf;
+    const float m_new = std::max(m[h], max8(sh));
+    factor[h] = m_new == m[h] ? 1.0f : std::exp(m[h] - m_new);
+    m[h] = m_new;
+    Eigen::Array<float, kLanes, 1> x;  // one 8-wide packet: the same exp for every lane
+    sh -= m_new;
+    std::memcpy(x.data(), &sh, sizeof sh);
+    x = x.exp();
+    Vec8 p;
+    std::memcpy(&p, x.data(), sizeof p);
+    if (nt < kLanes) p = live ? p : Vec8{};
+    l[h] = l[h] * factor[h] + sum8(p);
+    s[h] = p;
+  }
 }
 
 }  // namespace kvheap::cpu::simd

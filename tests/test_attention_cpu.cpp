@@ -40,6 +40,7 @@ struct Case {
   }
   [[nodiscard]] long kv_dim() const { return static_cast<long>(n_kv_heads) * head_dim; }
   [[nodiscard]] cpu::ContiguousRows<T> rows() const { return {k.data(), v.data(), kv_dim()}; }
+  [[nodiscard]] cpu::AttendShape shape() const { return {n_kv_heads, group, head_dim}; }
 };
 
 /// Softmax attention in double over the stored (already rounded) values.
@@ -72,8 +73,8 @@ template <class T>
 std::vector<float> twin(const Case<T>& c) {
   std::vector<float> out(c.q.size(), -1.0f);
   std::vector<float> scratch(cpu::attend_scratch_floats(c.n_kv_heads * c.group));
-  cpu::attend_kv_heads<T>(c.q.data(), c.rows(), c.n_ctx, 0, c.n_kv_heads, c.group, c.head_dim,
-                          out.data(), scratch.data());
+  cpu::attend_kv_heads<T>(c.q.data(), c.rows(), c.n_ctx, c.shape(), 0, c.n_kv_heads, out.data(),
+                          scratch.data());
   return out;
 }
 
@@ -101,6 +102,22 @@ TEST(AttentionCpu, MatchesNaiveDoubleReferenceOverAwkwardShapes) {
   expect_matches_naive<cpu::F16Bits>(4, 128, 333);
 }
 
+/// attend_batch over one row of `c`, with `threads` OpenMP threads.
+template <class T, class Rows>
+std::vector<float> batched(const Case<T>& c, const Rows& rows, int threads) {
+  ModelConfig mc;
+  mc.n_heads = c.n_kv_heads * c.group;
+  mc.n_kv_heads = c.n_kv_heads;
+  mc.head_dim = c.head_dim;
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(threads);
+  std::vector<float> out(c.q.size(), -1.0f);
+  cpu::attend_batch<T>(
+      mc, 1, [&](int) { return rows; }, [&](int) { return c.n_ctx; }, c.q.data(), out.data());
+  omp_set_num_threads(saved);
+  return out;
+}
+
 TEST(AttentionCpu, HeadRangesAndThreadsGiveBitwiseTheSameResult) {
   const Case<cpu::BF16Bits> c(8, 4, 64, 517, 7);
   const std::vector<float> whole = twin(c);
@@ -109,26 +126,46 @@ TEST(AttentionCpu, HeadRangesAndThreadsGiveBitwiseTheSameResult) {
   std::vector<float> per_head(c.q.size(), -1.0f);
   std::vector<float> scratch(cpu::attend_scratch_floats(c.group));
   for (int g = 0; g < c.n_kv_heads; ++g)
-    cpu::attend_kv_heads<cpu::BF16Bits>(c.q.data(), c.rows(), c.n_ctx, g, g + 1, c.group,
-                                        c.head_dim, per_head.data(), scratch.data());
+    cpu::attend_kv_heads<cpu::BF16Bits>(c.q.data(), c.rows(), c.n_ctx, c.shape(), g, g + 1,
+                                        per_head.data(), scratch.data());
   EXPECT_EQ(0, std::memcmp(whole.data(), per_head.data(), whole.size() * sizeof(float)));
 
   // attend_batch splits rows into head ranges by thread count; the numbers must not move.
-  ModelConfig mc;
-  mc.n_heads = c.n_kv_heads * c.group;
-  mc.n_kv_heads = c.n_kv_heads;
-  mc.head_dim = c.head_dim;
-  const int saved = omp_get_max_threads();
   for (int threads : {1, 2, 3, 5}) {
-    omp_set_num_threads(threads);
-    std::vector<float> batched(c.q.size(), -1.0f);
-    cpu::attend_batch<cpu::BF16Bits>(
-        mc, 1, [&](int) { return c.rows(); }, [&](int) { return c.n_ctx; }, c.q.data(),
-        batched.data());
-    EXPECT_EQ(0, std::memcmp(whole.data(), batched.data(), whole.size() * sizeof(float)))
+    const std::vector<float> got = batched(c, c.rows(), threads);
+    EXPECT_EQ(0, std::memcmp(whole.data(), got.data(), whole.size() * sizeof(float)))
         << threads << " threads";
   }
-  omp_set_num_threads(saved);
+}
+
+TEST(AttentionCpu, LongContextsSplitIntoChunksMergeCorrectlyWhateverTheThreads) {
+  // Three chunks, the last one short: attend_batch computes them as separate items and merges
+  // their softmax states. The result must match the double-precision reference, and must not
+  // depend on how many threads ran the chunks.
+  const int n_ctx = 2 * cpu::kAttendChunk + 77;
+  const Case<cpu::BF16Bits> c(2, 4, 64, n_ctx, 21);
+  const std::vector<float> one = batched(c, c.rows(), 1);
+  const std::vector<double> want = naive(c);
+  double scale = 0.0;
+  for (double x : want) scale = std::max(scale, std::abs(x));
+  for (std::size_t e = 0; e < want.size(); ++e)
+    ASSERT_NEAR(one[e], want[e], 1e-5 * scale) << "element " << e;
+  for (int threads : {2, 3, 5}) {
+    const std::vector<float> got = batched(c, c.rows(), threads);
+    EXPECT_EQ(0, std::memcmp(one.data(), got.data(), one.size() * sizeof(float)))
+        << threads << " threads";
+  }
+}
+
+TEST(AttentionCpu, TileStridePutsATilesRowsInDifferentPages) {
+  EXPECT_EQ(cpu::tile_stride(4096, 100000), 1);  // fp32 Llama-3-8B rows: a page each
+  EXPECT_EQ(cpu::tile_stride(8192, 100000), 1);
+  EXPECT_EQ(cpu::tile_stride(2048, 100000), 2);  // bf16 Llama-3-8B rows: two to a page
+  EXPECT_EQ(cpu::tile_stride(1024, 100000), 4);
+  EXPECT_EQ(cpu::tile_stride(64, 100000), cpu::kAttendTile);  // capped at a tile
+  EXPECT_EQ(cpu::tile_stride(2048, 15), 1);                   // too few positions to fill two tiles
+  EXPECT_EQ(cpu::tile_stride(1024, 24), 3);
+  EXPECT_EQ(cpu::tile_stride(1024, 0), 1);
 }
 
 /// Rows stored back to front: a layout no tile boundary lines up with.
@@ -153,17 +190,30 @@ TEST(AttentionCpu, OnlyAddressesDependOnTheLayout) {
   std::vector<float> out(c.q.size(), -1.0f);
   std::vector<float> scratch(cpu::attend_scratch_floats(4));
   cpu::attend_kv_heads<float>(c.q.data(), ReversedRows{rk.data(), rv.data(), c.kv_dim(), c.n_ctx},
-                              c.n_ctx, 0, 2, c.group, c.head_dim, out.data(), scratch.data());
+                              c.n_ctx, c.shape(), 0, 2, out.data(), scratch.data());
   const std::vector<float> contiguous = twin(c);
   EXPECT_EQ(0, std::memcmp(contiguous.data(), out.data(), out.size() * sizeof(float)));
+
+  // The same through attend_batch for a context of two chunks.
+  const Case<float> l(2, 2, 24, cpu::kAttendChunk + 300, 12);
+  std::vector<float> lk(l.k.size()), lv(l.v.size());
+  for (int t = 0; t < l.n_ctx; ++t) {
+    std::copy_n(l.k.begin() + t * l.kv_dim(), l.kv_dim(),
+                lk.begin() + (l.n_ctx - 1 - t) * l.kv_dim());
+    std::copy_n(l.v.begin() + t * l.kv_dim(), l.kv_dim(),
+                lv.begin() + (l.n_ctx - 1 - t) * l.kv_dim());
+  }
+  const std::vector<float> reversed =
+      batched(l, ReversedRows{lk.data(), lv.data(), l.kv_dim(), l.n_ctx}, 2);
+  const std::vector<float> forward = batched(l, l.rows(), 2);
+  EXPECT_EQ(0, std::memcmp(forward.data(), reversed.data(), forward.size() * sizeof(float)));
 }
 
 TEST(AttentionCpu, EmptyContextGivesZeros) {
   const Case<float> c(2, 2, 8, 1, 3);
   std::vector<float> out(c.q.size(), -1.0f);
   std::vector<float> scratch(cpu::attend_scratch_floats(4));
-  cpu::attend_kv_heads<float>(c.q.data(), c.rows(), 0, 0, 2, c.group, c.head_dim, out.data(),
-                              scratch.data());
+  cpu::attend_kv_heads<float>(c.q.data(), c.rows(), 0, c.shape(), 0, 2, out.data(), scratch.data());
   for (float x : out) EXPECT_EQ(x, 0.0f);
 }
 

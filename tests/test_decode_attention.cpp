@@ -94,8 +94,8 @@ std::vector<float> run_twin(const Problem& p, const HostData& h) {
       std::vector<float> scores(cpu::attend_scratch_floats(group));
       const long qo = static_cast<long>(i) * p.n_heads * p.head_dim;
       for (int g = 0; g < p.n_kv_heads; ++g)
-        cpu::attend_kv_heads<T>(h.q.data() + qo, rows, p.ctx[i], g, g + 1, group, p.head_dim,
-                                out.data() + qo, scores.data());
+        cpu::attend_kv_heads<T>(h.q.data() + qo, rows, p.ctx[i], {p.n_kv_heads, group, p.head_dim},
+                                g, g + 1, out.data() + qo, scores.data());
     }
   });
   return out;

@@ -58,8 +58,8 @@ class HostAttentionCache final : public DeviceKVCache {
       const cpu::ContiguousRows<float> rows{kc.data() + base, vc.data() + base, c_.kv_dim()};
       scores.resize(cpu::attend_scratch_floats(c_.n_heads));
       const long qo = static_cast<long>(i) * c_.q_dim();
-      cpu::attend_kv_heads<float>(hq.data() + qo, rows, r.pos + 1, 0, c_.n_kv_heads, group, hd,
-                                  hout.data() + qo, scores.data());
+      cpu::attend_kv_heads<float>(hq.data() + qo, rows, r.pos + 1, {c_.n_kv_heads, group, hd}, 0,
+                                  c_.n_kv_heads, hout.data() + qo, scores.data());
     }
     KVHEAP_CUDA_CHECK(
         cudaMemcpy(out, hout.data(), hout.size() * sizeof(float), cudaMemcpyHostToDevice));
