@@ -110,18 +110,29 @@ inline Vec8 sum8_each(const Vec8* a) {
                    pair_sums(pair_sums(a[4], a[5]), pair_sums(a[6], a[7])));
 }
 
-/// \brief Lane h * kPos + p is q_h . k[p], for kHeads query heads and kPos rows (kHeads * kPos =
-/// 8).
+/// \brief Vector accumulators a score block keeps: 16 where the target has 32 vector registers
+/// (AVX-512), so that a block covers four heads by four rows and each loaded query vector serves
+/// four rows; else 8, which with the loaded operands still fits in 16 registers.
+#if defined(__AVX512VL__)
+inline constexpr int kScoreAccumulators = 16;
+#else
+inline constexpr int kScoreAccumulators = kLanes;
+#endif
+
+/// \brief Dot products of kHeads query heads with kPos rows: lane j of out[i] is the product
+/// numbered 8 i + j, product h * kPos + p being q_h . k[p] (kHeads * kPos = 8 or 16).
 ///
 /// \param q  [kHeads, head_dim] query heads, consecutive
 /// \param k  kPos row pointers, each [head_dim] as stored (fp32, bf16 or fp16)
-/// Each loaded K vector serves kHeads heads; the eight accumulators hide the multiply-add
-/// latency. Rows are widened as they are loaded: widening into a buffer first would store twice
-/// the bytes the cache holds, and those stores slow the stream of loads from memory.
+/// Each loaded K vector serves kHeads heads and each loaded query vector kPos rows; the
+/// accumulators hide the multiply-add latency. Rows are widened as they are loaded: widening into
+/// a buffer first would store twice the bytes the cache holds, and those stores slow the stream
+/// of loads from memory.
 template <int kHeads, int kPos, class T>
-Vec8 dot_block(const float* q, const T* const* k, int head_dim) {
-  static_assert(kHeads * kPos == kLanes, "one transpose sums exactly eight dot products");
-  Vec8 acc[kLanes] = {};
+void dot_block(const float* q, const T* const* k, int head_dim, Vec8* out) {
+  constexpr int kN = kHeads * kPos;
+  static_assert(kN % kLanes == 0, "each transpose sums exactly eight dot products");
+  Vec8 acc[kN] = {};
   const int body = head_dim - head_dim % kLanes;
   for (int d = 0; d < body; d += kLanes) {
     Vec8 qv[kHeads];
@@ -136,31 +147,34 @@ Vec8 dot_block(const float* q, const T* const* k, int head_dim) {
     for (int h = 0; h < kHeads; ++h)
       for (int p = 0; p < kPos; ++p)
         acc[h * kPos + p][d - body] += q[static_cast<long>(h) * head_dim + d] * load1(k[p] + d);
-  return sum8_each(acc);
+  for (int i = 0; i < kN / kLanes; ++i) out[i] = sum8_each(acc + i * kLanes);
 }
 
 /// \brief s[h] = the scores q_h . k[p] of one tile of eight rows, position p in lane p.
 ///
 /// \param q  [kHeads, head_dim] query heads, consecutive
 /// \param k  8 row pointers, each [head_dim] as stored
-/// Heads go in dot_blocks of kHeads by 8 / kHeads rows, so that each loaded K vector serves every
-/// head; a few shuffles then regroup the blocks' lanes by head.
+/// Heads go in dot_blocks of kHeads heads by as many rows as the accumulators allow, so that each
+/// loaded K vector serves every head; a few shuffles then regroup the blocks' lanes by head.
 template <int kHeads, class T>
 void scores_tile(const float* q, const T* const* k, int head_dim, Vec8* s) {
-  constexpr int kPos = kLanes / kHeads;
-  Vec8 b[kHeads];  // b[c]: lane h * kPos + p is head h against row c * kPos + p
-  for (int c = 0; c < kHeads; ++c) b[c] = dot_block<kHeads, kPos>(q, k + c * kPos, head_dim);
-  if constexpr (kHeads == 1) {
-    s[0] = b[0];
-  } else if constexpr (kHeads == 2) {  // [h0: rows 0-3 | h1: rows 0-3], [same for rows 4-7]
-    s[0] = __builtin_shufflevector(b[0], b[1], 0, 1, 2, 3, 8, 9, 10, 11);
-    s[1] = __builtin_shufflevector(b[0], b[1], 4, 5, 6, 7, 12, 13, 14, 15);
+  static_assert(kHeads == 1 || kHeads == 2 || kHeads == 4, "query heads go 4, 2 or 1 at a time");
+  constexpr int kPos = std::min(kLanes, kScoreAccumulators / kHeads);  // rows per block
+  constexpr int kBlocks = kLanes / kPos, kOut = kHeads * kPos / kLanes;
+  Vec8 b[kBlocks][kOut];  // block c covers rows c * kPos onwards
+  for (int c = 0; c < kBlocks; ++c) dot_block<kHeads, kPos>(q, k + c * kPos, head_dim, b[c]);
+  if constexpr (kPos == kLanes) {  // one block: out[h] is already head h's tile
+    for (int h = 0; h < kHeads; ++h) s[h] = b[0][h];
+  } else if constexpr (kPos == 4) {  // out[i] = [head 2i: rows 0-3 | head 2i+1: rows 0-3]
+    for (int i = 0; i < kOut; ++i) {
+      s[2 * i] = __builtin_shufflevector(b[0][i], b[1][i], 0, 1, 2, 3, 8, 9, 10, 11);
+      s[2 * i + 1] = __builtin_shufflevector(b[0][i], b[1][i], 4, 5, 6, 7, 12, 13, 14, 15);
+    }
   } else {  // four blocks of [h0 h0 h1 h1 h2 h2 h3 h3], two rows each: pairs first, then halves
-    static_assert(kHeads == 4, "query heads go 4, 2 or 1 at a time");
-    const Vec8 h01_lo = __builtin_shufflevector(b[0], b[1], 0, 1, 8, 9, 2, 3, 10, 11);
-    const Vec8 h23_lo = __builtin_shufflevector(b[0], b[1], 4, 5, 12, 13, 6, 7, 14, 15);
-    const Vec8 h01_hi = __builtin_shufflevector(b[2], b[3], 0, 1, 8, 9, 2, 3, 10, 11);
-    const Vec8 h23_hi = __builtin_shufflevector(b[2], b[3], 4, 5, 12, 13, 6, 7, 14, 15);
+    const Vec8 h01_lo = __builtin_shufflevector(b[0][0], b[1][0], 0, 1, 8, 9, 2, 3, 10, 11);
+    const Vec8 h23_lo = __builtin_shufflevector(b[0][0], b[1][0], 4, 5, 12, 13, 6, 7, 14, 15);
+    const Vec8 h01_hi = __builtin_shufflevector(b[2][0], b[3][0], 0, 1, 8, 9, 2, 3, 10, 11);
+    const Vec8 h23_hi = __builtin_shufflevector(b[2][0], b[3][0], 4, 5, 12, 13, 6, 7, 14, 15);
     s[0] = __builtin_shufflevector(h01_lo, h01_hi, 0, 1, 2, 3, 8, 9, 10, 11);
     s[1] = __builtin_shufflevector(h01_lo, h01_hi, 4, 5, 6, 7, 12, 13, 14, 15);
     s[2] = __builtin_shufflevector(h23_lo, h23_hi, 0, 1, 2, 3, 8, 9, 10, 11);
