@@ -31,7 +31,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
-#include <type_traits>
 #include <vector>
 
 #include "common/model_config.hpp"
@@ -105,6 +104,21 @@ void tile_heads(const float* q, const T* const* k, const T* const* v, int nt, in
   heads_accumulate<kHeads>(w, v, nt, head_dim, o);
 }
 
+/// One tile for the `group` query heads of one KV head (q, m, l, o at the group's first head),
+/// four heads at a time where they can: each loaded K or V vector then serves four.
+template <class T>
+void tile_group(const float* q, const T* const* k, const T* const* v, int nt, int group,
+                int head_dim, float scale, float* m, float* l, float* w, float* o) {
+  const auto at = [head_dim](auto* base, int j) { return base + static_cast<long>(j) * head_dim; };
+  int j = 0;
+  for (; j + 4 <= group; j += 4)
+    tile_heads<4>(at(q, j), k, v, nt, head_dim, scale, m + j, l + j, w, at(o, j));
+  for (; j + 2 <= group; j += 2)
+    tile_heads<2>(at(q, j), k, v, nt, head_dim, scale, m + j, l + j, w, at(o, j));
+  for (; j < group; ++j)
+    tile_heads<1>(at(q, j), k, v, nt, head_dim, scale, m + j, l + j, w, at(o, j));
+}
+
 }  // namespace detail
 
 /// \brief Unnormalised attention of one query row over positions [t_begin, t_end), for KV heads
@@ -171,19 +185,9 @@ void attend_span(const float* q, const Rows& rows, int t_begin, int t_end, const
           }
         for (int p = 0; p < kTile; ++p) k_head[p] = k_rows[p] + head_off;
         for (int p = 0; p < kTile; ++p) v_head[p] = v_rows[p] + head_off;
-        // Query heads four at a time where they can: each loaded K or V vector serves four.
         const int h0 = (g - kv_begin) * group;  // the group's first head in the range
-        int j = 0;
-        const auto heads = [&](auto n_heads) {
-          constexpr int kH = decltype(n_heads)::value;
-          const long h = h0 + j;
-          detail::tile_heads<kH>(q + (h_begin + h) * head_dim, k_head, v_head, nt, head_dim, scale,
-                                 m + h, l + h, w, o + h * head_dim);
-          j += kH;
-        };
-        while (j + 4 <= group) heads(std::integral_constant<int, 4>{});
-        while (j + 2 <= group) heads(std::integral_constant<int, 2>{});
-        while (j < group) heads(std::integral_constant<int, 1>{});
+        detail::tile_group(q + (h_begin + h0) * head_dim, k_head, v_head, nt, group, head_dim,
+                           scale, m + h0, l + h0, w, o + static_cast<long>(h0) * head_dim);
       }
     }
   }
