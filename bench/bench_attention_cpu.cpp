@@ -23,6 +23,7 @@
 #include "common/fma_peak.hpp"
 #include "common/host_buffer.hpp"
 #include "kernels/attention.hpp"
+#include "kernels/attention_batch.hpp"
 
 namespace kvheap {
 namespace {

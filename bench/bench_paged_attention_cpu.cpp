@@ -38,6 +38,7 @@
 #include "common/bandwidth.hpp"
 #include "common/host_buffer.hpp"
 #include "kernels/attention.hpp"
+#include "kernels/attention_batch.hpp"
 #include "kernels/paged_attention.hpp"
 
 namespace kvheap {

@@ -13,6 +13,7 @@
 
 #include "common/model_config.hpp"
 #include "kernels/attention.hpp"
+#include "kernels/attention_batch.hpp"
 
 namespace kvheap {
 namespace {

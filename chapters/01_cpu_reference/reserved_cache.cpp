@@ -8,6 +8,7 @@
 #include "common/error.hpp"
 #include "common/host_buffer.hpp"
 #include "kernels/attention.hpp"
+#include "kernels/attention_batch.hpp"
 
 namespace kvheap::ch01 {
 

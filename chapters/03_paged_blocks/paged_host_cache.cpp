@@ -4,6 +4,7 @@
 
 #include "common/error.hpp"
 #include "kernels/attention.hpp"
+#include "kernels/attention_batch.hpp"
 #include "kernels/paged_attention.hpp"
 
 namespace kvheap::ch03 {
