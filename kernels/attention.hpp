@@ -141,11 +141,9 @@ void attend_span(const float* q, const Rows& rows, int t_begin, int t_end, const
   const long h_begin = static_cast<long>(kv_begin) * group;  // first query head of the range
   const int n_q = (kv_end - kv_begin) * group;
   float* o = acc + h_begin * head_dim;  // [n_q, head_dim]
-  float* m = max;
-  float* l = sum;
   std::fill(o, o + static_cast<long>(n_q) * head_dim, 0.0f);
-  std::fill(m, m + n_q, -std::numeric_limits<float>::infinity());
-  std::fill(l, l + n_q, 0.0f);
+  std::fill(max, max + n_q, -std::numeric_limits<float>::infinity());
+  std::fill(sum, sum + n_q, 0.0f);
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   const long row_bytes = static_cast<long>(sh.n_kv_heads) * head_dim * static_cast<long>(sizeof(T));
   const int stride = tile_stride(row_bytes, t_end - t_begin);
@@ -185,10 +183,17 @@ void attend_span(const float* q, const Rows& rows, int t_begin, int t_end, const
         for (int p = 0; p < kTile; ++p) v_head[p] = v_rows[p] + head_off;
         const int h0 = (g - kv_begin) * group;  // the group's first head in the range
         detail::tile_group(q + (h_begin + h0) * head_dim, k_head, v_head, nt, group, head_dim,
-                           scale, m + h0, l + h0, w, o + static_cast<long>(h0) * head_dim);
+                           scale, max + h0, sum + h0, w, o + static_cast<long>(h0) * head_dim);
       }
     }
   }
+}
+
+/// \brief Turns one head's unnormalised output into the attention output: acc / sum, or zeros
+/// for an empty context (sum = 0).
+inline void finish_head(float* acc, float sum, int head_dim) {
+  const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+  for (int d = 0; d < head_dim; ++d) acc[d] *= inv;
 }
 
 /// \brief Attention of one query row over positions [0, n_ctx), for KV heads [kv_begin, kv_end)
@@ -209,10 +214,8 @@ void attend_kv_heads(const float* q, const Rows& rows, int n_ctx, const AttendSh
   attend_span<T>(q, rows, 0, n_ctx, sh, kv_begin, kv_end, out, scratch, scratch + n_q,
                  scratch + 2 * n_q);
   float* o = out + static_cast<long>(kv_begin) * sh.group * sh.head_dim;  // [n_q, head_dim]
-  for (int h = 0; h < n_q; ++h) {
-    const float inv = sum[h] > 0.0f ? 1.0f / sum[h] : 0.0f;
-    for (int d = 0; d < sh.head_dim; ++d) o[static_cast<long>(h) * sh.head_dim + d] *= inv;
-  }
+  for (int h = 0; h < n_q; ++h)
+    finish_head(o + static_cast<long>(h) * sh.head_dim, sum[h], sh.head_dim);
 }
 
 /// \brief Row accessor for one sequence stored contiguously: position t at base + t * stride.

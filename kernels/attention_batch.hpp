@@ -99,8 +99,7 @@ void attend_batch(const ModelConfig& c, int n, const RowsOf& rows_of, const CtxO
         merge_partial(state, o, SoftmaxState{part[q_dim + h], part[q_dim + n_heads + h]},
                       part + static_cast<long>(h) * sh.head_dim, sh.head_dim);
       }
-      const float inv = state.sum > 0.0f ? 1.0f / state.sum : 0.0f;
-      for (int d = 0; d < sh.head_dim; ++d) o[d] *= inv;
+      finish_head(o, state.sum, sh.head_dim);
     }
   }
 }

@@ -179,33 +179,36 @@ struct ReversedRows {
   [[nodiscard]] const float* v(int t) const { return v_base + (n_ctx - 1 - t) * stride; }
 };
 
+/// A copy of a case's K and V rows in reverse position order, and the accessor that reads it.
+struct ReversedCopy {
+  std::vector<float> k, v;
+  ReversedRows rows;
+  explicit ReversedCopy(const Case<float>& c)
+      : k(c.k.size()), v(c.v.size()), rows{k.data(), v.data(), c.kv_dim(), c.n_ctx} {
+    for (int t = 0; t < c.n_ctx; ++t) {
+      const long from = t * c.kv_dim(), to = (c.n_ctx - 1 - t) * c.kv_dim();
+      std::copy_n(c.k.begin() + from, c.kv_dim(), k.begin() + to);
+      std::copy_n(c.v.begin() + from, c.kv_dim(), v.begin() + to);
+    }
+  }
+  ReversedCopy(const ReversedCopy&) = delete;  // rows points into this object's vectors
+  ReversedCopy& operator=(const ReversedCopy&) = delete;
+};
+
 TEST(AttentionCpu, OnlyAddressesDependOnTheLayout) {
   const Case<float> c(2, 2, 24, 77, 11);
-  std::vector<float> rk(c.k.size()), rv(c.v.size());
-  for (int t = 0; t < c.n_ctx; ++t) {
-    std::copy_n(c.k.begin() + t * c.kv_dim(), c.kv_dim(),
-                rk.begin() + (c.n_ctx - 1 - t) * c.kv_dim());
-    std::copy_n(c.v.begin() + t * c.kv_dim(), c.kv_dim(),
-                rv.begin() + (c.n_ctx - 1 - t) * c.kv_dim());
-  }
+  const ReversedCopy r(c);
   std::vector<float> out(c.q.size(), -1.0f);
   std::vector<float> scratch(cpu::attend_scratch_floats(4));
-  cpu::attend_kv_heads<float>(c.q.data(), ReversedRows{rk.data(), rv.data(), c.kv_dim(), c.n_ctx},
-                              c.n_ctx, c.shape(), 0, 2, out.data(), scratch.data());
+  cpu::attend_kv_heads<float>(c.q.data(), r.rows, c.n_ctx, c.shape(), 0, 2, out.data(),
+                              scratch.data());
   const std::vector<float> contiguous = twin(c);
   EXPECT_EQ(0, std::memcmp(contiguous.data(), out.data(), out.size() * sizeof(float)));
 
   // The same through attend_batch for a context of two chunks.
   const Case<float> l(2, 2, 24, cpu::kAttendChunk + 300, 12);
-  std::vector<float> lk(l.k.size()), lv(l.v.size());
-  for (int t = 0; t < l.n_ctx; ++t) {
-    std::copy_n(l.k.begin() + t * l.kv_dim(), l.kv_dim(),
-                lk.begin() + (l.n_ctx - 1 - t) * l.kv_dim());
-    std::copy_n(l.v.begin() + t * l.kv_dim(), l.kv_dim(),
-                lv.begin() + (l.n_ctx - 1 - t) * l.kv_dim());
-  }
-  const std::vector<float> reversed =
-      batched(l, ReversedRows{lk.data(), lv.data(), l.kv_dim(), l.n_ctx}, 2);
+  const ReversedCopy lr(l);
+  const std::vector<float> reversed = batched(l, lr.rows, 2);
   const std::vector<float> forward = batched(l, l.rows(), 2);
   EXPECT_EQ(0, std::memcmp(forward.data(), reversed.data(), forward.size() * sizeof(float)));
 }
