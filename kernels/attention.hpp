@@ -56,10 +56,17 @@ struct AttendShape {
   int head_dim;    ///< elements per head
 };
 
-/// \brief Floats of scratch attend_kv_heads needs for `n_heads_q` query heads: a running max,
-/// a running sum and one tile of weights per head. It does not grow with the context.
-inline std::size_t attend_scratch_floats(int n_heads_q) {
-  return static_cast<std::size_t>(n_heads_q) * (2 + kAttendTile);
+/// \brief Floats of scratch attend_span needs for `n_heads_q` query heads: their queries in the
+/// cache type's block order, and a tile of weights for each of four heads. It does not grow with
+/// the context.
+inline std::size_t attend_span_scratch_floats(int n_heads_q, int head_dim) {
+  return static_cast<std::size_t>(n_heads_q) * head_dim + 4 * kAttendTile;
+}
+
+/// \brief Floats of scratch attend_kv_heads needs for `n_heads_q` query heads: a running max and
+/// a running sum per head, and attend_span's scratch.
+inline std::size_t attend_scratch_floats(int n_heads_q, int head_dim) {
+  return 2 * static_cast<std::size_t>(n_heads_q) + attend_span_scratch_floats(n_heads_q, head_dim);
 }
 
 /// \brief How far apart a tile's positions are when a span of `n_positions` rows of `row_bytes`
@@ -128,19 +135,30 @@ void tile_group(const float* q, const T* const* k, const T* const* v, int nt, in
 /// \param max      [n_q] written, n_q = (kv_end - kv_begin) * group, one per head of the range:
 ///                 its largest scaled score (-inf if the span is empty)
 /// \param sum      [n_q] written: sum of exp(s - max) per head of the range
-/// \param w        [n_q, 8] scratch
+/// \param scratch  attend_span_scratch_floats(n_q, head_dim) floats
 ///
 /// Each tile's K and V rows are read once for the whole query group (grouped-query aware), while
 /// they are in cache, and nothing the size of the span is stored. All arithmetic is fp32, and
-/// every reduction has an order fixed by the shape and the span alone.
+/// every reduction has an order fixed by the shape and the span alone. The queries and outputs
+/// are held in T's block order (simd::to_block_order) while the span runs; acc is written in
+/// natural order.
 template <class T, class Rows>
 void attend_span(const float* q, const Rows& rows, int t_begin, int t_end, const AttendShape& sh,
-                 int kv_begin, int kv_end, float* acc, float* max, float* sum, float* w) {
+                 int kv_begin, int kv_end, float* acc, float* max, float* sum, float* scratch) {
   constexpr int kTile = kAttendTile;
   const int group = sh.group, head_dim = sh.head_dim;
   const long h_begin = static_cast<long>(kv_begin) * group;  // first query head of the range
   const int n_q = (kv_end - kv_begin) * group;
   float* o = acc + h_begin * head_dim;  // [n_q, head_dim]
+  float* w = scratch;                   // [4, kTile] weights
+  q += h_begin * head_dim;              // [n_q, head_dim]
+  if constexpr (simd::kInterleaved<T>) {
+    float* qb = scratch + 4 * kTile;
+    std::copy(q, q + static_cast<long>(n_q) * head_dim, qb);
+    for (int h = 0; h < n_q; ++h)
+      simd::to_block_order<T>(qb + static_cast<long>(h) * head_dim, head_dim);
+    q = qb;
+  }
   std::fill(o, o + static_cast<long>(n_q) * head_dim, 0.0f);
   std::fill(max, max + n_q, -std::numeric_limits<float>::infinity());
   std::fill(sum, sum + n_q, 0.0f);
@@ -182,11 +200,14 @@ void attend_span(const float* q, const Rows& rows, int t_begin, int t_end, const
         for (int p = 0; p < kTile; ++p) k_head[p] = k_rows[p] + head_off;
         for (int p = 0; p < kTile; ++p) v_head[p] = v_rows[p] + head_off;
         const int h0 = (g - kv_begin) * group;  // the group's first head in the range
-        detail::tile_group(q + (h_begin + h0) * head_dim, k_head, v_head, nt, group, head_dim,
-                           scale, max + h0, sum + h0, w, o + static_cast<long>(h0) * head_dim);
+        detail::tile_group(q + static_cast<long>(h0) * head_dim, k_head, v_head, nt, group,
+                           head_dim, scale, max + h0, sum + h0, w,
+                           o + static_cast<long>(h0) * head_dim);
       }
     }
   }
+  for (int h = 0; h < n_q; ++h)
+    simd::from_block_order<T>(o + static_cast<long>(h) * head_dim, head_dim);
 }
 
 /// \brief Turns one head's unnormalised output into the attention output: acc / sum, or zeros
@@ -202,7 +223,7 @@ inline void finish_head(float* acc, float sum, int head_dim) {
 /// \param q        [n_heads, head_dim] the row's queries; heads kv_begin * group onwards are read
 /// \param rows     accessor: rows.k(t) and rows.v(t) point at position t's [n_kv_heads, head_dim]
 /// \param out      [n_heads, head_dim] the row's output; the same heads are written
-/// \param scratch  attend_scratch_floats((kv_end - kv_begin) * group) floats
+/// \param scratch  attend_scratch_floats((kv_end - kv_begin) * group, head_dim) floats
 ///
 /// attend_span over the whole context, normalised. Any layout and any head range give bitwise the
 /// same result for a head; an empty context gives zeros.

@@ -62,7 +62,7 @@ void attend_batch(const ModelConfig& c, int n, const RowsOf& rows_of, const CtxO
   const int per_range = c.n_kv_heads / ranges;
 #pragma omp parallel if (parallel)
   {
-    std::vector<float> scratch(attend_scratch_floats(per_range * sh.group));
+    std::vector<float> scratch(attend_scratch_floats(per_range * sh.group, sh.head_dim));
 #pragma omp for schedule(dynamic)
     for (long item = 0; item < n_chunks * ranges; ++item) {
       const long chunk = item / ranges;

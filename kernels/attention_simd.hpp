@@ -6,11 +6,12 @@
 // multiply-add latency; every loaded row reused by two query heads; and horizontal sums done
 // eight at a time by a transpose, not one lane at a time.
 //
-// Every reduction here has an order fixed by head_dim alone: a dot product keeps lane d % 8 for
-// element d and adds the eight lanes pairwise, whichever block computed it; an output element
-// accumulates a tile's rows in the order it is handed them. Any caller that hands in the same
-// numbers in the same order gets bitwise the same result, whatever the layout, the blocking or
-// the thread.
+// Every reduction here has an order fixed by the element type and head_dim alone: a dot product
+// keeps each element in a fixed lane (lane d % 8 for fp32 and fp16; for bf16, whose whole blocks
+// of 16 load interleaved, lane i takes elements 2i and 2i + 1 of each block) and adds the eight
+// lanes pairwise, whichever block computed it; an output element accumulates a tile's rows in the
+// order it is handed them. Any caller that hands in the same numbers in the same order gets
+// bitwise the same result, whatever the layout, the blocking or the thread.
 #pragma once
 
 #include <Eigen/Core>
@@ -18,10 +19,12 @@
 #include <immintrin.h>
 #endif
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "kernels/kv_types.hpp"
 
@@ -61,6 +64,63 @@ inline Vec8 load8(const BF16Bits* p) {
   return v;
 #endif
 }
+/// \brief Elements in a block: two Vec8, the unit load16 widens.
+inline constexpr int kBlock = 2 * kLanes;
+
+/// \brief Whether T's whole blocks of 16 elements load into lanes interleaved (see load16): bf16's
+/// do. The loops then hold the query and the output of each whole block in that order too
+/// (to_block_order), so lane for lane the right elements still meet.
+template <class T>
+inline constexpr bool kInterleaved = std::is_same_v<T, BF16Bits>;
+
+/// \brief 16 stored bf16 values widened to fp32 as (elements 0, 2, ..., 14; elements 1, 3, ...,
+/// 15). A bf16 is the top half of an fp32, so from one 32-byte load an AND yields the odd
+/// elements and a shift the even ones: two instructions per 16 elements, where widening them in
+/// order takes four (a shuffle and a shift per 8), and those run on the vector pipes the
+/// multiply-adds need. In the twin's inner loops that cut the cycles per bf16 tile by about a
+/// tenth.
+inline void load16(const BF16Bits* p, Vec8& even, Vec8& odd) {
+  static_assert(std::endian::native == std::endian::little, "element 2i is lane i's low half");
+  using U32x8 = std::uint32_t __attribute__((vector_size(kLanes * sizeof(std::uint32_t))));
+  U32x8 x;
+  std::memcpy(&x, p, sizeof x);
+  const U32x8 lo = x << 16, hi = x & 0xFFFF0000u;
+  std::memcpy(&even, &lo, sizeof even);
+  std::memcpy(&odd, &hi, sizeof odd);
+}
+
+/// \brief x[0, n) from natural order into T's block order, in place: for bf16 each whole block of
+/// 16 becomes [its even elements, its odd elements]; the last n % 16 stay as they are, and so
+/// does every element of the other types.
+template <class T>
+void to_block_order(float* x, int n) {
+  if constexpr (kInterleaved<T>) {
+    for (int b = 0; b + kBlock <= n; b += kBlock) {
+      float t[kBlock];
+      for (int i = 0; i < kLanes; ++i) {
+        t[i] = x[b + 2 * i];
+        t[kLanes + i] = x[b + 2 * i + 1];
+      }
+      std::memcpy(x + b, t, sizeof t);
+    }
+  }
+}
+
+/// \brief The inverse of to_block_order: x[0, n) back to natural order, in place.
+template <class T>
+void from_block_order(float* x, int n) {
+  if constexpr (kInterleaved<T>) {
+    for (int b = 0; b + kBlock <= n; b += kBlock) {
+      float t[kBlock];
+      for (int i = 0; i < kLanes; ++i) {
+        t[2 * i] = x[b + i];
+        t[2 * i + 1] = x[b + kLanes + i];
+      }
+      std::memcpy(x + b, t, sizeof t);
+    }
+  }
+}
+
 /// \brief 8 stored fp16 values widened to fp32 (exact), with the F16C instruction where the
 /// target has it.
 inline Vec8 load8(const F16Bits* p) {
@@ -122,7 +182,7 @@ inline constexpr int kScoreAccumulators = kLanes;
 /// \brief Dot products of kHeads query heads with kPos rows: lane j of out[i] is the product
 /// numbered 8 i + j, product h * kPos + p being q_h . k[p] (kHeads * kPos = 8 or 16).
 ///
-/// \param q  [kHeads, head_dim] query heads, consecutive
+/// \param q  [kHeads, head_dim] query heads, consecutive, in T's block order (to_block_order)
 /// \param k  kPos row pointers, each [head_dim] as stored (fp32, bf16 or fp16)
 /// Each loaded K vector serves kHeads heads and each loaded query vector kPos rows; the
 /// accumulators hide the multiply-add latency. Rows are widened as they are loaded: widening into
@@ -133,8 +193,28 @@ void dot_block(const float* q, const T* const* k, int head_dim, Vec8* out) {
   constexpr int kN = kHeads * kPos;
   static_assert(kN % kLanes == 0, "each transpose sums exactly eight dot products");
   Vec8 acc[kN] = {};
+  int d = 0;
+  if constexpr (kInterleaved<T>) {  // whole blocks: q is in block order, rows load interleaved
+    for (; d + kBlock <= head_dim; d += kBlock) {
+      Vec8 qa[kHeads], qb[kHeads];
+      for (int h = 0; h < kHeads; ++h) {
+        qa[h] = in_register(load8(q + static_cast<long>(h) * head_dim + d));
+        qb[h] = in_register(load8(q + static_cast<long>(h) * head_dim + d + kLanes));
+      }
+      for (int p = 0; p < kPos; ++p) {
+        Vec8 ka, kb;
+        load16(k[p] + d, ka, kb);
+        ka = in_register(ka);
+        kb = in_register(kb);
+        for (int h = 0; h < kHeads; ++h) {
+          acc[h * kPos + p] += qa[h] * ka;
+          acc[h * kPos + p] += qb[h] * kb;
+        }
+      }
+    }
+  }
   const int body = head_dim - head_dim % kLanes;
-  for (int d = 0; d < body; d += kLanes) {
+  for (; d < body; d += kLanes) {
     Vec8 qv[kHeads];
     for (int h = 0; h < kHeads; ++h)
       qv[h] = in_register(load8(q + static_cast<long>(h) * head_dim + d));
@@ -143,16 +223,23 @@ void dot_block(const float* q, const T* const* k, int head_dim, Vec8* out) {
       for (int h = 0; h < kHeads; ++h) acc[h * kPos + p] += qv[h] * kv;
     }
   }
-  for (int d = body; d < head_dim; ++d)  // head_dim not a multiple of 8: lane d - body
+  if (body < head_dim) {  // head_dim not a multiple of 8: element d goes to lane d - body
+    Vec8 qt[kHeads] = {};
     for (int h = 0; h < kHeads; ++h)
-      for (int p = 0; p < kPos; ++p)
-        acc[h * kPos + p][d - body] += q[static_cast<long>(h) * head_dim + d] * load1(k[p] + d);
+      for (int e = body; e < head_dim; ++e)
+        qt[h][e - body] = q[static_cast<long>(h) * head_dim + e];
+    for (int p = 0; p < kPos; ++p) {
+      Vec8 kt = {};
+      for (int e = body; e < head_dim; ++e) kt[e - body] = load1(k[p] + e);
+      for (int h = 0; h < kHeads; ++h) acc[h * kPos + p] += qt[h] * kt;  // + 0 in the other lanes
+    }
+  }
   for (int i = 0; i < kN / kLanes; ++i) out[i] = sum8_each(acc + i * kLanes);
 }
 
 /// \brief s[h] = the scores q_h . k[p] of one tile of eight rows, position p in lane p.
 ///
-/// \param q  [kHeads, head_dim] query heads, consecutive
+/// \param q  [kHeads, head_dim] query heads, consecutive, in T's block order
 /// \param k  8 row pointers, each [head_dim] as stored
 /// Heads go in dot_blocks of kHeads heads by as many rows as the accumulators allow, so that each
 /// loaded K vector serves every head; a few shuffles then regroup the blocks' lanes by head.
@@ -182,35 +269,56 @@ void scores_tile(const float* q, const T* const* k, int head_dim, Vec8* s) {
   }
 }
 
+/// \brief One step of accumulate_block: outputs [d, d + 8 kVecs) of kHeads heads, held in
+/// kHeads * kVecs accumulators while the nt rows go by.
+template <int kHeads, int kRows, int kVecs, class T>
+void accumulate_step(const float* w, long w_stride, const T* const* v, int nt, int head_dim, int d,
+                     float* o) {
+  if constexpr (kRows > 0) nt = kRows;
+  Vec8 acc[kHeads][kVecs];
+  for (int h = 0; h < kHeads; ++h)
+    for (int j = 0; j < kVecs; ++j) acc[h][j] = load8(o + h * head_dim + d + j * kLanes);
+  for (int p = 0; p < nt; ++p) {
+    Vec8 vv[kVecs];
+    if constexpr (kInterleaved<T>) {
+      static_assert(kVecs % 2 == 0, "interleaved rows load a block (two vectors) at a time");
+      for (int j = 0; j < kVecs; j += 2) {
+        load16(v[p] + d + j * kLanes, vv[j], vv[j + 1]);
+        vv[j] = in_register(vv[j]);
+        vv[j + 1] = in_register(vv[j + 1]);
+      }
+    } else {
+      for (int j = 0; j < kVecs; ++j) vv[j] = in_register(load8(v[p] + d + j * kLanes));
+    }
+    for (int h = 0; h < kHeads; ++h) {
+      const float wp = w[h * w_stride + p];
+      for (int j = 0; j < kVecs; ++j) acc[h][j] += wp * vv[j];
+    }
+  }
+  for (int h = 0; h < kHeads; ++h)
+    for (int j = 0; j < kVecs; ++j) store8(o + h * head_dim + d + j * kLanes, acc[h][j]);
+}
+
 /// \brief o_h[d] += w_h[p] * v[p][d] for kHeads heads over the first nt rows, p increasing.
 ///
 /// \param w   kHeads weight rows, w_h = w + h * w_stride, each [nt]
 /// \param v   nt row pointers, each [head_dim] as stored
-/// \param o   [kHeads, head_dim] outputs, consecutive
+/// \param o   [kHeads, head_dim] outputs, consecutive, in T's block order (to_block_order)
 /// kRows > 0 fixes nt at compile time (a full tile, unrolled); 0 takes nt as given. Each loaded
-/// V vector serves kHeads heads.
+/// V vector serves kHeads heads. Every output element sums the same products in the same order
+/// whatever the block order, so the results do not depend on it.
 template <int kHeads, int kRows, class T>
 void accumulate_block(const float* w, long w_stride, const T* const* v, int nt, int head_dim,
                       float* o) {
-  if constexpr (kRows > 0) nt = kRows;
   constexpr int kVecs = kLanes / kHeads;  // 8 accumulators: 64 / kHeads outputs per head
   int d = 0;
-  for (; d + kVecs * kLanes <= head_dim; d += kVecs * kLanes) {
-    Vec8 acc[kHeads][kVecs];
-    for (int h = 0; h < kHeads; ++h)
-      for (int j = 0; j < kVecs; ++j) acc[h][j] = load8(o + h * head_dim + d + j * kLanes);
-    for (int p = 0; p < nt; ++p) {
-      Vec8 vv[kVecs];
-      for (int j = 0; j < kVecs; ++j) vv[j] = in_register(load8(v[p] + d + j * kLanes));
-      for (int h = 0; h < kHeads; ++h) {
-        const float wp = w[h * w_stride + p];
-        for (int j = 0; j < kVecs; ++j) acc[h][j] += wp * vv[j];
-      }
-    }
-    for (int h = 0; h < kHeads; ++h)
-      for (int j = 0; j < kVecs; ++j) store8(o + h * head_dim + d + j * kLanes, acc[h][j]);
-  }
-  for (; d < head_dim; ++d)  // the last head_dim % (kVecs * 8) outputs, one at a time
+  for (; d + kVecs * kLanes <= head_dim; d += kVecs * kLanes)
+    accumulate_step<kHeads, kRows, kVecs>(w, w_stride, v, nt, head_dim, d, o);
+  if constexpr (kInterleaved<T>)  // whole blocks left over load as blocks: their o is in order
+    for (; d + kBlock <= head_dim; d += kBlock)
+      accumulate_step<kHeads, kRows, 2>(w, w_stride, v, nt, head_dim, d, o);
+  if constexpr (kRows > 0) nt = kRows;
+  for (; d < head_dim; ++d)  // the rest, one output at a time
     for (int h = 0; h < kHeads; ++h) {
       float a = o[h * head_dim + d];
       for (int p = 0; p < nt; ++p) a += w[h * w_stride + p] * load1(v[p] + d);

@@ -73,7 +73,7 @@ std::vector<double> naive(const Case<T>& c) {
 template <class T>
 std::vector<float> twin(const Case<T>& c) {
   std::vector<float> out(c.q.size(), -1.0f);
-  std::vector<float> scratch(cpu::attend_scratch_floats(c.n_kv_heads * c.group));
+  std::vector<float> scratch(cpu::attend_scratch_floats(c.n_kv_heads * c.group, c.head_dim));
   cpu::attend_kv_heads<T>(c.q.data(), c.rows(), c.n_ctx, c.shape(), 0, c.n_kv_heads, out.data(),
                           scratch.data());
   return out;
@@ -125,7 +125,7 @@ TEST(AttentionCpu, HeadRangesAndThreadsGiveBitwiseTheSameResult) {
 
   // One KV head per call, as the GPU's blocks split the work.
   std::vector<float> per_head(c.q.size(), -1.0f);
-  std::vector<float> scratch(cpu::attend_scratch_floats(c.group));
+  std::vector<float> scratch(cpu::attend_scratch_floats(c.group, c.head_dim));
   for (int g = 0; g < c.n_kv_heads; ++g)
     cpu::attend_kv_heads<cpu::BF16Bits>(c.q.data(), c.rows(), c.n_ctx, c.shape(), g, g + 1,
                                         per_head.data(), scratch.data());
@@ -170,20 +170,22 @@ TEST(AttentionCpu, TileStridePutsATilesRowsInDifferentPages) {
 }
 
 /// Rows stored back to front: a layout no tile boundary lines up with.
+template <class T>
 struct ReversedRows {
-  const float* k_base;
-  const float* v_base;
+  const T* k_base;
+  const T* v_base;
   long stride;
   int n_ctx;
-  [[nodiscard]] const float* k(int t) const { return k_base + (n_ctx - 1 - t) * stride; }
-  [[nodiscard]] const float* v(int t) const { return v_base + (n_ctx - 1 - t) * stride; }
+  [[nodiscard]] const T* k(int t) const { return k_base + (n_ctx - 1 - t) * stride; }
+  [[nodiscard]] const T* v(int t) const { return v_base + (n_ctx - 1 - t) * stride; }
 };
 
 /// A copy of a case's K and V rows in reverse position order, and the accessor that reads it.
+template <class T>
 struct ReversedCopy {
-  std::vector<float> k, v;
-  ReversedRows rows;
-  explicit ReversedCopy(const Case<float>& c)
+  std::vector<T> k, v;
+  ReversedRows<T> rows;
+  explicit ReversedCopy(const Case<T>& c)
       : k(c.k.size()), v(c.v.size()), rows{k.data(), v.data(), c.kv_dim(), c.n_ctx} {
     for (int t = 0; t < c.n_ctx; ++t) {
       const long from = t * c.kv_dim(), to = (c.n_ctx - 1 - t) * c.kv_dim();
@@ -195,28 +197,35 @@ struct ReversedCopy {
   ReversedCopy& operator=(const ReversedCopy&) = delete;
 };
 
-TEST(AttentionCpu, OnlyAddressesDependOnTheLayout) {
-  const Case<float> c(2, 2, 24, 77, 11);
-  const ReversedCopy r(c);
+/// The reversed layout gives bitwise what the contiguous one gives, in one call and through
+/// attend_batch for a context of two chunks.
+template <class T>
+void expect_layout_independent(int head_dim) {
+  const Case<T> c(2, 2, head_dim, 77, 11);
+  const ReversedCopy<T> r(c);
   std::vector<float> out(c.q.size(), -1.0f);
-  std::vector<float> scratch(cpu::attend_scratch_floats(4));
-  cpu::attend_kv_heads<float>(c.q.data(), r.rows, c.n_ctx, c.shape(), 0, 2, out.data(),
-                              scratch.data());
+  std::vector<float> scratch(cpu::attend_scratch_floats(4, c.head_dim));
+  cpu::attend_kv_heads<T>(c.q.data(), r.rows, c.n_ctx, c.shape(), 0, 2, out.data(), scratch.data());
   const std::vector<float> contiguous = twin(c);
   EXPECT_EQ(0, std::memcmp(contiguous.data(), out.data(), out.size() * sizeof(float)));
 
-  // The same through attend_batch for a context of two chunks.
-  const Case<float> l(2, 2, 24, cpu::kAttendChunk + 300, 12);
-  const ReversedCopy lr(l);
+  const Case<T> l(2, 2, head_dim, cpu::kAttendChunk + 300, 12);
+  const ReversedCopy<T> lr(l);
   const std::vector<float> reversed = batched(l, lr.rows, 2);
   const std::vector<float> forward = batched(l, l.rows(), 2);
   EXPECT_EQ(0, std::memcmp(forward.data(), reversed.data(), forward.size() * sizeof(float)));
 }
 
+TEST(AttentionCpu, OnlyAddressesDependOnTheLayout) {
+  expect_layout_independent<float>(24);
+  // bf16 holds whole blocks of 16 interleaved: 40 is two such blocks and 8 in natural order.
+  expect_layout_independent<cpu::BF16Bits>(40);
+}
+
 TEST(AttentionCpu, EmptyContextGivesZeros) {
   const Case<float> c(2, 2, 8, 1, 3);
   std::vector<float> out(c.q.size(), -1.0f);
-  std::vector<float> scratch(cpu::attend_scratch_floats(4));
+  std::vector<float> scratch(cpu::attend_scratch_floats(4, c.head_dim));
   cpu::attend_kv_heads<float>(c.q.data(), c.rows(), 0, c.shape(), 0, 2, out.data(), scratch.data());
   for (float x : out) EXPECT_EQ(x, 0.0f);
 }

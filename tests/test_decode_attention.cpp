@@ -91,7 +91,7 @@ std::vector<float> run_twin(const Problem& p, const HostData& h) {
       const long base = static_cast<long>(p.slot[i]) * p.max_seq_len * p.kv_dim();
       const cpu::ContiguousRows<T> rows{reinterpret_cast<const T*>(h.k.data()) + base,
                                         reinterpret_cast<const T*>(h.v.data()) + base, p.kv_dim()};
-      std::vector<float> scores(cpu::attend_scratch_floats(group));
+      std::vector<float> scores(cpu::attend_scratch_floats(group, p.head_dim));
       const long qo = static_cast<long>(i) * p.n_heads * p.head_dim;
       for (int g = 0; g < p.n_kv_heads; ++g)
         cpu::attend_kv_heads<T>(h.q.data() + qo, rows, p.ctx[i], {p.n_kv_heads, group, p.head_dim},

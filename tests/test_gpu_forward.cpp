@@ -56,7 +56,7 @@ class HostAttentionCache final : public DeviceKVCache {
       const BatchRow& r = batch_.rows[i];
       const long base = offset(layer, r.slot, 0);
       const cpu::ContiguousRows<float> rows{kc.data() + base, vc.data() + base, c_.kv_dim()};
-      scores.resize(cpu::attend_scratch_floats(c_.n_heads));
+      scores.resize(cpu::attend_scratch_floats(c_.n_heads, hd));
       const long qo = static_cast<long>(i) * c_.q_dim();
       cpu::attend_kv_heads<float>(hq.data() + qo, rows, r.pos + 1, {c_.n_kv_heads, group, hd}, 0,
                                   c_.n_kv_heads, hout.data() + qo, scores.data());
