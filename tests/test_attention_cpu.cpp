@@ -158,6 +158,27 @@ TEST(AttentionCpu, LongContextsSplitIntoChunksMergeCorrectlyWhateverTheThreads) 
   }
 }
 
+TEST(AttentionCpu, TransposedSumsAddInTheOrderOfSum8) {
+  // Values of mixed sign and magnitudes over a few binades, so that about half of the sums round
+  // differently in another order of additions; 32 rounds of eight make a wrong order certain to
+  // show.
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> mag(-30.0f, 30.0f);
+  for (int round = 0; round < 32; ++round) {
+    cpu::simd::Vec8 a[8];
+    for (auto& v : a)
+      for (int l = 0; l < cpu::simd::kLanes; ++l)
+        v[l] = std::ldexp(mag(rng), static_cast<int>(mag(rng)) / 6);
+    const cpu::simd::Vec8 all = cpu::simd::sum8_each(a), four = cpu::simd::sum8_each4(a);
+    for (int i = 0; i < 8; ++i) {
+      const float want = cpu::simd::sum8(a[i]);
+      ASSERT_EQ(0, std::memcmp(&want, &all[i], sizeof want)) << "sum8_each, vector " << i;
+      if (i < 4)
+        ASSERT_EQ(0, std::memcmp(&want, &four[i], sizeof want)) << "sum8_each4, vector " << i;
+    }
+  }
+}
+
 TEST(AttentionCpu, TileStridePutsATilesRowsInDifferentPages) {
   EXPECT_EQ(cpu::tile_stride(4096, 100000), 1);  // fp32 Llama-3-8B rows: a page each
   EXPECT_EQ(cpu::tile_stride(8192, 100000), 1);
