@@ -7,13 +7,16 @@
 // once for its whole query group. Heads are Llama-3-8B's (32 query, 8 KV, head_dim 128), one layer.
 // Cold-cache numbers: only configurations whose K+V working set is at least 4x the last-level cache
 // run (and at most 1 GiB, to share the machine); every slot reserves 32k positions so sequences sit
-// far apart, and rows use slots in shuffled order.
+// far apart, and rows use slots in shuffled order. The kernel runs in rounds between passes of
+// the read probe, and each round is compared with the probe of the same moment (see
+// attention_cpu), because this kind of machine's bandwidth drifts while a benchmark runs.
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <string>
@@ -37,10 +40,29 @@ double g_peak_gbps = 0.0;  // the best read bandwidth any probe of this run saw
 struct Row {
   std::string config;
   double budget_mb, mb_moved, ms, gbps;
-  double peak_gbps;       // the read probe taken just before this configuration ran
+  double peak_gbps;       // median of the read probes around the kernel's rounds
+  double frac_of_peak;    // median over the rounds of (kernel GB/s / probe around the round)
   double flops_per_byte;  // multiply-add work per byte of cache read (2 flops per multiply-add)
 };
 std::vector<Row> g_rows;
+
+// Paired rounds: kRounds timings of about kRoundSeconds each, between probe passes.
+constexpr int kRounds = 11;
+constexpr double kRoundSeconds = 0.03;
+std::unique_ptr<ReadProbe> g_probe;  // one buffer for every probe pass of the run
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t m = v.size() / 2;
+  return v.size() % 2 == 1 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
+// Napkin math: n * n_ctx * 2 (K and V) * n_kv_heads * head_dim * bytes of cache, plus q and out
+// in fp32 (negligible next to the cache).
+double bytes_of(int batch, int ctx, std::size_t elem_bytes, std::size_t q_floats) {
+  return static_cast<double>(batch) * ctx * 2.0 * kKvDim * static_cast<double>(elem_bytes) +
+         2.0 * static_cast<double>(q_floats) * sizeof(float);
+}
 
 /// Google Benchmark may run a function more than once (a trial run first); keep the last result.
 void record(const Row& r) {
@@ -86,32 +108,44 @@ void attention_cpu(benchmark::State& state, const char* dtype, int batch, int ct
         [&](int) { return ctx; }, q.data(), out.data());
   };
   run();  // warm-up: page in the scratch vectors
-  // The machine's read bandwidth drifts by tens of percent over seconds on shared hosts, so each
-  // configuration is compared with a probe taken right before it, not one from another moment.
-  const double peak = measure_read_bandwidth(0, 3).gbps;
-  g_peak_gbps = std::max(g_peak_gbps, peak);
-  const auto t0 = std::chrono::steady_clock::now();
+  // The machine's read bandwidth drifts by tens of percent over seconds on shared hosts, so the
+  // kernel is timed in rounds between passes of the read probe, each round compared with the mean
+  // of the passes on either side of it: both sides are single timings of the same moment. The
+  // medians over the rounds are reported; a round lasts about as long as a probe pass or longer.
+  auto seconds_of = [&](int calls) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int c = 0; c < calls; ++c) run();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  const int calls = std::max(1, static_cast<int>(kRoundSeconds / seconds_of(1)));
+  const double bytes = bytes_of(batch, ctx, sizeof(T), q.size());
+  std::vector<double> per_call, probes, ratios;
   for (auto _ : state) {
-    run();
-    benchmark::DoNotOptimize(out.data());
+    double before = g_probe->pass();
+    for (int r = 0; r < kRounds; ++r) {
+      const double s = seconds_of(calls) / calls;
+      benchmark::DoNotOptimize(out.data());
+      const double after = g_probe->pass();
+      const double probe = 0.5 * (before + after);
+      g_peak_gbps = std::max({g_peak_gbps, before, after});
+      per_call.push_back(s);
+      probes.push_back(probe);
+      ratios.push_back(bytes / s / 1e9 / probe);
+      before = after;
+    }
   }
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const double per_call = s / static_cast<double>(state.iterations());
-  // Napkin math: n * n_ctx * 2 (K and V) * n_kv_heads * head_dim * sizeof(T) of cache, plus q
-  // and out in fp32 (negligible next to the cache).
-  const double bytes = static_cast<double>(batch) * ctx * 2.0 * kKvDim * sizeof(T) +
-                       2.0 * static_cast<double>(q.size()) * sizeof(float);
-  const double gbps = bytes / per_call / 1e9;
+  const double s = median(per_call), peak = median(probes);
+  const double gbps = bytes / s / 1e9;
   state.counters["GBps"] = gbps;
-  state.counters["frac_of_read_peak"] = gbps / peak;
+  state.counters["frac_of_read_peak"] = median(ratios);
   const std::string config =
       fmt::format("batch {}, ctx {}, {}, {} threads", batch, ctx, dtype, omp_get_max_threads());
   state.SetLabel(config);
   // Arithmetic: one multiply-add per query head and element of K (the scores) and of V (the
   // weighted sum), i.e. 2 x 2 x n_heads x head_dim flops per position.
   const double flops = 4.0 * batch * ctx * kHeads * kHeadDim;
-  record({config, 2.0 * static_cast<double>(elems * sizeof(T)) / 1e6, bytes / 1e6, per_call * 1e3,
-          gbps, peak, flops / bytes});
+  record({config, 2.0 * static_cast<double>(elems * sizeof(T)) / 1e6, bytes / 1e6, s * 1e3, gbps,
+          peak, median(ratios), flops / bytes});
 }
 
 }  // namespace
@@ -122,6 +156,7 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   const BandwidthSample peak = measure_read_bandwidth();
   g_peak_gbps = peak.gbps;
+  g_probe = std::make_unique<ReadProbe>(peak.bytes);
   const FmaSample fma = measure_fma_peak();
   // The last-level cache: the per-instance size the kernel reports in sysfs (Google Benchmark's
   // CPUInfo reads it), else sysconf's. Some glibc versions report an AMD socket's total L3
@@ -160,38 +195,44 @@ int main(int argc, char** argv) {
             attention_cpu<float>(s, "fp32", batch, ctx);
           }
         };
-        benchmark::RegisterBenchmark(name.c_str(), fn)->Unit(benchmark::kMillisecond)->MinTime(0.5);
+        benchmark::RegisterBenchmark(name.c_str(), fn)
+            ->Unit(benchmark::kMillisecond)
+            ->Iterations(1);
       }
     }
   }
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
 
-  // The peaks again after the runs. The table compares each configuration with the probe taken
-  // just before it, and also with the best probe of the whole run, the stricter reference.
-  g_peak_gbps = std::max(g_peak_gbps, measure_read_bandwidth().gbps);
+  // The peak again after the runs. The table compares each configuration with the probe passes
+  // around its rounds, and also with the best pass of the whole run, the stricter reference.
+  for (int r = 0; r < 5; ++r) g_peak_gbps = std::max(g_peak_gbps, g_probe->pass());
   const double fma_gflops = std::max(fma.gflops, measure_fma_peak().gflops);
   double low = g_peak_gbps;
   for (const Row& r : g_rows) low = std::min(low, r.peak_gbps);
   fmt::print(
-      "\nSTREAM-like read peak: {:.2f} GB/s at best, {:.2f} at worst over this run's probes ({} "
-      "threads, {:.0f} MiB buffer, LLC {} KiB)\n",
+      "\nSTREAM-like read peak: {:.2f} GB/s at best, {:.2f} at worst over the configurations' "
+      "medians ({} threads, {:.0f} MiB buffer, LLC {} KiB)\n",
       g_peak_gbps, low, peak.threads, static_cast<double>(peak.bytes) / (1 << 20), llc / 1024);
+  fmt::print(
+      "Each configuration: {} rounds of about {:.0f} ms between read-probe passes; GB/s and the "
+      "probe are medians over the rounds, % of probe the median of the per-round ratios\n",
+      kRounds, kRoundSeconds * 1e3);
   fmt::print(
       "fp32 multiply-add peak: {:.1f} GFLOP/s ({} threads): machine balance {:.2f} flop/byte\n",
       fma_gflops, fma.threads, fma_gflops / g_peak_gbps);
   // The roof is the roofline's bound for the kernel's arithmetic intensity: min(read peak, FMA
   // peak / intensity). Below the balance the cache read binds, above it the multiply-adds.
   fmt::print(
-      "| config | KV budget MB (reserved) | MB moved | ms/call | GB/s | read probe before, GB/s | "
-      "% of it | % of best probe | flop/byte | % of FMA peak | roof GB/s | % of roof |\n");
+      "| config | KV budget MB (reserved) | MB moved | ms/call | GB/s | read probe around, GB/s | "
+      "% of probe | % of best probe | flop/byte | % of FMA peak | roof GB/s | % of roof |\n");
   fmt::print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const Row& r : g_rows) {
     const double roof = std::min(r.peak_gbps, fma_gflops / r.flops_per_byte);
     fmt::print(
         "| {} | {:.0f} | {:.1f} | {:.2f} | {:.2f} | {:.2f} | {:.1f} | {:.1f} | {:.1f} | {:.1f} | "
         "{:.1f} | {:.1f} |\n",
-        r.config, r.budget_mb, r.mb_moved, r.ms, r.gbps, r.peak_gbps, 100.0 * r.gbps / r.peak_gbps,
+        r.config, r.budget_mb, r.mb_moved, r.ms, r.gbps, r.peak_gbps, 100.0 * r.frac_of_peak,
         100.0 * r.gbps / g_peak_gbps, r.flops_per_byte,
         100.0 * r.gbps * r.flops_per_byte / fma_gflops, roof, 100.0 * r.gbps / roof);
   }

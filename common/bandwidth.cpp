@@ -5,9 +5,9 @@
 
 #include <algorithm>
 #include <fstream>
-#include <string>
 #include <chrono>
 #include <memory>
+#include <string>
 
 namespace kvheap {
 
@@ -30,43 +30,50 @@ std::size_t last_level_cache_bytes() {
   return l2 > 0 ? static_cast<std::size_t>(l2) : 0;
 }
 
-BandwidthSample measure_read_bandwidth(std::size_t bytes, int repeats) {
+ReadProbe::ReadProbe(std::size_t bytes) {
   // 8x the LLC defeats the cache; the 1 GiB cap keeps the probe quick on servers whose OS reports
   // a large shared L3.
   if (bytes == 0)
     bytes = std::clamp<std::size_t>(8 * last_level_cache_bytes(), std::size_t{256} << 20,
                                     std::size_t{1} << 30);
-  const long n = static_cast<long>(bytes / sizeof(float));
-  std::unique_ptr<float[]> buf(new float[n]);
+  n_ = static_cast<long>(bytes / sizeof(float));
+  buf_ = std::make_unique_for_overwrite<float[]>(static_cast<std::size_t>(n_));
   // First touch from the threads that will read, so pages land where they are used.
 #pragma omp parallel for schedule(static)
-  for (long i = 0; i < n; ++i) buf[i] = static_cast<float>(i & 7);
-  BandwidthSample s;
-  s.bytes = static_cast<std::size_t>(n) * sizeof(float);
-  s.threads = omp_get_max_threads();
-  volatile float sink = 0.0f;
-  for (int r = 0; r < repeats; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    float total = 0.0f;
+  for (long i = 0; i < n_; ++i) buf_[i] = static_cast<float>(i & 7);
+}
+
+double ReadProbe::pass() {
+  const float* buf = buf_.get();
+  const long n = n_;
+  const auto t0 = std::chrono::steady_clock::now();
+  float total = 0.0f;
 #pragma omp parallel reduction(+ : total)
-    {
-      // Each thread sums the slice it first touched into 16 independent lanes: one accumulator
-      // would make every add wait for the previous one and measure add latency, not memory.
-      const long nt = omp_get_num_threads(), t = omp_get_thread_num();
-      const long begin = n / nt * t, end = t == nt - 1 ? n : n / nt * (t + 1);
-      float acc[16] = {};
-      long i = begin;
-      for (; i + 16 <= end; i += 16) {
+  {
+    // Each thread sums the slice it first touched into 16 independent lanes: one accumulator
+    // would make every add wait for the previous one and measure add latency, not memory.
+    const long nt = omp_get_num_threads(), t = omp_get_thread_num();
+    const long begin = n / nt * t, end = t == nt - 1 ? n : n / nt * (t + 1);
+    float acc[16] = {};
+    long i = begin;
+    for (; i + 16 <= end; i += 16) {
 #pragma omp simd
-        for (int k = 0; k < 16; ++k) acc[k] += buf[i + k];
-      }
-      for (; i < end; ++i) acc[0] += buf[i];
-      for (float a : acc) total += a;
+      for (int k = 0; k < 16; ++k) acc[k] += buf[i + k];
     }
-    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    sink = sink + total;
-    s.gbps = std::max(s.gbps, static_cast<double>(s.bytes) / sec / 1e9);
+    for (; i < end; ++i) acc[0] += buf[i];
+    for (float a : acc) total += a;
   }
+  const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  sink_ = sink_ + total;
+  return static_cast<double>(bytes()) / sec / 1e9;
+}
+
+BandwidthSample measure_read_bandwidth(std::size_t bytes, int repeats) {
+  ReadProbe probe(bytes);
+  BandwidthSample s;
+  s.bytes = probe.bytes();
+  s.threads = omp_get_max_threads();
+  for (int r = 0; r < repeats; ++r) s.gbps = std::max(s.gbps, probe.pass());
   return s;
 }
 

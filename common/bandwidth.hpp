@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 
 namespace kvheap {
 
@@ -15,10 +16,30 @@ struct BandwidthSample {
 /// \brief Size of the last-level cache in bytes (0 when the OS does not say).
 std::size_t last_level_cache_bytes();
 
-/// \brief Reads a buffer of `bytes` (default: 8x the last-level cache, clamped to [256 MiB, 1 GiB])
-/// with all OpenMP threads, summing floats so the loads cannot be optimised away, and returns the
-/// best rate of `repeats` passes. Each thread reads the slice it first touched, as the decode
-/// matmul does with its slice of every weight matrix.
+/// \brief A STREAM-like read probe that keeps its buffer, so that it can be read again and again:
+/// between a kernel's runs, for instance, to compare each run with the bandwidth of the same
+/// moment on a machine whose bandwidth drifts.
+///
+/// The buffer (default: 8x the last-level cache, clamped to [256 MiB, 1 GiB]) is read by all
+/// OpenMP threads, summing floats so the loads cannot be optimised away. Each thread reads the
+/// slice it first touched, as the decode matmul does with its slice of every weight matrix.
+class ReadProbe {
+ public:
+  /// \brief Allocates and first-touches the buffer (`bytes` = 0: the default size).
+  explicit ReadProbe(std::size_t bytes = 0);
+
+  /// \brief One timed read of the whole buffer, in 1e9 bytes per second.
+  double pass();
+  /// \brief Size of the buffer in bytes.
+  [[nodiscard]] std::size_t bytes() const { return static_cast<std::size_t>(n_) * sizeof(float); }
+
+ private:
+  std::unique_ptr<float[]> buf_;
+  long n_;
+  volatile float sink_ = 0.0f;  // the sums go here, so that no pass can be optimised away
+};
+
+/// \brief The best of `repeats` passes of a fresh ReadProbe of `bytes`.
 BandwidthSample measure_read_bandwidth(std::size_t bytes = 0, int repeats = 5);
 
 }  // namespace kvheap
