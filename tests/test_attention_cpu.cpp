@@ -173,8 +173,9 @@ TEST(AttentionCpu, TransposedSumsAddInTheOrderOfSum8) {
     for (int i = 0; i < 8; ++i) {
       const float want = cpu::simd::sum8(a[i]);
       ASSERT_EQ(0, std::memcmp(&want, &all[i], sizeof want)) << "sum8_each, vector " << i;
-      if (i < 4)
+      if (i < 4) {
         ASSERT_EQ(0, std::memcmp(&want, &four[i], sizeof want)) << "sum8_each4, vector " << i;
+      }
     }
   }
 }
