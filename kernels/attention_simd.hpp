@@ -89,36 +89,41 @@ inline void load16(const BF16Bits* p, Vec8& even, Vec8& odd) {
   std::memcpy(&odd, &hi, sizeof odd);
 }
 
-/// \brief x[0, n) from natural order into T's block order, in place: for bf16 each whole block of
-/// 16 becomes [its even elements, its odd elements]; the last n % 16 stay as they are, and so
-/// does every element of the other types.
-template <class T>
-void to_block_order(float* x, int n) {
+/// \brief Where element e of a block of 16 sits in block order: the even elements fill lanes 0-7
+/// of the first vector, the odd ones those of the second.
+constexpr int block_slot(int e) { return (e % 2) * kLanes + e / 2; }
+
+/// \brief x[0, n) reordered in place, whole block by whole block: from natural order into T's
+/// block order when kToBlock, else back. For bf16 each whole block of 16 becomes [its even
+/// elements, its odd elements]; the last n % 16 stay as they are, and so does every element of
+/// the other types.
+template <class T, bool kToBlock>
+void reorder_blocks(float* x, int n) {
   if constexpr (kInterleaved<T>) {
     for (int b = 0; b + kBlock <= n; b += kBlock) {
       float t[kBlock];
-      for (int i = 0; i < kLanes; ++i) {
-        t[i] = x[b + 2 * i];
-        t[kLanes + i] = x[b + 2 * i + 1];
+      for (int e = 0; e < kBlock; ++e) {
+        if constexpr (kToBlock) {
+          t[block_slot(e)] = x[b + e];
+        } else {
+          t[e] = x[b + block_slot(e)];
+        }
       }
       std::memcpy(x + b, t, sizeof t);
     }
   }
 }
 
+/// \brief x[0, n) from natural order into T's block order, in place (see reorder_blocks).
+template <class T>
+void to_block_order(float* x, int n) {
+  reorder_blocks<T, true>(x, n);
+}
+
 /// \brief The inverse of to_block_order: x[0, n) back to natural order, in place.
 template <class T>
 void from_block_order(float* x, int n) {
-  if constexpr (kInterleaved<T>) {
-    for (int b = 0; b + kBlock <= n; b += kBlock) {
-      float t[kBlock];
-      for (int i = 0; i < kLanes; ++i) {
-        t[2 * i] = x[b + i];
-        t[2 * i + 1] = x[b + kLanes + i];
-      }
-      std::memcpy(x + b, t, sizeof t);
-    }
-  }
+  reorder_blocks<T, false>(x, n);
 }
 
 /// \brief 8 stored fp16 values widened to fp32 (exact), with the F16C instruction where the
