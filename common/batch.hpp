@@ -7,6 +7,8 @@
 // never needs to know which.
 #pragma once
 
+#include <functional>
+#include <unordered_map>
 #include <vector>
 
 namespace kvheap {
@@ -32,5 +34,17 @@ struct Batch {
     return n;
   }
 };
+
+/// \brief Checks where a batch's rows write and returns, for each slot it touches, the slot's
+/// length after the batch. `length_of(slot)` is a slot's length before it (and throws for a slot
+/// that is not admitted).
+///
+/// Every cache policy holds a sequence's positions 0..length-1 and nothing else, so a row may
+/// rewrite a position already held or write the next one, and a slot's rows must come in
+/// increasing position order, each position once. Anything else throws InputError naming the
+/// row: a position past the next would leave a gap the row's attention reads as if written (zeros,
+/// or an earlier occupant's keys), and two rows writing one position race on a GPU.
+std::unordered_map<int, int> lengths_after(const Batch& batch,
+                                           const std::function<int(int)>& length_of);
 
 }  // namespace kvheap

@@ -3,7 +3,11 @@
 #include <fmt/format.h>
 #include <omp.h>
 
+#include <charconv>
+#include <cstdint>
 #include <iostream>
+#include <limits>
+#include <string>
 
 #include "common/error.hpp"
 #include "common/token_ids.hpp"
@@ -16,6 +20,26 @@ namespace {
 // Oversubscription --threads allows. Generous on purpose: the limit exists to turn a request the
 // OS cannot satisfy into a message, not to tune anyone's runs.
 constexpr int kMaxThreadsPerCore = 16;
+
+// CLI11 reads an empty value as 0 and wraps "-1" to 2^64 - 1 (or saturates an overflowing value
+// there) for unsigned options: silent wrong answers. So every number is checked as text first.
+CLI::Validator number_text(bool is_unsigned) {
+  return CLI::Validator(
+      [is_unsigned](std::string& text) -> std::string {
+        const std::size_t first = text.find_first_not_of(" \t");
+        if (first == std::string::npos) return "the value is empty; expected a number";
+        if (!is_unsigned) return "";
+        if (text[first] == '-') return fmt::format("expected a number >= 0, got {}", text);
+        unsigned long long value = 0;
+        const auto [end, ec] =
+            std::from_chars(text.data() + first, text.data() + text.size(), value);
+        if (ec == std::errc::result_out_of_range)
+          return fmt::format("{} is too large; expected at most {}", text,
+                             std::numeric_limits<std::uint64_t>::max());
+        return "";
+      },
+      "");
+}
 
 }  // namespace
 
@@ -57,6 +81,10 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
 }
 
 int run_cli(CLI::App& app, int argc, char** argv, const std::function<void()>& body) {
+  for (CLI::Option* opt : app.get_options()) {
+    const std::string type = opt->get_type_name();
+    if (type == "INT" || type == "UINT" || type == "FLOAT") opt->check(number_text(type == "UINT"));
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -113,6 +141,18 @@ SamplerConfig sampler_config(const CommonOptions& o) {
   s.top_p = o.top_p;
   s.seed = o.seed;
   return s;
+}
+
+std::size_t kv_budget_bytes(const CommonOptions& o) {
+  const double mb = o.kv_budget_mb;
+  // Written so that NaN fails too; inf and huge values would be undefined in the conversion.
+  if (!(mb >= 0.0 && mb <= 1e12))
+    throw UsageError(
+        fmt::format("--kv-budget-mb must be a number of MB from 0 (no cap) to 1e12, got {}", mb));
+  const auto bytes = static_cast<std::size_t>(mb * 1e6);
+  if (mb > 0.0 && bytes == 0)  // would read as 0 = no cap: the opposite of what was asked
+    throw UsageError(fmt::format("--kv-budget-mb {} is less than one byte; give 0 for no cap", mb));
+  return bytes;
 }
 
 int apply_threads(const CommonOptions& o) {

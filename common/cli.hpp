@@ -58,4 +58,8 @@ SamplerConfig sampler_config(const CommonOptions& o);
 /// a negative count or more than 16 threads per core.
 int apply_threads(const CommonOptions& o);
 
+/// \brief --kv-budget-mb in bytes (0 = no cap). Throws UsageError for a negative, NaN or
+/// infinite value, or one beyond what a byte count can hold.
+std::size_t kv_budget_bytes(const CommonOptions& o);
+
 }  // namespace kvheap

@@ -36,6 +36,10 @@ void check_generation_fits(std::size_t prompt_tokens, int max_new_tokens, const 
                     max_new_tokens, prompt_tokens, c.max_seq_len, room));
 }
 
+long positions_stored(std::size_t prompt_tokens, int max_new_tokens) {
+  return max_new_tokens > 0 ? static_cast<long>(prompt_tokens) + max_new_tokens - 1 : 0;
+}
+
 GenerationResult generate(const ForwardFn& forward, const ModelConfig& config, int slot,
                           std::span<const int> prompt, const GenerationConfig& gen,
                           const std::function<void(int)>& on_token) {

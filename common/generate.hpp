@@ -35,6 +35,11 @@ struct GenerationResult {
 /// empty or too-long prompt and UsageError when --max-new-tokens runs past the context.
 void check_generation_fits(std::size_t prompt_tokens, int max_new_tokens, const ModelConfig& c);
 
+/// \brief Positions a generation of up to `max_new_tokens` after a prompt of `prompt_tokens`
+/// stores at most: prompt + new - 1, since the last token generated is never fed back; 0 when
+/// nothing is generated (the prompt is not even run then).
+long positions_stored(std::size_t prompt_tokens, int max_new_tokens);
+
 /// \brief A forward pass over one batch, whatever the backend; returns the wanted rows' logits.
 using ForwardFn = std::function<std::span<const float>(const Batch&)>;
 

@@ -85,6 +85,10 @@ nlohmann::json metrics_json(const DecodeReport& r) {
           {"kv_dtype", dtype_name(r.kv_dtype)}};
 }
 
+std::string json_line(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 void print_run(const DecodeReport& r, const ModelConfig& c, const Tokenizer* tok, bool json,
                std::ostream& os) {
   if (json) {
@@ -94,7 +98,7 @@ void print_run(const DecodeReport& r, const ModelConfig& c, const Tokenizer* tok
                         {"generated_ids", r.run.generated},
                         {"metrics", metrics_json(r)}};
     if (tok != nullptr) j["text"] = tok->decode(r.run.generated);
-    os << j.dump() << "\n";
+    os << json_line(j) << "\n";
     return;
   }
   os << describe(c) << "\n";

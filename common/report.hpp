@@ -51,6 +51,11 @@ void print_report(const DecodeReport& r, std::ostream& os);
 /// \brief The "metrics" object of --json output.
 nlohmann::json metrics_json(const DecodeReport& r);
 
+/// \brief `j` as one line of JSON text. Strings that are not valid UTF-8 (decoded text cut
+/// inside a multi-byte character, or byte tokens that never form one) get U+FFFD in place of
+/// the bad bytes instead of aborting the output.
+std::string json_line(const nlohmann::json& j);
+
 class Tokenizer;
 
 /// \brief Prints a finished run the way every chapter does: one JSON object (`json`) with

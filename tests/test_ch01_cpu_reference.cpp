@@ -262,5 +262,28 @@ TEST(Ch01CpuReference, BadTokensAndPositionsAreRejected) {
   EXPECT_NO_THROW(check_generation_fits(10, w.config.max_seq_len - 9, w.config));
 }
 
+// The cache holds positions 0..length-1 and nothing else: a row that skips ahead would attend to
+// positions never written, and a repeated position is two writes of one row. Both are refused
+// before anything is written.
+TEST(Ch01CpuReference, RowsMustWriteEachSlotsPositionsInOrder) {
+  const ModelWeights w = make_synthetic_weights(preset("tiny"), 1);
+  ReservedCache cache(w.config, DType::F32);
+  const int slot = cache.admit();
+  CpuForward fwd(w);
+  for (const std::vector<int>& positions : std::vector<std::vector<int>>{{1}, {0, 0}, {0, 2}}) {
+    Batch b;
+    for (int p : positions) b.rows.push_back({1, slot, p, true});
+    EXPECT_THROW((void)fwd.forward(b, cache), InputError) << positions.size();
+    EXPECT_EQ(cache.length(slot), 0);
+  }
+  Batch ok;
+  for (int p = 0; p < 3; ++p) ok.rows.push_back({1, slot, p, p == 2});
+  (void)fwd.forward(ok, cache);
+  EXPECT_EQ(cache.length(slot), 3);
+  ok.rows = {{1, slot, 2, true}, {1, slot, 3, true}};  // rewrite the last, append one
+  (void)fwd.forward(ok, cache);
+  EXPECT_EQ(cache.length(slot), 4);
+}
+
 }  // namespace
 }  // namespace kvheap

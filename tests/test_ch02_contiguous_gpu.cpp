@@ -147,6 +147,25 @@ TEST(Ch02ContiguousGpu, SlotsAreAccountedForAndExhaustionIsAnError) {
   EXPECT_TRUE(cache.can_admit());
   EXPECT_THROW(cache.release(a), InputError);
   EXPECT_EQ(cache.bytes_reserved(), 2 * per_slot) << "releasing a slot keeps its reservation";
+  EXPECT_THROW(ch02::ContiguousGpuCache(c, DType::F16, -1), UsageError);
+}
+
+// A re-admitted slot still holds its previous occupant's keys, so a row that skips ahead would
+// read them; and two rows writing one position would race in kv_write. Both are refused.
+TEST(Ch02ContiguousGpu, RowsMustWriteEachSlotsPositionsInOrder) {
+  KVHEAP_REQUIRE_DEVICE();
+  ch02::ContiguousGpuCache cache(preset("tiny"), DType::F32, 1);
+  const int slot = cache.admit();
+  for (const std::vector<int>& positions : std::vector<std::vector<int>>{{5}, {0, 0}, {1, 0}}) {
+    Batch b;
+    for (int p : positions) b.rows.push_back({1, slot, p, true});
+    EXPECT_THROW(cache.prepare(b), InputError) << positions.size();
+    EXPECT_EQ(cache.length(slot), 0);
+  }
+  Batch ok;
+  for (int p = 0; p < 4; ++p) ok.rows.push_back({1, slot, p, p == 3});
+  cache.prepare(ok);
+  EXPECT_EQ(cache.length(slot), 4);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <limits>
 #include <map>
 #include <random>
 #include <set>
@@ -12,9 +13,11 @@
 #include "chapters/01_cpu_reference/reserved_cache.hpp"
 #include "chapters/03_paged_blocks/block_manager.hpp"
 #include "chapters/03_paged_blocks/capacity.hpp"
+#include "chapters/03_paged_blocks/paged_batch.hpp"
 #include "chapters/03_paged_blocks/paged_host_cache.hpp"
 #include "common/error.hpp"
 #include "common/forward_cpu.hpp"
+#include "common/generate.hpp"
 #include "common/llama2c_loader.hpp"
 #include "common/sampler.hpp"
 #include "common/synthetic_weights.hpp"
@@ -163,6 +166,84 @@ TEST(Ch03PagedBlocks, ExhaustionIsRecoverable) {
   m.free(b);
   EXPECT_EQ(m.pool().num_free(), 4);
   EXPECT_THROW(m.free(b), InputError) << "double free";
+}
+
+// A batch the pool cannot hold throws before any sequence grows: resuming from length() must not
+// find positions that were counted but never written.
+TEST(Ch03PagedBlocks, ExhaustedBatchChangesNothing) {
+  BlockManager m(4, 2, 5);
+  const int s = m.allocate();
+  Batch b;
+  for (int p = 0; p < 3; ++p) b.rows.push_back({1, s, p, false});
+  (void)ch03::build_paged_batch(m, b);  // 3 positions: 2 blocks
+  Batch more;
+  for (int p = 3; p < 9; ++p) more.rows.push_back({1, s, p, false});  // needs a fifth block
+  EXPECT_THROW((void)ch03::build_paged_batch(m, more), ResourceError);
+  EXPECT_EQ(m.length(s), 3);
+  EXPECT_EQ(m.page_table(s).size(), 2u);
+  EXPECT_EQ(m.pool().num_free(), 2);
+  m.check_invariants();
+  more.rows.pop_back();  // positions 3..7: exactly the four blocks
+  (void)ch03::build_paged_batch(m, more);
+  EXPECT_EQ(m.length(s), 8);
+  EXPECT_EQ(m.pool().num_free(), 0);
+  m.check_invariants();
+}
+
+// Each position of a sequence is written once per batch, in order; a gap or a repeat is an input
+// error that changes nothing, and a rewrite of a held position takes the slot it already has.
+TEST(Ch03PagedBlocks, BatchPositionsMustBeContiguousAndIncreasing) {
+  BlockManager m(8, 4, 3);
+  const int s = m.allocate();
+  const std::vector<std::vector<int>> bad = {{0, 0}, {1}, {0, 2}, {1, 0}};
+  for (const auto& positions : bad) {
+    Batch b;
+    for (int p : positions) b.rows.push_back({1, s, p, false});
+    EXPECT_THROW((void)ch03::build_paged_batch(m, b), InputError) << positions.size();
+    EXPECT_EQ(m.length(s), 0);
+    EXPECT_EQ(m.pool().num_free(), 8);
+  }
+  Batch b;
+  for (int p = 0; p < 5; ++p) b.rows.push_back({1, s, p, false});
+  const ch03::PagedBatch first = ch03::build_paged_batch(m, b);
+  Batch again;  // rewrite positions 3 and 4, then append 5
+  for (int p = 3; p < 6; ++p) again.rows.push_back({1, s, p, false});
+  const ch03::PagedBatch second = ch03::build_paged_batch(m, again);
+  EXPECT_EQ(second.slot_mapping[0], first.slot_mapping[3]);
+  EXPECT_EQ(second.slot_mapping[1], first.slot_mapping[4]);
+  EXPECT_EQ(m.length(s), 6);
+  m.check_invariants();
+}
+
+TEST(Ch03PagedBlocks, TokenCountsAreCheckedAndCeiled) {
+  BlockManager m(4, 16);
+  EXPECT_EQ(m.blocks_for(0), 0);
+  EXPECT_EQ(m.blocks_for(16), 1);
+  EXPECT_EQ(m.blocks_for(17), 2);
+  EXPECT_EQ(m.blocks_for(std::numeric_limits<long>::max()),
+            std::numeric_limits<long>::max() / 16 + 1);
+  EXPECT_THROW((void)m.blocks_for(-100), InputError);
+  EXPECT_THROW((void)m.allocate(-1), InputError);
+  EXPECT_FALSE(m.can_allocate(std::numeric_limits<long>::max()));
+  EXPECT_THROW((void)m.allocate(std::numeric_limits<long>::max()), ResourceError);
+  EXPECT_EQ(m.pool().num_free(), 4);
+  m.check_invariants();
+}
+
+// What the admission of chapter 3 counts: the last generated token is never fed back.
+TEST(Ch03PagedBlocks, AGenerationStoresPromptPlusNewMinusOnePositions) {
+  EXPECT_EQ(positions_stored(8, 9), 16);
+  EXPECT_EQ(positions_stored(8, 1), 8);
+  EXPECT_EQ(positions_stored(8, 0), 0);
+}
+
+TEST(Ch03PagedBlocks, LognormalLengthsStayInRangeForAnyTail) {
+  for (int len : ch03::lognormal_lengths(1000, 1e9, 20.0, 4096, 1)) {
+    EXPECT_GE(len, 1);
+    EXPECT_LE(len, 4096);
+  }
+  EXPECT_THROW((void)ch03::lognormal_lengths(10, 400, 1.0, 0, 1), UsageError);
+  EXPECT_THROW((void)ch03::lognormal_lengths(10, -1, 1.0, 100, 1), UsageError);
 }
 
 TEST(Ch03PagedBlocks, BudgetTooSmallForOneSequenceIsRejected) {

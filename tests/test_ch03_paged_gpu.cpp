@@ -270,6 +270,8 @@ TEST(Ch03PagedGpu, PoolAccountingAndExhaustion) {
   Batch more;
   for (int p = 3; p < 9; ++p) more.rows.push_back({1, s, p, p == 8});  // needs a fifth block
   EXPECT_THROW(cache.prepare(more), ResourceError);
+  EXPECT_EQ(cache.blocks().length(s), 3) << "a batch the pool cannot hold must change nothing";
+  EXPECT_EQ(cache.bytes_used(), 3u * kv_bytes_per_token(c, DType::F16));
   cache.blocks().check_invariants();
 }
 

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "common/report.hpp"
 #include "tests/support/run_program.hpp"
 #include "tests/support/test_support.hpp"
 
@@ -188,12 +189,13 @@ TEST(Cli, Chapter3GeneratesPerSequenceIdsEqualToChapter1) {
 
 TEST(Cli, Chapter3ReportsSequencesTheBudgetCannotAdmit) {
   // tiny: 2 layers x 2 KV heads x 16 dims x 2 x 4 B = 512 B per token; 0.01 MB = 19 blocks of 1.
+  // A sequence stores at most 1 + 8 - 1 = 8 positions (the last token is never fed back).
   const auto r = run_program(
       "ch03_paged_blocks", {"--model", "tiny", "--num-seqs", "3", "--max-new-tokens", "8",
                             "--block-size", "1", "--kv-budget-mb", "0.01", "--json", "--no-peak"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
-  EXPECT_EQ(j["not_admitted"].size(), 1u) << r.out;  // 9 blocks each: two fit in 19
+  EXPECT_EQ(j["not_admitted"].size(), 1u) << r.out;  // 8 blocks each: two fit in 19
   EXPECT_EQ(j["sequences"][2]["status"], "not admitted");
 }
 
@@ -202,6 +204,105 @@ TEST(Cli, Chapter3BudgetTooSmallForOneSequenceExitsOne) {
                                                    "--max-new-tokens", "40", "--no-peak"});
   EXPECT_EQ(r.exit_code, 1);
   expect_one_line_error(r, "fewer than");
+}
+
+// The pool is sized for what a sequence stores, prompt + new - 1 positions: a prompt that fills
+// tiny's 96-position context but one, plus one new token, fits, as it does in chapters 1 and 2.
+TEST(Cli, Chapter3AdmitsAGenerationThatEndsAtTheContext) {
+  std::string ids = "1";
+  for (int i = 1; i < 96; ++i) ids += ",1";
+  for (const char* chapter : {kCh01, "ch03_paged_blocks"}) {
+    const auto r = run_program(chapter, {"--model", "tiny", "--prompt-ids", ids, "--max-new-tokens",
+                                         "1", "--ignore-eos", "--json", "--no-peak"});
+    ASSERT_EQ(r.exit_code, 0) << chapter << ": " << r.err;
+    EXPECT_TRUE(nlohmann::json::accept(r.out)) << chapter << ": " << r.out;
+  }
+}
+
+// Flags that would be silently ignored together are refused, and counts too large to serve are
+// usage errors, not out-of-memory failures.
+TEST(Cli, Chapter3RefusesFlagsThatContradictEachOther) {
+  const auto file = std::filesystem::temp_directory_path() / "kvheap_cli_prompts_excl.txt";
+  { std::ofstream(file) << "1,5\n"; }
+  const std::vector<std::vector<std::string>> cases = {
+      {"--prompts", file.string(), "--num-seqs", "7"},
+      {"--prompts", file.string(), "--prompt-ids", "5"},
+      {"--pool-map-every", "1"},
+      {"--num-seqs", "2147483647"},
+  };
+  for (const auto& extra : cases) {
+    std::vector<std::string> args = {"--model", "tiny", "--no-peak"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const auto r = run_program("ch03_paged_blocks", args);
+    EXPECT_EQ(r.exit_code, 2) << extra[0] << " " << extra[1];
+    expect_one_line_error(r, extra[0] == "--pool-map-every" ? "--pool-map" : extra[0]);
+  }
+  std::filesystem::remove(file);
+}
+
+// A prompts file written on Windows reads the same, and a bad line is named by its number.
+TEST(Cli, Chapter3PromptsFileLinesAreNamed) {
+  const auto file = std::filesystem::temp_directory_path() / "kvheap_cli_prompts_crlf.txt";
+  { std::ofstream(file, std::ios::binary) << "1,5\r\n1,9\r\n"; }
+  const auto ok =
+      run_program("ch03_paged_blocks", {"--model", "tiny", "--prompts", file.string(),
+                                        "--max-new-tokens", "2", "--json", "--no-peak"});
+  ASSERT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_EQ(nlohmann::json::parse(ok.out)["sequences"][1]["prompt_ids"], nlohmann::json({1, 9}));
+  { std::ofstream(file) << "1,5\n1,x\n"; }
+  const auto bad = run_program("ch03_paged_blocks",
+                               {"--model", "tiny", "--prompts", file.string(), "--no-peak"});
+  EXPECT_EQ(bad.exit_code, 1);
+  expect_one_line_error(bad, "line 2");
+  std::filesystem::remove(file);
+  const auto dir = run_program("ch03_paged_blocks",
+                               {"--model", "tiny", "--prompts",
+                                std::filesystem::temp_directory_path().string(), "--no-peak"});
+  EXPECT_EQ(dir.exit_code, 1);
+  expect_one_line_error(dir, "is not a regular file");
+}
+
+// CLI11 alone reads an empty value as 0 and wraps -1 for an unsigned option; kvheap refuses both.
+TEST(Cli, EmptyAndNegativeNumbersExitTwo) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--max-new-tokens", ""},
+      {"--top-p", " "},
+      {"--seed", "-1"},
+      {"--seed", "99999999999999999999"},
+      {"--kv-budget-mb", ""}};
+  for (const auto& [flag, value] : cases) {
+    const auto r = run_program(kCh01, {"--model", "tiny", flag, value, "--no-peak"});
+    EXPECT_EQ(r.exit_code, 2) << flag << " '" << value << "'";
+    expect_one_line_error(r, flag);
+  }
+}
+
+// Every chapter reads --kv-budget-mb the same way: NaN, infinity and a budget under one byte
+// (which would read as 0 = no cap) are usage errors.
+TEST(Cli, KvBudgetThatIsNotABudgetExitsTwoInEveryChapter) {
+  for (const char* chapter : {kCh01, "ch02_contiguous_gpu", "ch03_paged_blocks"}) {
+    for (const char* mb : {"nan", "1e-7"}) {
+      const auto r = run_program(
+          chapter, {"--model", "tiny", "--device", "cpu", "--kv-budget-mb", mb, "--no-peak"});
+      EXPECT_EQ(r.exit_code, 2) << chapter << " --kv-budget-mb " << mb;
+      expect_one_line_error(r, "--kv-budget-mb");
+    }
+  }
+  for (const char* chapter : {"ch02_contiguous_gpu", "ch03_paged_blocks"}) {
+    const auto r = run_program(
+        chapter, {"--model", "tiny", "--device", "cpu", "--kv-budget-mb", "inf", "--no-peak"});
+    EXPECT_EQ(r.exit_code, 2) << chapter << " --kv-budget-mb inf";
+    expect_one_line_error(r, "--kv-budget-mb");
+  }
+}
+
+// Decoded text can end inside a multi-byte character (byte tokens, or a generation cut short);
+// --json then marks the bad bytes instead of failing after the whole run.
+TEST(Cli, JsonLineReplacesInvalidUtf8) {
+  const std::string text = json_line({{"text", std::string("ok \xD3 end")}, {"n", 1}});
+  const auto j = nlohmann::json::parse(text);
+  EXPECT_EQ(j["text"], "ok \xEF\xBF\xBD end");  // U+FFFD in UTF-8
+  EXPECT_EQ(text.find('\n'), std::string::npos);
 }
 
 TEST(Cli, HelpExitsZero) {

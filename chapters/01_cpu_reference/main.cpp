@@ -46,17 +46,15 @@ int main(int argc, char** argv) {
                       "chapter 2); expected --device cpu",
                       o.device));
     const DType kv = parse_dtype(o.kv_dtype);
-    // Negated so that NaN fails too: it would otherwise reach the size_t conversion below.
-    if (!(o.kv_budget_mb >= 0))
-      throw UsageError(fmt::format("--kv-budget-mb must be >= 0, got {}", o.kv_budget_mb));
-    // A budget the host cannot back is a promise the cache would break mid-run (or, for inf, an
-    // undefined conversion); refuse it before the model is loaded.
+    // A budget the host cannot back (inf included) is a promise the cache would break mid-run;
+    // refuse it before the model is loaded.
     const double host_mb = host_memory_bytes() / 1e6;
     if (o.kv_budget_mb > host_mb)
       throw ResourceError(
           fmt::format("--kv-budget-mb {} asks for more than this host's "
                       "physical memory ({:.0f} MB)",
                       o.kv_budget_mb, host_mb));
+    const std::size_t budget = kv_budget_bytes(o);
     const int threads = apply_threads(o);
     const ModelWeights weights = load_model(o.model, o.model_seed);
     const ModelConfig& c = weights.config;
@@ -74,7 +72,7 @@ int main(int argc, char** argv) {
       rep.peak_kind = "STREAM-like read";
     }
 
-    ch01::ReservedCache cache(c, kv, static_cast<std::size_t>(o.kv_budget_mb * 1e6));
+    ch01::ReservedCache cache(c, kv, budget);
     const int slot = cache.admit();
     CpuForward fwd(weights);
     GenerationConfig gen{o.max_new_tokens, sampler_config(o), o.ignore_eos};

@@ -73,6 +73,8 @@ int ReservedCache::length(int slot) const { return slot_at(slot).length; }
 
 void ReservedCache::write(int layer, const Batch& batch, const float* k, const float* v) {
   const long kv_dim = config_.kv_dim();
+  // Checked before anything is written: a row past a slot's next position would attend to a gap.
+  const auto lengths = lengths_after(batch, [this](int slot) { return length(slot); });
   cpu::with_kv_type(kv_, [&](auto tag) {
     using T = decltype(tag);
     for (int i = 0; i < batch.size(); ++i) {
@@ -86,7 +88,7 @@ void ReservedCache::write(int layer, const Batch& batch, const float* k, const f
         cpu::from_float(k[i * kv_dim + e], kd[e]);
         cpu::from_float(v[i * kv_dim + e], vd[e]);
       }
-      r.length = std::max(r.length, row.pos + 1);
+      r.length = lengths.at(row.slot);
     }
   });
 }

@@ -27,6 +27,11 @@ namespace {
 std::size_t reservation_bytes(const ModelConfig& c, DType kv) {
   return kv_bytes_for_context(c, kv, c.max_seq_len);
 }
+// Checked before the members that are sized by it are built.
+int checked_slots(int max_slots) {
+  if (max_slots <= 0) throw UsageError(fmt::format("need at least one slot, got {}", max_slots));
+  return max_slots;
+}
 }  // namespace
 
 int ContiguousGpuCache::slots_for_budget(const ModelConfig& config, DType kv,
@@ -44,9 +49,8 @@ ContiguousGpuCache::ContiguousGpuCache(const ModelConfig& config, DType kv, int 
     : config_(config),
       kv_(kv),
       max_slots_(max_slots),
-      length_(max_slots, -1),
+      length_(checked_slots(max_slots), -1),
       dev_(std::make_unique<Device>()) {
-  if (max_slots <= 0) throw UsageError(fmt::format("need at least one slot, got {}", max_slots));
   const std::size_t total = reservation_bytes(config, kv) * static_cast<std::size_t>(max_slots);
   std::size_t free_bytes = 0, total_bytes = 0;
   KVHEAP_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
@@ -94,15 +98,17 @@ void ContiguousGpuCache::prepare(const Batch& batch) {
   max_ctx_ = 0;
   std::vector<std::int64_t> dst(rows_), base(rows_);
   std::vector<int> ctx(rows_);
+  // Checked first: a row past a slot's next position would attend to a gap holding zeros or an
+  // earlier occupant's keys, and two rows writing one position would race in kv_write.
+  const auto lengths = lengths_after(batch, [this](int slot) { return length(slot); });
   for (int i = 0; i < rows_; ++i) {
     const BatchRow& r = batch.rows[i];
-    (void)length(r.slot);
     base[i] = static_cast<std::int64_t>(r.slot) * config_.max_seq_len;
     dst[i] = base[i] + r.pos;
     ctx[i] = r.pos + 1;
     max_ctx_ = std::max(max_ctx_, ctx[i]);
-    length_[r.slot] = std::max(length_[r.slot], r.pos + 1);
   }
+  for (const auto& [slot, len] : lengths) length_[slot] = len;
   if (dev_->n_ctx.size() < static_cast<std::size_t>(rows_)) {
     dev_->dst_rows = DeviceBuffer<std::int64_t>(rows_);
     dev_->base_row = DeviceBuffer<std::int64_t>(rows_);

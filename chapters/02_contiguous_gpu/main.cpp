@@ -103,8 +103,7 @@ int main(int argc, char** argv) {
           fmt::format("--weight-dtype {} needs --device cuda: the CPU backend "
                       "computes with fp32 weights",
                       weight_dtype));
-    if (o.kv_budget_mb < 0)
-      throw UsageError(fmt::format("--kv-budget-mb must be >= 0, got {}", o.kv_budget_mb));
+    const std::size_t budget = kv_budget_bytes(o);
     const int threads = apply_threads(o);
     const ModelWeights weights = load_model(o.model, o.model_seed);
     const ModelConfig& c = weights.config;
@@ -112,7 +111,6 @@ int main(int argc, char** argv) {
     const std::vector<int> prompt = resolve_prompt(o, c, tok.get());
     check_generation_fits(prompt.size(), o.max_new_tokens, c);
     const GenerationConfig gen{o.max_new_tokens, sampler_config(o), o.ignore_eos};
-    const auto budget = static_cast<std::size_t>(o.kv_budget_mb * 1e6);
 
     DecodeReport rep;
     rep.chapter = "02_contiguous_gpu";

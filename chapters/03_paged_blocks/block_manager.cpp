@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <stdexcept>
+#include <utility>
+#include <vector>
 
 #include "common/error.hpp"
 
@@ -11,29 +13,37 @@ namespace kvheap::ch03 {
 BlockManager::BlockManager(int num_blocks, int block_size, std::uint64_t shuffle_seed)
     : pool_(num_blocks, block_size, shuffle_seed) {}
 
-int BlockManager::blocks_for(long num_tokens) const {
-  return static_cast<int>((num_tokens + pool_.block_size() - 1) / pool_.block_size());
+long BlockManager::blocks_for(long num_tokens) const {
+  if (num_tokens < 0)
+    throw InputError(
+        fmt::format("a sequence cannot hold {} tokens: expected a count of 0 or more", num_tokens));
+  const long bs = pool_.block_size();
+  return num_tokens / bs + (num_tokens % bs != 0 ? 1 : 0);  // ceil, without overflow
 }
 
 bool BlockManager::can_allocate(long num_tokens) const {
-  return pool_.can_allocate(blocks_for(num_tokens));
+  return blocks_for(num_tokens) <= pool_.num_free();
 }
 
 int BlockManager::allocate(long num_tokens) {
-  const int need = blocks_for(num_tokens);
-  if (!pool_.can_allocate(need))
+  const long need = blocks_for(num_tokens);
+  if (need > pool_.num_free())
     throw ResourceError(
         fmt::format("cannot admit a sequence of {} tokens: it needs {} blocks of "
                     "{} slots and only {} of {} are free",
                     num_tokens, need, pool_.block_size(), pool_.num_free(), pool_.num_blocks()));
+  // Everything that can throw (the vectors growing) happens before the first block leaves the
+  // pool, so a failure leaves no block unowned and no half-admitted sequence.
   int id = 0;
   while (id < static_cast<int>(seqs_.size()) && seqs_[id].live) ++id;
   if (id == static_cast<int>(seqs_.size())) seqs_.emplace_back();
+  std::vector<int> blocks;
+  blocks.reserve(static_cast<std::size_t>(need));
+  for (long i = 0; i < need; ++i) blocks.push_back(pool_.allocate());  // cannot run out: checked
   Sequence& s = seqs_[id];
-  s.live = true;
+  s.blocks = std::move(blocks);
   s.length = 0;
-  s.blocks.clear();
-  for (int i = 0; i < need; ++i) s.blocks.push_back(pool_.allocate());
+  s.live = true;
   return id;
 }
 
@@ -51,7 +61,9 @@ std::int64_t BlockManager::append_slot(int seq) {
           "block pool exhausted: sequence {} needs a new block for position {} and all {} blocks "
           "are in use",
           seq, s.length, pool_.num_blocks()));
-    s.blocks.push_back(pool_.allocate());
+    // The page table grows first (that may throw), then takes the block (that cannot).
+    s.blocks.push_back(-1);
+    s.blocks.back() = pool_.allocate();
   }
   return slot_of(seq, s.length++);
 }
@@ -111,6 +123,7 @@ const BlockManager::Sequence& BlockManager::live_seq(int seq, const char* what) 
 }
 
 void BlockManager::check_invariants() const {
+  pool_.check_invariants();
   std::vector<int> owners(pool_.num_blocks(), 0);
   for (std::size_t id = 0; id < seqs_.size(); ++id) {
     const Sequence& s = seqs_[id];

@@ -23,7 +23,8 @@ class BlockManager {
   BlockManager(int num_blocks, int block_size, std::uint64_t shuffle_seed = 0);
 
   /// \brief Blocks a sequence of `num_tokens` positions occupies: ceil(num_tokens / block_size).
-  [[nodiscard]] int blocks_for(long num_tokens) const;
+  /// Throws InputError for a negative count.
+  [[nodiscard]] long blocks_for(long num_tokens) const;
   /// \brief True when a new sequence with `num_tokens` positions fits in the free blocks now.
   [[nodiscard]] bool can_allocate(long num_tokens) const;
   /// \brief Admits a sequence and reserves blocks for its first `num_tokens` positions (its
@@ -55,8 +56,9 @@ class BlockManager {
   /// \brief Positions filled over all sequences (what is actually needed).
   [[nodiscard]] std::size_t tokens_held() const;
 
-  /// \brief Throws std::logic_error unless every block is either free or owned by exactly one
-  /// page-table entry, used + free = total, and every sequence's table covers its length.
+  /// \brief Throws std::logic_error unless the pool's free list is sound
+  /// (BlockPool::check_invariants), every block is either free or owned by exactly one page-table
+  /// entry, used + free = total, and every sequence's table covers its length.
   void check_invariants() const;
 
  private:

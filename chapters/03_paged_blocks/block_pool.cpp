@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <numeric>
 #include <random>
+#include <stdexcept>
 
 #include "common/error.hpp"
 
@@ -60,6 +61,22 @@ void BlockPool::release(int block) {
 int BlockPool::ref_count(int block) const {
   check_id(block, "ref_count");
   return ref_count_[block];
+}
+
+void BlockPool::check_invariants() const {
+  std::vector<char> listed(ref_count_.size(), 0);
+  for (int b : free_) {
+    if (b < 0 || b >= num_blocks())
+      throw std::logic_error(
+          fmt::format("free list holds block id {}, outside the pool of {}", b, num_blocks()));
+    if (listed[b]++ != 0) throw std::logic_error(fmt::format("block {} is listed free twice", b));
+    if (ref_count_[b] != 0)
+      throw std::logic_error(
+          fmt::format("block {} is listed free with reference count {}", b, ref_count_[b]));
+  }
+  for (int b = 0; b < num_blocks(); ++b)
+    if (ref_count_[b] == 0 && listed[b] == 0)
+      throw std::logic_error(fmt::format("block {} has no references but is not listed free", b));
 }
 
 }  // namespace kvheap::ch03

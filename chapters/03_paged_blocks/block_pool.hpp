@@ -39,6 +39,11 @@ class BlockPool {
   /// \brief References held on `block` (0 = free).
   [[nodiscard]] int ref_count(int block) const;
 
+  /// \brief Throws std::logic_error unless the free list holds exactly the blocks whose reference
+  /// count is 0, each once: a block listed twice would be handed out twice, and one missing
+  /// would never be handed out again.
+  void check_invariants() const;
+
  private:
   void check_id(int block, const char* what) const;
 

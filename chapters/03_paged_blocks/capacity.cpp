@@ -1,27 +1,39 @@
 #include "chapters/03_paged_blocks/capacity.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <random>
 
 #include "chapters/03_paged_blocks/block_manager.hpp"
 #include "chapters/03_paged_blocks/paged_host_cache.hpp"
+#include "common/error.hpp"
 
 namespace kvheap::ch03 {
 
 std::vector<int> lognormal_lengths(int count, double mean, double sigma, int max_len,
                                    std::uint64_t seed) {
+  if (count < 0 || !(mean > 0.0) || !(sigma >= 0.0) || max_len < 1)
+    throw UsageError(fmt::format(
+        "lognormal lengths need count >= 0, mean > 0, sigma >= 0 and max_len >= 1; got count {}, "
+        "mean {}, sigma {}, max_len {}",
+        count, mean, sigma, max_len));
   // E[lognormal(mu, sigma)] = exp(mu + sigma^2 / 2): pick mu so the mean is `mean`.
   const double mu = std::log(mean) - sigma * sigma / 2.0;
   std::mt19937_64 rng(seed);
   std::lognormal_distribution<double> dist(mu, sigma);
   std::vector<int> out(count);
-  for (int& len : out) len = std::clamp(static_cast<int>(std::lround(dist(rng))), 1, max_len);
+  // Clipped as a double, so that a draw from the far tail cannot overflow the conversion to int.
+  for (int& len : out)
+    len = static_cast<int>(std::lround(std::clamp(dist(rng), 1.0, static_cast<double>(max_len))));
   return out;
 }
 
 CapacityResult admit_until_full(const ModelConfig& c, DType kv, std::size_t budget_bytes,
                                 int block_size, int max_len, const std::vector<int>& lengths) {
+  if (max_len < 1)
+    throw UsageError(fmt::format("the longest request must be at least 1 token, got {}", max_len));
   CapacityResult r;
   const std::size_t per_token = kv_bytes_per_token(c, kv);
   // Contiguous: every request reserves max_len positions, whatever it needs.

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iostream>
@@ -60,24 +61,44 @@ struct Request {
   std::unique_ptr<Sampler> sampler;
 };
 
+/// Sequences one run serves at most: far more than the pool map or the report can show, and few
+/// enough that a mistyped count is an error rather than an out-of-memory failure.
+constexpr int kMaxSeqs = 1 << 16;
+
 /// Prompts: one per line of --prompts (token ids, or text with --tokenizer), else --num-seqs
 /// copies of --prompt / --prompt-ids.
 std::vector<std::vector<int>> load_prompts(const CommonOptions& o, const Options& p,
                                            const ModelConfig& c, const Tokenizer* tok) {
   std::vector<std::vector<int>> out;
   if (p.prompts_file.empty()) {
-    if (p.num_seqs <= 0)
-      throw UsageError(fmt::format("--num-seqs must be positive, got {}", p.num_seqs));
+    if (p.num_seqs <= 0 || p.num_seqs > kMaxSeqs)
+      throw UsageError(
+          fmt::format("--num-seqs must be from 1 to {}, got {}", kMaxSeqs, p.num_seqs));
     out.assign(p.num_seqs, resolve_prompt(o, c, tok));
     return out;
   }
+  // Opening a FIFO would wait for a writer forever, and a directory reads as empty.
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(p.prompts_file, ec))
+    throw InputError(
+        fmt::format("--prompts: '{}' is not a regular file; expected a text file with one "
+                    "prompt per line",
+                    p.prompts_file));
   std::ifstream f(p.prompts_file);
   if (!f) throw InputError(fmt::format("--prompts: cannot open '{}'", p.prompts_file));
   std::string line;
-  while (std::getline(f, line)) {
+  for (int number = 1; std::getline(f, line); ++number) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();  // a file written on Windows
     if (line.empty()) continue;
-    out.push_back(tok ? tok->encode(line, true)
-                      : parse_token_ids(line, c.vocab_size, "--prompts line"));
+    if (out.size() == static_cast<std::size_t>(kMaxSeqs))
+      throw InputError(
+          fmt::format("--prompts: '{}' holds more than {} prompts", p.prompts_file, kMaxSeqs));
+    const std::string where = fmt::format("--prompts '{}' line {}", p.prompts_file, number);
+    try {
+      out.push_back(tok ? tok->encode(line, true) : parse_token_ids(line, c.vocab_size, where));
+    } catch (const UsageError& e) {  // a bad line is bad file content (exit 1), not a bad flag
+      throw InputError(e.what());
+    }
   }
   if (out.empty()) throw InputError(fmt::format("--prompts: '{}' holds no prompt", p.prompts_file));
   return out;
@@ -99,10 +120,16 @@ int main(int argc, char** argv) {
   app.add_option("--block-size", p.block_size, "Token slots per block")->capture_default_str();
   app.add_option("--num-seqs", p.num_seqs, "Sequences to serve (copies of the prompt)")
       ->capture_default_str();
+  // Flags that would be silently ignored together are refused together.
   app.add_option("--prompts", p.prompts_file,
-                 "File with one prompt per line (ids, or text with --tokenizer)");
-  app.add_option("--pool-map", p.pool_map, "Write an SVG map of the block pool to this file");
-  app.add_option("--pool-map-every", p.pool_map_every, "Also write FILE.stepN.svg every N steps");
+                 "File with one prompt per line (ids, or text with --tokenizer)")
+      ->excludes(app.get_option("--num-seqs"))
+      ->excludes(app.get_option("--prompt"))
+      ->excludes(app.get_option("--prompt-ids"));
+  CLI::Option* pool_map =
+      app.add_option("--pool-map", p.pool_map, "Write an SVG map of the block pool to this file");
+  app.add_option("--pool-map-every", p.pool_map_every, "Also write FILE.stepN.svg every N steps")
+      ->needs(pool_map);
   app.add_option("--weight-dtype", p.weight_dtype, "Weights on the device: fp32, fp16 or bf16")
       ->capture_default_str();
   app.add_option("--shuffle-seed", p.shuffle_seed,
@@ -116,8 +143,7 @@ int main(int argc, char** argv) {
     if (p.block_size <= 0)
       throw UsageError(fmt::format("--block-size must be positive, got {}", p.block_size));
     if (p.pool_map_every < 0) throw UsageError("--pool-map-every must be >= 0");
-    if (o.kv_budget_mb < 0)
-      throw UsageError(fmt::format("--kv-budget-mb must be >= 0, got {}", o.kv_budget_mb));
+    const std::size_t budget_cap = kv_budget_bytes(o);
     const DType kv = parse_dtype(o.kv_dtype);
     const DType wt = parse_dtype(p.weight_dtype);
     if (o.device == "cpu" && wt != DType::F32)
@@ -133,18 +159,25 @@ int main(int argc, char** argv) {
     long longest = 0;
     for (auto& pr : load_prompts(o, p, c, tok.get())) {
       check_generation_fits(pr.size(), o.max_new_tokens, c);
-      longest = std::max<long>(longest, static_cast<long>(pr.size()) + o.max_new_tokens);
+      longest = std::max(longest, positions_stored(pr.size(), o.max_new_tokens));
       Request r;
       r.prompt = std::move(pr);
       reqs.push_back(std::move(r));
     }
     // Default budget: what chapter 2 reserves for these sequences (max_seq_len each), so the
     // report compares the two policies on the same memory.
-    const std::size_t budget = o.kv_budget_mb > 0
-                                   ? static_cast<std::size_t>(o.kv_budget_mb * 1e6)
-                                   : reqs.size() * kv_bytes_for_context(c, kv, c.max_seq_len);
-    const int num_blocks =
-        blocks_for_budget(c, kv, budget, p.block_size, static_cast<int>(longest));
+    const std::size_t budget =
+        budget_cap > 0 ? budget_cap : reqs.size() * kv_bytes_for_context(c, kv, c.max_seq_len);
+    int num_blocks = 0;
+    try {
+      num_blocks = blocks_for_budget(c, kv, budget, p.block_size, static_cast<int>(longest));
+    } catch (const ResourceError& e) {
+      if (budget_cap > 0) throw;
+      throw ResourceError(fmt::format(
+          "{} (the default budget: max_seq_len = {} positions for each of the {} sequences); "
+          "give a larger --kv-budget-mb or a smaller --block-size",
+          e.what(), c.max_seq_len, reqs.size()));
+    }
 
     // The backend: a paged cache and a forward pass over it.
     std::function<std::span<const float>(const Batch&)> forward;
@@ -192,11 +225,11 @@ int main(int argc, char** argv) {
     // Admission: a sequence is admitted only if the pool can hold its worst case on top of the
     // worst cases already admitted, so no running sequence can run out of blocks (preemption,
     // which would allow more, is chapter 5's).
-    int committed = 0;
+    long committed = 0;
     std::vector<std::string> refusals;
     for (std::size_t i = 0; i < reqs.size(); ++i) {
-      const int need =
-          blocks->blocks_for(static_cast<long>(reqs[i].prompt.size()) + o.max_new_tokens);
+      const long need =
+          blocks->blocks_for(positions_stored(reqs[i].prompt.size(), o.max_new_tokens));
       if (committed + need > num_blocks) {
         reqs[i].status = "not admitted";
         refusals.push_back(
@@ -229,6 +262,9 @@ int main(int argc, char** argv) {
     long decode_rows = 0;  // tokens computed by decode steps, over all sequences
     int step = 0;
     auto t0 = std::chrono::steady_clock::now();
+    if (o.max_new_tokens == 0)  // nothing to generate, so nothing runs
+      for (Request& r : reqs)
+        if (r.status == "running") r.status = "max_new_tokens";
     while (!batch.rows.empty() && o.max_new_tokens > 0) {
       const bool prefill = step == 0;
       if (!prefill) {
@@ -309,16 +345,16 @@ int main(int argc, char** argv) {
       m["decode_tokens_per_s"] = tokens_per_s;
       m["generated_tokens"] = generated;
       m["sequences_fit_contiguous"] = fit_contiguous;
-      m["sequences_fit_paged"] = fit_paged;
+      // null when nothing was stored: no average to extrapolate from
+      m["sequences_fit_paged"] = fit_paged > 0 ? nlohmann::json(fit_paged) : nlohmann::json();
       m["kv_budget_bytes"] = budget;
-      std::cout << nlohmann::json{{"chapter", rep.chapter},
-                                  {"model", c.name},
-                                  {"generated_ids", ids},
-                                  {"sequences", seqs},
-                                  {"not_admitted", refusals},
-                                  {"pool", pool_stats_json(stats)},
-                                  {"metrics", m}}
-                       .dump()
+      std::cout << json_line({{"chapter", rep.chapter},
+                              {"model", c.name},
+                              {"generated_ids", ids},
+                              {"sequences", seqs},
+                              {"not_admitted", refusals},
+                              {"pool", pool_stats_json(stats)},
+                              {"metrics", m}})
                 << "\n";
       return;
     }
@@ -331,9 +367,9 @@ int main(int argc, char** argv) {
                rep.chapter, c.name, rep.device, dtype_name(kv), p.block_size, budget / 1e6);
     print_pool_stats(stats, std::cout);
     fmt::print(
-        "  sequences that fit the budget: {} reserving max_seq_len, about {} paged "
+        "  sequences that fit the budget: {} reserving max_seq_len, {} paged "
         "(at this run's average of {:.1f} blocks per sequence)\n",
-        fit_contiguous, fit_paged, avg_blocks);
+        fit_contiguous, fit_paged > 0 ? fmt::format("about {}", fit_paged) : "n/a", avg_blocks);
     fmt::print("  prefill : {} tokens in {:.3f} ms\n", rep.run.prompt.size(),
                rep.run.prefill_seconds * 1e3);
     fmt::print("  decode  : {} steps in {:.3f} ms = {:.1f} tokens/s over all sequences\n",

@@ -10,6 +10,19 @@
 namespace kvheap::ch03 {
 
 PagedBatch build_paged_batch(BlockManager& blocks, const Batch& batch) {
+  // All or nothing: the blocks the new positions need are counted first, so a batch the pool
+  // cannot hold leaves every sequence as it was, not grown by the rows before the one that ran out.
+  long new_blocks = 0;
+  const auto lengths = lengths_after(batch, [&](int seq) { return blocks.length(seq); });
+  for (const auto& [seq, len] : lengths)
+    new_blocks +=
+        std::max(0L, blocks.blocks_for(len) - static_cast<long>(blocks.page_table(seq).size()));
+  if (new_blocks > blocks.pool().num_free())
+    throw ResourceError(
+        fmt::format("block pool exhausted: the batch needs {} new blocks of {} slots and {} of {} "
+                    "are free; no sequence was grown",
+                    new_blocks, blocks.pool().block_size(), blocks.pool().num_free(),
+                    blocks.pool().num_blocks()));
   PagedBatch pb;
   const int n = batch.size();
   pb.row_seq.resize(n);
@@ -17,17 +30,9 @@ PagedBatch build_paged_batch(BlockManager& blocks, const Batch& batch) {
   pb.slot_mapping.resize(n);
   for (int i = 0; i < n; ++i) {
     const BatchRow& r = batch.rows[i];
-    const int len = blocks.length(r.slot);
-    if (r.pos == len) {
-      pb.slot_mapping[i] = blocks.append_slot(r.slot);
-    } else if (r.pos < len) {
-      pb.slot_mapping[i] = blocks.slot_of(r.slot, r.pos);  // rewriting a cached position
-    } else {
-      throw InputError(
-          fmt::format("batch row {} writes position {} of sequence {}, but its next "
-                      "position is {}: positions must be contiguous",
-                      i, r.pos, r.slot, len));
-    }
+    pb.slot_mapping[i] = r.pos == blocks.length(r.slot)
+                             ? blocks.append_slot(r.slot)      // cannot run out: counted above
+                             : blocks.slot_of(r.slot, r.pos);  // rewriting a cached position
     pb.n_ctx[i] = r.pos + 1;
     pb.max_ctx = std::max(pb.max_ctx, r.pos + 1);
   }

@@ -23,9 +23,10 @@ struct PagedBatch {
 /// \brief Grows each row's sequence to cover its position (append_slot for a new position,
 /// slot_of for one already written) and builds the CSR view of every sequence in the batch.
 ///
-/// Rows of one sequence come in increasing position order, and a new position must be the
-/// sequence's next one. Throws ResourceError, leaving earlier rows appended, when the pool runs
-/// out; callers check can_append first.
+/// Rows of one sequence must come in increasing position order, each position once, and a new
+/// position must be the sequence's next one; else InputError. When the pool cannot hold the
+/// batch's new positions it throws ResourceError before growing any sequence, so a failed batch
+/// changes nothing.
 PagedBatch build_paged_batch(BlockManager& blocks, const Batch& batch);
 
 }  // namespace kvheap::ch03

@@ -19,7 +19,7 @@ int blocks_for_budget(const ModelConfig& c, DType kv, std::size_t budget_bytes, 
   if (blocks < need || blocks == 0)
     throw ResourceError(fmt::format(
         "KV budget of {:.3f} MB holds {} blocks of {} tokens ({:.3f} MB each), fewer than the {} "
-        "one sequence of {} tokens needs",
+        "blocks one sequence of {} tokens needs",
         budget_bytes / 1e6, blocks, block_size, per_block / 1e6, need, min_tokens));
   if (blocks > (std::size_t{1} << 30))
     throw ResourceError(
