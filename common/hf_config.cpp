@@ -7,12 +7,15 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
+#include <cstdint>
 #include <filesystem>
-#include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
 
 #include "common/error.hpp"
+#include "common/file_checks.hpp"
 
 namespace kvheap {
 
@@ -23,6 +26,11 @@ using nlohmann::json;
 // Families whose checkpoints are plain Llama blocks under the same tensor names. Others (Gemma's
 // offset norms, Phi's fused projections) would load and then compute the wrong thing.
 constexpr const char* kSupportedModelTypes[] = {"llama", "mistral", "qwen2"};
+
+// Real config.json files are a few kilobytes; the limit only stops a wrong path (a checkpoint,
+// say) from being read into memory whole.
+constexpr std::uint64_t kMaxConfigBytes = 16 << 20;
+constexpr const char* kConfigExpected = "a Hugging Face config.json (a JSON object)";
 
 const json* find_value(const json& j, const char* key) {
   const auto it = j.find(key);
@@ -52,6 +60,22 @@ int get_int(const json& j, const char* key, const std::string& where,
   return to_int(*v, key, where);
 }
 
+// config.json numbers are doubles; kvheap keeps them as float. A value beyond float's range would
+// become inf (and the cast itself is undefined behaviour), and one below it would become 0, which
+// validate() would then report as "got 0", a value nobody wrote. `text` is the value as written.
+float to_float(double d, const char* key, const std::string& where, const std::string& text) {
+  if (std::fabs(d) > std::numeric_limits<float>::max())
+    throw InputError(fmt::format("'{}': \"{}\" = {} is too large for a 32-bit float (at most {})",
+                                 where, key, text, std::numeric_limits<float>::max()));
+  const auto f = static_cast<float>(d);
+  if (f == 0.0f && d != 0.0)
+    throw InputError(fmt::format(
+        "'{}': \"{}\" = {} underflows to 0 in a 32-bit float (the smallest positive float is "
+        "{:.2g})",
+        where, key, text, std::numeric_limits<float>::denorm_min()));
+  return f;
+}
+
 float get_float(const json& j, const char* key, const std::string& where,
                 std::optional<float> fallback = std::nullopt) {
   const json* v = find_value(j, key);
@@ -61,7 +85,7 @@ float get_float(const json& j, const char* key, const std::string& where,
   }
   if (!v->is_number())
     throw InputError(fmt::format("'{}': \"{}\" must be a number, got {}", where, key, v->dump()));
-  return static_cast<float>(v->get<double>());
+  return to_float(v->get<double>(), key, where, v->dump());
 }
 
 bool get_bool(const json& j, const char* key, const std::string& where, bool fallback) {
@@ -115,6 +139,28 @@ std::vector<int> parse_stop_ids(const json& j, const std::string& where) {
   for (const json& id : *v) ids.push_back(to_int(id, "eos_token_id", where));
   if (ids.empty()) throw InputError(fmt::format("'{}': \"eos_token_id\" is an empty list", where));
   return ids;
+}
+
+// Sliding-window attention (Mistral v0.1) lets each query see only the last `sliding_window`
+// keys. kvheap attends to the whole context, which is the same thing only while the window covers
+// every position the model accepts; a smaller window would silently change the outputs.
+void check_sliding_window(const json& j, const std::string& where, int max_positions) {
+  // Qwen2 configs carry a window that applies only with "use_sliding_window": true.
+  if (!get_bool(j, "use_sliding_window", where, true)) return;
+  const json* v = find_value(j, "sliding_window");
+  if (v == nullptr) return;
+  if (!v->is_number_integer())
+    throw InputError(fmt::format("'{}': \"sliding_window\" must be an integer or null, got {}",
+                                 where, v->dump()));
+  const bool covers = v->is_number_unsigned()
+                          ? v->get<std::uint64_t>() >= static_cast<std::uint64_t>(max_positions)
+                          : v->get<std::int64_t>() >= max_positions;
+  if (covers) return;
+  throw InputError(
+      fmt::format("'{}': \"sliding_window\" = {} is smaller than max_position_embeddings ({}): "
+                  "sliding-window attention is not supported (kvheap attends to the whole "
+                  "context); expected null or a window of at least {}",
+                  where, v->dump(), max_positions, max_positions));
 }
 
 // "/models/llama/" and "/models/llama" are both named "llama".
@@ -171,20 +217,24 @@ ModelConfig parse_hf_config(const json& j, const std::string& name, const std::s
   } catch (const InputError& e) {
     throw InputError(fmt::format("'{}': {}", where, e.what()));
   }
+  check_sliding_window(j, where, c.max_seq_len);  // after validate(): max_seq_len is positive
   return c;
 }
 
 ModelConfig load_hf_config(const std::string& dir) {
   const std::filesystem::path path = std::filesystem::path(dir) / "config.json";
-  std::ifstream in(path);
-  if (!in)
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec))
     throw InputError(
         fmt::format("model folder '{}' has no readable config.json; a Hugging Face "
                     "model folder holds config.json next to its .safetensors files",
                     dir));
+  // A directory, FIFO or device named config.json is an error here, not a stream failure later.
+  const std::string text =
+      read_regular_file(path.string(), "model config", kConfigExpected, kMaxConfigBytes);
   json j;
   try {
-    j = json::parse(in);
+    j = json::parse(text);
   } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e400
     throw InputError(fmt::format("'{}' is not valid JSON: {}", path.string(), e.what()));
   }

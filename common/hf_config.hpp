@@ -20,13 +20,16 @@ namespace kvheap {
 /// eos_token_id (an id or a list; default 2), attention_bias (default: true for model_type
 /// "qwen2"), and rope_scaling (absent, null, "default" or "llama3"). RoPE rotates halves, as
 /// Hugging Face checkpoints expect. `where` names the file in error messages. Throws InputError
-/// naming the key for a missing or mistyped field, an unsupported model_type, hidden_act or
-/// rope_scaling type, or a shape that fails ModelConfig::validate().
+/// naming the key for a missing or mistyped field, a number that overflows or underflows a 32-bit
+/// float, an unsupported model_type, hidden_act or rope_scaling type, a sliding_window smaller
+/// than max_position_embeddings (unless use_sliding_window is false), or a shape that fails
+/// ModelConfig::validate().
 [[nodiscard]] ModelConfig parse_hf_config(const nlohmann::json& j, const std::string& name,
                                           const std::string& where);
 
 /// \brief Reads `dir`/config.json and parses it with parse_hf_config, naming the model after the
-/// folder. Throws InputError when the file is missing or is not valid JSON.
+/// folder. Throws InputError when the file is missing, is not a regular file (a directory, FIFO
+/// or device), is larger than 16 MiB, or is not valid JSON.
 [[nodiscard]] ModelConfig load_hf_config(const std::string& dir);
 
 }  // namespace kvheap

@@ -1,51 +1,32 @@
-// POSIX implementation of MappedFile: open, fstat, mmap, close the descriptor right away (the
-// mapping keeps the file referenced on its own).
+// POSIX implementation of MappedFile: open the regular file, mmap it, close the descriptor right
+// away (the mapping keeps the file referenced on its own).
 #include "common/mapped_file.hpp"
 
-#include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <utility>
 
 #include "common/error.hpp"
+#include "common/file_checks.hpp"
 
 namespace kvheap {
 
-namespace {
-
-[[noreturn]] void fail(const std::string& what, const std::string& path, int err) {
-  throw InputError(what + " '" + path + "': " + std::strerror(err));
-}
-
-// Closes the descriptor on every path out of the constructor, including throws.
-struct FdGuard {
-  int fd;
-  ~FdGuard() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
-}  // namespace
-
 MappedFile::MappedFile(std::string path) : path_(std::move(path)) {
-  const FdGuard guard{::open(path_.c_str(), O_RDONLY | O_CLOEXEC)};
-  if (guard.fd < 0) fail("cannot open checkpoint", path_, errno);
-
-  struct stat st {};
-  if (::fstat(guard.fd, &st) != 0) fail("cannot stat checkpoint", path_, errno);
-  // A directory opens fine with O_RDONLY but cannot be mapped; say what is wrong instead of EISDIR
-  // or ENODEV from mmap.
-  if (!S_ISREG(st.st_mode)) throw InputError("checkpoint '" + path_ + "' is not a regular file");
-
-  size_ = static_cast<std::size_t>(st.st_size);
+  // RegularFile turns a directory, FIFO or device into an InputError before mmap would fail on it
+  // with EISDIR or ENODEV, and never blocks on a FIFO. The descriptor closes when it goes out of
+  // scope; the mapping keeps the file referenced on its own.
+  const RegularFile file(path_, "checkpoint", "");
+  size_ = static_cast<std::size_t>(file.size());
   if (size_ == 0) return;  // mmap of length 0 is EINVAL; an empty file simply has no bytes
 
-  void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, guard.fd, 0);
-  if (p == MAP_FAILED) fail("cannot memory-map checkpoint", path_, errno);
+  void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, file.fd(), 0);
+  if (p == MAP_FAILED) {
+    throw InputError(
+        fmt::format("cannot memory-map checkpoint '{}': {}", path_, std::strerror(errno)));
+  }
   data_ = static_cast<const std::byte*>(p);
 }
 

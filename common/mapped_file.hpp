@@ -16,7 +16,8 @@ namespace kvheap {
 class MappedFile {
  public:
   /// \brief Maps `path`; throws InputError naming the path and the system's reason when it cannot
-  /// be opened, is not a regular file, or cannot be mapped.
+  /// be opened, is not a regular file (a directory, FIFO or device: see RegularFile), or cannot be
+  /// mapped.
   explicit MappedFile(std::string path);
   ~MappedFile();
 

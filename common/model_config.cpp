@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 
 #include "common/error.hpp"
 
@@ -91,6 +92,17 @@ void require(bool ok, const std::string& what) {
   if (!ok) throw InputError("invalid model config: " + what);
 }
 
+void validate_rope_scaling(const RopeScaling& s) {
+  const bool finite = std::isfinite(s.factor) && std::isfinite(s.high_freq_factor);
+  require(finite && s.factor >= 1.0f && s.low_freq_factor > 0.0f &&
+              s.high_freq_factor > s.low_freq_factor && s.original_max_position > 0,
+          fmt::format("llama3 rope_scaling needs finite factors with factor >= 1, 0 < "
+                      "low_freq_factor < high_freq_factor and original_max_position_embeddings "
+                      "> 0; got factor {}, low_freq_factor {}, high_freq_factor {}, "
+                      "original_max_position_embeddings {}",
+                      s.factor, s.low_freq_factor, s.high_freq_factor, s.original_max_position));
+}
+
 }  // namespace
 
 std::int64_t ModelConfig::num_parameters() const {
@@ -123,7 +135,10 @@ void ModelConfig::validate() const {
           fmt::format("vocab_size must be in [1, 4000000], got {}", vocab_size));
   require(max_seq_len > 0 && max_seq_len <= 4'194'304,
           fmt::format("max_seq_len must be in [1, 4194304], got {}", max_seq_len));
-  require(rope_theta > 0.0f, fmt::format("rope_theta must be positive, got {}", rope_theta));
+  // An infinite theta turns every RoPE frequency into 0 or NaN and the model still runs: a silent
+  // wrong answer, so finiteness is checked along with the sign.
+  require(std::isfinite(rope_theta) && rope_theta > 0.0f,
+          fmt::format("rope_theta must be a finite positive number, got {}", rope_theta));
   require(norm_eps > 0.0f && norm_eps < 1.0f,
           fmt::format("norm_eps must be in (0, 1), got {}", norm_eps));
   require(bos_id >= 0 && bos_id < vocab_size,
@@ -131,12 +146,7 @@ void ModelConfig::validate() const {
   for (int s : stop_ids)
     require(s >= 0 && s < vocab_size,
             fmt::format("stop token id must be in [0, vocab_size={}), got {}", vocab_size, s));
-  if (rope_scaling.enabled)
-    require(rope_scaling.factor >= 1.0f && rope_scaling.low_freq_factor > 0.0f &&
-                rope_scaling.high_freq_factor > rope_scaling.low_freq_factor &&
-                rope_scaling.original_max_position > 0,
-            "llama3 rope_scaling needs factor >= 1, 0 < low_freq_factor < high_freq_factor and "
-            "original_max_position_embeddings > 0");
+  if (rope_scaling.enabled) validate_rope_scaling(rope_scaling);
 }
 
 std::size_t dtype_size(DType t) { return t == DType::F32 ? 4 : 2; }

@@ -56,7 +56,8 @@ struct ModelConfig {
   [[nodiscard]] std::int64_t num_parameters() const;
 
   /// \brief Throws InputError naming the first impossible field (heads that do not divide, odd
-  /// head_dim, non-positive or absurd sizes).
+  /// head_dim, non-positive or absurd sizes, a rope_theta, norm_eps or rope_scaling factor that is
+  /// infinite, NaN or out of range).
   void validate() const;
 };
 

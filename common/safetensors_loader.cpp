@@ -1,23 +1,29 @@
 // Hugging Face safetensors loader: shard discovery, header validation, and fp32 conversion.
 //
-// Tensors are checked when they are looked up, not when the header is read, so a checkpoint may
-// carry extra tensors kvheap does not use (in any dtype) without being rejected.
+// Checks come in three passes. When a file is opened, its header must describe a well-formed
+// safetensors file: every tensor's byte range inside the data region, and the ranges tiling it
+// exactly. When a tensor is looked up, its dtype and shape must match what config.json implies.
+// At the end, every tensor must have been looked up (apart from a short allow-list of tensors
+// real checkpoints carry and kvheap recomputes), so weights that disagree with config.json, such
+// as an extra layer, are an error rather than silently dropped.
 #include "common/safetensors_loader.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <vector>
 
 #include "common/error.hpp"
+#include "common/file_checks.hpp"
 #include "common/half.hpp"
 #include "common/hf_config.hpp"
 #include "common/mapped_file.hpp"
@@ -33,6 +39,11 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using Shape = std::vector<std::uint64_t>;
 
+// An index lists one line per tensor: a few hundred kilobytes for the largest models.
+constexpr std::uint64_t kMaxIndexBytes = 100'000'000;
+// The header key safetensors reserves for free-form metadata; it is not a tensor.
+constexpr const char* kMetadataKey = "__metadata__";
+
 /// One mapped .safetensors file with its parsed header.
 struct Shard {
   std::unique_ptr<MappedFile> file;
@@ -41,6 +52,74 @@ struct Shard {
   std::uint64_t data_size = 0;
   [[nodiscard]] const std::string& path() const { return file->path(); }
 };
+
+// Reads a JSON array of non-negative integers; nullopt when it is anything else.
+std::optional<Shape> uint_array(const json& j) {
+  if (!j.is_array()) return std::nullopt;
+  Shape out;
+  for (const json& v : j) {
+    if (!v.is_number_unsigned()) return std::nullopt;
+    out.push_back(v.get<std::uint64_t>());
+  }
+  return out;
+}
+
+/// The [begin, end) byte range of one tensor, relative to the start of its file's data region.
+struct Extent {
+  std::uint64_t begin = 0;
+  std::uint64_t end = 0;
+  std::string name;
+};
+
+/// Reads and bounds-checks the data_offsets of header entry `name`.
+Extent extent_of(const Shard& s, const std::string& name, const json& entry) {
+  const std::string where = fmt::format("tensor '{}' in '{}'", name, s.path());
+  if (!entry.is_object()) throw InputError(where + " has a header entry that is not an object");
+  const auto offsets = uint_array(entry.value("data_offsets", json()));
+  if (!offsets || offsets->size() != 2)
+    throw InputError(where + " has no \"data_offsets\" pair of non-negative integers");
+  const Extent e{(*offsets)[0], (*offsets)[1], name};
+  if (e.begin > e.end || e.end > s.data_size)
+    throw InputError(fmt::format("{} has data_offsets [{}, {}] outside the {}-byte data region",
+                                 where, e.begin, e.end, s.data_size));
+  return e;
+}
+
+/// The safetensors format requires the tensors' byte ranges to cover the data region exactly.
+/// An overlap means two tensors read the same bytes, and a gap or a tail means bytes no tensor
+/// owns: either way the header does not describe the data, so the file is corrupt.
+void check_data_region(const Shard& s) {
+  std::vector<Extent> extents;
+  for (const auto& [name, entry] : s.header.items())
+    if (name != kMetadataKey) extents.push_back(extent_of(s, name, entry));
+  std::sort(extents.begin(), extents.end(), [](const Extent& a, const Extent& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  const Extent* prev = nullptr;
+  std::uint64_t covered = 0;  // end of the bytes the tensors so far own
+  for (const Extent& e : extents) {
+    if (e.begin < covered)
+      throw InputError(
+          fmt::format("safetensors file '{}': tensors '{}' (data_offsets [{}, {}]) and '{}' "
+                      "([{}, {}]) overlap; expected each byte of the data region to belong to "
+                      "one tensor",
+                      s.path(), prev->name, prev->begin, prev->end, e.name, e.begin, e.end));
+    if (e.begin > covered)
+      throw InputError(
+          fmt::format("safetensors file '{}': bytes [{}, {}) of the data region belong to no "
+                      "tensor (the next, '{}', starts at {}); expected the tensors' "
+                      "data_offsets to cover the data region without gaps",
+                      s.path(), covered, e.begin, e.name, e.begin));
+    covered = e.end;
+    prev = &e;
+  }
+  if (covered != s.data_size)
+    throw InputError(
+        fmt::format("safetensors file '{}' has {} bytes after the last tensor's data (the "
+                    "tensors cover {} of the {}-byte data region); expected the file to end "
+                    "there",
+                    s.path(), s.data_size - covered, covered, s.data_size));
+}
 
 Shard open_shard(const fs::path& path) {
   Shard s;
@@ -75,6 +154,7 @@ Shard open_shard(const fs::path& path) {
                                  s.path(), s.header.type_name()));
   s.data = s.file->data() + 8 + n;
   s.data_size = size - 8 - n;
+  check_data_region(s);
   return s;
 }
 
@@ -84,9 +164,10 @@ class TensorSource {
   explicit TensorSource(const std::string& dir) {
     const fs::path single = fs::path(dir) / "model.safetensors";
     const fs::path index = fs::path(dir) / "model.safetensors.index.json";
-    if (fs::exists(index)) {
+    std::error_code ec;  // unreadable counts as absent; opening the file then names the reason
+    if (fs::exists(index, ec)) {
       read_index(index);
-    } else if (fs::exists(single)) {
+    } else if (fs::exists(single, ec)) {
       shards_.push_back(open_shard(single));
     } else {
       throw InputError(
@@ -108,10 +189,14 @@ class TensorSource {
     return {shard, e == shard->header.end() ? nullptr : &*e};
   }
 
-  /// Like find, but throws an error naming the tensor and where it was looked for.
-  std::pair<const Shard*, const json*> require(const std::string& name) const {
+  /// Like find, but throws an error naming the tensor and where it was looked for, and records
+  /// the tensor as used.
+  std::pair<const Shard*, const json*> require(const std::string& name) {
     const auto [shard, entry] = find(name);
-    if (entry != nullptr) return {shard, entry};
+    if (entry != nullptr) {
+      used_.emplace(shard, name);
+      return {shard, entry};
+    }
     if (shard == nullptr)
       throw InputError(fmt::format("missing tensor '{}': not listed in the weight_map of '{}'",
                                    name, index_path_));
@@ -123,13 +208,25 @@ class TensorSource {
     throw InputError(fmt::format("missing tensor '{}' in '{}'", name, shard->path()));
   }
 
+  /// Names of the tensors in every file's header that require() never returned, sorted.
+  [[nodiscard]] std::vector<std::string> unused() const {
+    std::vector<std::string> names;
+    for (const Shard& shard : shards_)
+      for (const auto& [name, entry] : shard.header.items())
+        if (name != kMetadataKey && used_.count({&shard, name}) == 0) names.push_back(name);
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+
  private:
   void read_index(const fs::path& index) {
     index_path_ = index.string();
-    std::ifstream in(index);
+    const std::string text = read_regular_file(
+        index_path_, "shard index",
+        "a model.safetensors.index.json (a JSON object with a weight_map)", kMaxIndexBytes);
     json j;
     try {
-      j = json::parse(in);
+      j = json::parse(text);
     } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e400
       throw InputError(fmt::format("'{}' is not valid JSON: {}", index_path_, e.what()));
     }
@@ -155,25 +252,17 @@ class TensorSource {
   std::vector<Shard> shards_;
   std::string index_path_;                       // empty for a single model.safetensors
   std::map<std::string, std::size_t> shard_of_;  // tensor name -> shard (indexed folders only)
+  std::set<std::pair<const Shard*, std::string>> used_;  // tensors require() has returned
 };
 
-// Reads a JSON array of non-negative integers; nullopt when it is anything else.
-std::optional<Shape> uint_array(const json& j) {
-  if (!j.is_array()) return std::nullopt;
-  Shape out;
-  for (const json& v : j) {
-    if (!v.is_number_unsigned()) return std::nullopt;
-    out.push_back(v.get<std::uint64_t>());
-  }
-  return out;
-}
-
 /// Validates one tensor's header entry against `shape` and widens it into a buffer owned by `w`.
-const float* load_tensor(ModelWeights& w, const TensorSource& src, const std::string& name,
+const float* load_tensor(ModelWeights& w, TensorSource& src, const std::string& name,
                          const Shape& shape) {
   const auto [shard, entry] = src.require(name);
   const std::string where = fmt::format("tensor '{}' in '{}'", name, shard->path());
-  if (!entry->is_object()) throw InputError(where + " has a header entry that is not an object");
+  // Already checked against the data region when the file was opened.
+  const Extent range = extent_of(*shard, name, *entry);
+  const std::uint64_t begin = range.begin, end = range.end;
 
   const json dt = entry->value("dtype", json());
   const std::string dtype = dt.is_string() ? dt.get<std::string>() : dt.dump();
@@ -190,13 +279,6 @@ const float* load_tensor(ModelWeights& w, const TensorSource& src, const std::st
     throw InputError(fmt::format("{} has shape [{}], expected [{}]", where, fmt::join(*found, ", "),
                                  fmt::join(shape, ", ")));
 
-  const auto offsets = uint_array(entry->value("data_offsets", json()));
-  if (!offsets || offsets->size() != 2)
-    throw InputError(where + " has no \"data_offsets\" pair of non-negative integers");
-  const std::uint64_t begin = (*offsets)[0], end = (*offsets)[1];
-  if (begin > end || end > shard->data_size)
-    throw InputError(fmt::format("{} has data_offsets [{}, {}] outside the {}-byte data region",
-                                 where, begin, end, shard->data_size));
   // The shape matched config.json, which validate() bounded, so this product cannot overflow.
   std::uint64_t count = 1;
   for (std::uint64_t d : shape) count *= d;
@@ -221,13 +303,44 @@ const float* load_tensor(ModelWeights& w, const TensorSource& src, const std::st
   return out;
 }
 
+/// Tensors real Llama checkpoints carry that the model does not read. Anything else left unused
+/// means config.json and the weights disagree (an extra layer, another architecture's tensors)
+/// and is rejected rather than silently dropped.
+std::set<std::string> ignorable_tensors(const ModelConfig& c) {
+  // Older transformers versions saved RoPE's inverse frequencies as a buffer; kvheap computes
+  // them from rope_theta and rope_scaling instead.
+  std::set<std::string> names = {"model.rotary_emb.inv_freq"};
+  for (int l = 0; l < c.n_layers; ++l)
+    names.insert(fmt::format("model.layers.{}.self_attn.rotary_emb.inv_freq", l));
+  // Some tied exports store the shared matrix twice; config.json decides, as in transformers.
+  if (c.tied_embeddings) names.insert("lm_head.weight");
+  return names;
+}
+
+void reject_unused_tensors(const TensorSource& src, const ModelConfig& c, const std::string& dir) {
+  const std::set<std::string> ignorable = ignorable_tensors(c);
+  std::vector<std::string> unused = src.unused();
+  std::erase_if(unused, [&](const std::string& n) { return ignorable.count(n) != 0; });
+  if (unused.empty()) return;
+  constexpr std::size_t kShown = 5;
+  const std::size_t shown = std::min(unused.size(), kShown);
+  const std::string more =
+      unused.size() > shown ? fmt::format(" and {} more", unused.size() - shown) : "";
+  throw InputError(fmt::format(
+      "model folder '{}' holds {} {} the model does not use: '{}'{}; expected only the "
+      "tensors of the {}-layer model config.json describes (config.json and the weights "
+      "disagree, or the checkpoint is not a plain Llama-family model)",
+      dir, unused.size(), unused.size() == 1 ? "tensor" : "tensors",
+      fmt::join(unused.begin(), unused.begin() + shown, "', '"), more, c.n_layers));
+}
+
 }  // namespace
 
 ModelWeights load_safetensors(const std::string& dir) {
   ModelWeights w;
   w.config = load_hf_config(dir);  // first: every shape below is checked against it
   const ModelConfig& c = w.config;
-  const TensorSource src(dir);
+  TensorSource src(dir);
 
   const std::uint64_t d = c.dim, hidden = c.hidden_dim, vocab = c.vocab_size;
   const std::uint64_t q = c.q_dim(), kv = c.kv_dim();
@@ -266,6 +379,7 @@ ModelWeights load_safetensors(const std::string& dir) {
   // Tied checkpoints usually omit lm_head.weight; when one is present anyway it is ignored, since
   // config.json is what says the two are shared.
   w.classifier = c.tied_embeddings ? w.token_embedding : load("lm_head.weight", {vocab, d});
+  reject_unused_tensors(src, c, dir);
   return w;
 }
 

@@ -22,9 +22,12 @@ inline constexpr std::uint64_t kMaxSafetensorsHeaderBytes = 100'000'000;
 /// \brief Loads a Hugging Face model folder (config.json + F32/F16/BF16 safetensors) as fp32.
 ///
 /// The model is named after the folder. Throws InputError naming the file and tensor for a
-/// missing config.json or weight file, invalid JSON, an absurd header length, an unknown dtype,
-/// a missing tensor, a shape that does not match config.json, or data_offsets that fall outside
-/// the file or disagree with shape x dtype size.
+/// missing config.json or weight file, a path that is not a regular file, invalid JSON, an absurd
+/// header length, an unknown dtype, a missing tensor, a shape that does not match config.json,
+/// data_offsets that fall outside the file or disagree with shape x dtype size, tensors whose
+/// byte ranges overlap or leave gaps or trailing bytes in the data region (the format requires
+/// them to cover it exactly), or tensors the model does not use (apart from RoPE inv_freq buffers
+/// and a tied checkpoint's lm_head.weight).
 [[nodiscard]] ModelWeights load_safetensors(const std::string& dir);
 
 }  // namespace kvheap

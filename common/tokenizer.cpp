@@ -5,16 +5,14 @@
 
 #include <algorithm>
 #include <bit>
-#include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <optional>
 #include <queue>
 
 #include "common/error.hpp"
+#include "common/file_checks.hpp"
 
 namespace kvheap {
 
@@ -26,6 +24,11 @@ namespace {
 // Real vocabularies top out at a few dozen bytes per piece (Llama 2: 27). Anything beyond this
 // means the bytes are not a tokenizer at all, and trusting the length would allocate gigabytes.
 constexpr std::int32_t kMaxPieceBytes = 1 << 16;
+
+// The whole file is read into memory. Real tokenizers are a few megabytes at most (Llama 2's 32000
+// tokens: 434 KB), so a larger file is something else, and the limit keeps a wrong path from
+// exhausting memory.
+constexpr std::uint64_t kMaxTokenizerBytes = std::uint64_t{1} << 30;
 
 // A cursor over the whole file in memory. The file is small (Llama 2: 434 KB), and knowing the
 // remaining byte count makes every truncation message exact.
@@ -77,6 +80,25 @@ std::optional<long long> count_records(Reader r) {
   }
 }
 
+// The file goes on after the model's vocab_size tokens. Whole records there mean a larger
+// vocabulary (a tokenizer of another model); anything else means the file is damaged.
+[[noreturn]] void reject_trailing_bytes(const std::string& path, int vocab_size, const Reader& r) {
+  const std::string head = fmt::format(
+      "tokenizer '{}' has {} bytes left after the last of its {} tokens (the model's "
+      "vocab_size); expected the file to end there",
+      path, r.remaining(), vocab_size);
+  if (const std::optional<long long> extra = count_records(r)) {
+    throw InputError(
+        fmt::format("{}. They hold {} more {}: the file is a {}-token vocabulary and "
+                    "belongs to a different model",
+                    head, *extra, *extra == 1 ? "token" : "tokens", vocab_size + *extra));
+  }
+  throw InputError(
+      fmt::format("{}. They are not whole token records: the file is corrupt or not a llama2.c "
+                  "tokenizer.bin",
+                  head));
+}
+
 // Length of the UTF-8 sequence starting at text[i], or 1 when the bytes there are not a
 // well-formed sequence (a stray continuation byte, a lead byte without its continuations).
 std::size_t code_point_length(std::string_view text, std::size_t i) {
@@ -114,14 +136,8 @@ Tokenizer Tokenizer::load(const std::string& path, int vocab_size) {
                     "vocab_size must be positive",
                     path, vocab_size));
   }
-  std::ifstream f(path, std::ios::binary);
-  if (!f) {
-    throw InputError(
-        fmt::format("cannot open tokenizer '{}': {}; pass the path of a llama2.c "
-                    "tokenizer.bin",
-                    path, std::strerror(errno)));
-  }
-  const std::string data((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const std::string data =
+      read_regular_file(path, "tokenizer", "a llama2.c tokenizer.bin", kMaxTokenizerBytes);
   Reader r{data};
   if (r.remaining() < sizeof(std::int32_t)) {
     throw InputError(
@@ -176,15 +192,7 @@ Tokenizer Tokenizer::load(const std::string& path, int vocab_size) {
     t.pieces_.emplace_back(rec.bytes);
     t.scores_.push_back(rec.score);
   }
-  if (r.remaining() != 0) {
-    const std::optional<long long> extra = count_records(r);
-    const std::string total =
-        extra ? fmt::format("{} tokens", vocab_size + *extra) : std::string("more tokens");
-    throw InputError(
-        fmt::format("tokenizer '{}' has more than {} tokens (the model's "
-                    "vocab_size): it holds {} and belongs to a different model",
-                    path, vocab_size, total));
-  }
+  if (r.remaining() != 0) reject_trailing_bytes(path, vocab_size, r);
   t.build_index();
   return t;
 }

@@ -29,9 +29,10 @@ class Tokenizer {
 
   /// \brief Reads exactly `vocab_size` tokens from a llama2.c tokenizer.bin.
   ///
-  /// Throws InputError when the file cannot be opened, holds fewer or more tokens than
-  /// `vocab_size` (a tokenizer of a different model), or has a negative, absurd or truncated
-  /// length anywhere.
+  /// Throws InputError when the file cannot be opened, is not a regular file (a directory, FIFO
+  /// or device) or is larger than 1 GiB, holds fewer tokens than `vocab_size` or bytes after the
+  /// last of them (a tokenizer of a different model, or a damaged file), or has a negative, absurd
+  /// or truncated length anywhere.
   [[nodiscard]] static Tokenizer load(const std::string& path, int vocab_size);
 
   /// \brief Token ids for `text`: [BOS] when `add_bos`, then the dummy-prefix space and the text,

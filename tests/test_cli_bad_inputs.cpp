@@ -2,9 +2,11 @@
 // docs/pages/bad_inputs.md lists gets one line on stderr naming the problem and exit code 2
 // (usage) or 1 (input, resource), never a crash. Part of the test_cli program.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -134,6 +136,65 @@ TEST(Cli, AbsurdThreadCountExitsTwo) {
   r = run_program(kCh01, {"--model", "tiny", "--threads", "-1"});
   EXPECT_EQ(r.exit_code, 2);
   expect_one_line_error(r, "--threads must be >= 0, got -1");
+}
+
+// std::ifstream opens directories, FIFOs and devices alike: /dev/zero was read until memory ran
+// out, a FIFO waited forever for a writer, and a directory ended in an internal error.
+TEST(Cli, TokenizerThatIsNotARegularFileExitsOne) {
+  const test::TempDir tmp;
+  const std::string fifo = tmp.file("tok.fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::vector<std::string> paths = {fifo, tmp.path().string()};
+  if (std::filesystem::exists("/dev/zero")) paths.emplace_back("/dev/zero");
+  for (const std::string& path : paths) {
+    const auto r =
+        run_program(kCh01, {"--model", "tiny", "--tokenizer", path, "--prompt", "hi", "--no-peak"});
+    EXPECT_EQ(r.exit_code, 1) << path;
+    expect_one_line_error(r, "tokenizer '" + path + "' is a");
+    expect_one_line_error(r, "not a regular file; expected a llama2.c tokenizer.bin");
+  }
+}
+
+TEST(Cli, ModelFolderWhoseConfigIsADirectoryExitsOne) {
+  const test::TempDir tmp;
+  ModelConfig c = preset("tiny");
+  c.rope_style = RopeStyle::Halves;
+  const std::string dir = tmp.file("tiny-hf");
+  test::write_safetensors(test::random_weights(c, 4), dir);
+  std::filesystem::remove(dir + "/config.json");
+  std::filesystem::create_directory(dir + "/config.json");
+  const auto r = run_program(kCh01, {"--model", dir, "--no-peak"});
+  EXPECT_EQ(r.exit_code, 1);
+  expect_one_line_error(r, "config.json' is a directory, not a regular file");
+}
+
+// Infinity and 1e15 GB once printed "sequences that fit: -9223372036854775808".
+TEST(Cli, KvCalculatorMemoryMustBeFiniteAndBelowAPetabyteExitsTwo) {
+  for (const char* gb : {"inf", "1e15", "nan", "0"}) {
+    const auto r = run_program("ch01_kv_calculator", {"--memory-gb", gb});
+    EXPECT_EQ(r.exit_code, 2) << "--memory-gb " << gb;
+    expect_one_line_error(r, "--memory-gb must be a finite number in (0, 1000000] (a petabyte)");
+  }
+}
+
+// 0 once meant "use the default" without saying so.
+TEST(Cli, KvCalculatorExplicitZeroContextExitsTwo) {
+  const auto r = run_program("ch01_kv_calculator", {"--model", "tiny", "--context", "0"});
+  EXPECT_EQ(r.exit_code, 2);
+  expect_one_line_error(r, "--context must be in [1, max_seq_len = 96], got 0");
+}
+
+// The default was max_seq_len / 4, which is 0 below 4 positions and was then reported as a bad
+// --context the user never passed.
+TEST(Cli, KvCalculatorDefaultContextSuitsAModelOfTwoPositions) {
+  const test::TempDir tmp;
+  ModelConfig c = preset("tiny");
+  c.max_seq_len = 2;
+  const std::string path = tmp.file("short.bin");
+  test::write_llama2c(test::random_weights(c, 3), path, 1);
+  const auto r = run_program("ch01_kv_calculator", {"--model", path});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("cache per sequence at 1 tokens"), std::string::npos) << r.out;
 }
 
 }  // namespace

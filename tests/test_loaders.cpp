@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cmath>
 #include <cstdint>
@@ -245,6 +246,23 @@ TEST(MappedFile, MapsWholeFilesAndEmptyOnes) {
   const MappedFile e(tmp.file("empty"));
   EXPECT_EQ(e.size(), 0u);
   EXPECT_EQ(e.data(), nullptr);
+}
+
+// A FIFO where a checkpoint belongs (a folder's model.safetensors, say) was once opened for a
+// blocking read, which waits forever for a writer. It, a device and a directory are each named
+// for what they are instead.
+TEST(MappedFile, FifosDevicesAndDirectoriesAreRejectedWithoutBlocking) {
+  const test::TempDir tmp;
+  const std::string fifo = tmp.file("model.fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_THAT(input_error_of([&] { return MappedFile(fifo); }),
+              HasSubstr("checkpoint '" + fifo + "' is a FIFO (named pipe), not a regular file"));
+  EXPECT_THAT(input_error_of([&] { return MappedFile(tmp.path().string()); }),
+              HasSubstr("is a directory, not a regular file"));
+  if (std::filesystem::exists("/dev/zero")) {
+    EXPECT_THAT(input_error_of([] { return MappedFile("/dev/zero"); }),
+                HasSubstr("'/dev/zero' is a character device, not a regular file"));
+  }
 }
 
 }  // namespace

@@ -5,8 +5,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <cstring>
 #include <filesystem>
+#include <functional>
+#include <map>
 #include <tuple>
 
 #include "common/error.hpp"
@@ -45,6 +49,41 @@ struct Folder {
     return input_error_of([&] { return load_safetensors(dir); });
   }
 };
+
+// A .safetensors file taken apart: each tensor's header entry with its own bytes. Tests add, drop
+// or copy tensors here, and rewrite_tensors lays the data region out again so that it stays
+// exactly covered; the loader rejects overlaps and gaps before it looks at any tensor.
+struct RawTensor {
+  json entry;  // dtype and shape; data_offsets are recomputed on writing
+  std::string bytes;
+};
+using RawTensors = std::map<std::string, RawTensor>;
+
+void rewrite_tensors(const std::string& path, const std::function<void(RawTensors&)>& edit) {
+  const std::string file = test::read_bytes(path);
+  std::uint64_t n = 0;
+  std::memcpy(&n, file.data(), 8);
+  const json header = json::parse(file.substr(8, n));
+  const std::string data = file.substr(8 + n);
+  RawTensors tensors;
+  for (const auto& [name, e] : header.items()) {
+    if (name == "__metadata__") continue;
+    const auto begin = e["data_offsets"][0].get<std::size_t>();
+    const auto end = e["data_offsets"][1].get<std::size_t>();
+    tensors[name] = {e, data.substr(begin, end - begin)};
+  }
+  edit(tensors);
+  json out = {{"__metadata__", header.value("__metadata__", json::object())}};
+  std::string region;
+  for (const auto& [name, t] : tensors) {
+    out[name] = t.entry;
+    out[name]["data_offsets"] = {region.size(), region.size() + t.bytes.size()};
+    region += t.bytes;
+  }
+  const std::string text = out.dump();
+  const std::uint64_t len = text.size();
+  test::write_bytes(path, std::string(reinterpret_cast<const char*>(&len), 8) + text + region);
+}
 
 class SafetensorsRoundTrip : public ::testing::TestWithParam<std::tuple<DType, int>> {};
 
@@ -114,8 +153,8 @@ TEST(SafetensorsLoader, Qwen2BiasesAreLoaded) {
 
 TEST(SafetensorsLoader, OutputProjectionBiasIsRejectedNotDropped) {
   const Folder f;
-  test::edit_safetensors_header(f.file("model.safetensors"), [](json& h) {
-    h["model.layers.0.self_attn.o_proj.bias"] = h["model.norm.weight"];  // any [dim] F32 bytes
+  rewrite_tensors(f.file("model.safetensors"), [](RawTensors& t) {
+    t["model.layers.0.self_attn.o_proj.bias"] = t["model.norm.weight"];  // any [dim] F32 bytes
   });
   EXPECT_THAT(f.error(), AllOf(HasSubstr("o_proj.bias"), HasSubstr("q/k/v only")));
 }
@@ -154,12 +193,12 @@ TEST(SafetensorsLoader, ConfigDefaultsFollowTransformers) {
       j.erase(k);
     j["eos_token_id"] = {2, 5};
   });
-  test::edit_safetensors_header(f.file("model.safetensors"), [](json& h) {  // kv heads now = 4
+  rewrite_tensors(f.file("model.safetensors"), [](RawTensors& t) {  // kv heads now = 4
     for (int l = 0; l < 2; ++l)
       for (const char* p : {"k_proj", "v_proj"})
-        h[fmt::format("model.layers.{}.self_attn.{}.weight", l, p)] =
-            h[fmt::format("model.layers.{}.self_attn.q_proj.weight", l)];
-    h["lm_head.weight"] = h["model.embed_tokens.weight"];  // untied by default
+        t[fmt::format("model.layers.{}.self_attn.{}.weight", l, p)] =
+            t[fmt::format("model.layers.{}.self_attn.q_proj.weight", l)];
+    t["lm_head.weight"] = t["model.embed_tokens.weight"];  // untied by default
   });
   const ModelConfig c = load_safetensors(f.dir + "/").config;
   EXPECT_EQ(c.name, "tiny-llama");  // a trailing slash does not empty the name
@@ -180,8 +219,8 @@ TEST(SafetensorsLoader, UnknownDtypeIsNamedWithTheSupportedOnes) {
 
 TEST(SafetensorsLoader, MissingTensorIsNamed) {
   const Folder f;
-  test::edit_safetensors_header(f.file("model.safetensors"),
-                                [](json& h) { h.erase("model.layers.1.mlp.up_proj.weight"); });
+  rewrite_tensors(f.file("model.safetensors"),
+                  [](RawTensors& t) { t.erase("model.layers.1.mlp.up_proj.weight"); });
   EXPECT_THAT(f.error(), HasSubstr("missing tensor 'model.layers.1.mlp.up_proj.weight'"));
 
   const Folder sharded(hf_config(), DType::F32, 3);
@@ -207,10 +246,12 @@ TEST(SafetensorsLoader, DataOffsetsOutsideTheFileOrDisagreeingWithTheShape) {
     h["model.norm.weight"]["data_offsets"] = {0, std::uint64_t{1} << 40};
   });
   EXPECT_THAT(f.error(), AllOf(HasSubstr("'model.norm.weight'"), HasSubstr("outside the")));
-  test::edit_safetensors_header(st, [](json& h) {
-    h["model.norm.weight"]["data_offsets"] = {0, 8};
-  });
-  EXPECT_THAT(f.error(), AllOf(HasSubstr("spanning 8 bytes"), HasSubstr("needs 256")));
+  // The same bytes declared F16: the range is twice what the shape needs. (Shrinking the range
+  // instead would leave a gap, which the data-region check reports first.)
+  const Folder g;
+  rewrite_tensors(g.file("model.safetensors"),
+                  [](RawTensors& t) { t["model.norm.weight"].entry["dtype"] = "F16"; });
+  EXPECT_THAT(g.error(), AllOf(HasSubstr("spanning 256 bytes"), HasSubstr("F16 needs 128")));
 }
 
 TEST(SafetensorsLoader, HeaderLengthBeyondTheFileOrTheLimit) {
@@ -275,6 +316,174 @@ TEST(SafetensorsLoader, UnsupportedOrInvalidConfigsAreNamed) {
   EXPECT_THAT(f.error(), HasSubstr("n_heads (4) must be divisible by n_kv_heads (3)"));
   test::edit_json_file(f.file("config.json"), [](json& j) { j.erase("hidden_size"); });
   EXPECT_THAT(f.error(), HasSubstr("missing required key \"hidden_size\""));
+}
+
+// The safetensors format requires the tensors' byte ranges to tile the data region exactly. A
+// header whose ranges overlap, skip bytes or stop short of the end does not describe its data.
+TEST(SafetensorsLoader, OverlappingTensorsAreRejected) {
+  const Folder f;
+  test::edit_safetensors_header(f.file("model.safetensors"), [](json& h) {
+    for (auto& [name, e] : h.items()) {  // every tensor at byte 0, as in a corrupt header
+      if (name == "__metadata__") continue;
+      const auto size =
+          e["data_offsets"][1].get<std::uint64_t>() - e["data_offsets"][0].get<std::uint64_t>();
+      e["data_offsets"] = {0, size};
+    }
+  });
+  EXPECT_THAT(f.error(), AllOf(HasSubstr("model.safetensors"), HasSubstr("data_offsets [0, "),
+                               HasSubstr("overlap; expected each byte")));
+}
+
+TEST(SafetensorsLoader, BytesNoTensorOwnsAreRejected) {
+  const Folder f;
+  // A dropped header entry leaves its bytes between two other tensors.
+  test::edit_safetensors_header(f.file("model.safetensors"),
+                                [](json& h) { h.erase("model.layers.1.mlp.up_proj.weight"); });
+  EXPECT_THAT(f.error(), AllOf(HasSubstr("of the data region belong to no tensor"),
+                               HasSubstr("'model.norm.weight'"), HasSubstr("without gaps")));
+
+  const Folder g;
+  test::write_bytes(g.file("model.safetensors"),
+                    test::read_bytes(g.file("model.safetensors")) + std::string(64, '\0'));
+  EXPECT_THAT(g.error(), AllOf(HasSubstr("has 64 bytes after the last tensor's data"),
+                               HasSubstr("expected the file to end there")));
+
+  const Folder sharded(hf_config(), DType::F32, 3);  // each shard is checked on its own
+  const std::string shard = sharded.file("model-00002-of-00003.safetensors");
+  test::write_bytes(shard, test::read_bytes(shard) + "abcd");
+  EXPECT_THAT(sharded.error(), AllOf(HasSubstr("model-00002-of-00003.safetensors"),
+                                     HasSubstr("has 4 bytes after the last tensor's data")));
+}
+
+// Weights that config.json does not describe mean the two disagree; loading only what the config
+// asks for would silently run a different model.
+TEST(SafetensorsLoader, TensorsTheModelDoesNotUseAreRejected) {
+  const Folder f;
+  rewrite_tensors(f.file("model.safetensors"), [](RawTensors& t) {
+    t["model.layers.2.mlp.up_proj.weight"] = t["model.layers.1.mlp.up_proj.weight"];
+  });
+  EXPECT_THAT(f.error(), AllOf(HasSubstr("holds 1 tensor the model does not use: "
+                                         "'model.layers.2.mlp.up_proj.weight'"),
+                               HasSubstr("the 2-layer model config.json describes")));
+
+  // Qwen2-style biases under a config without attention_bias would be dropped the same way.
+  const Folder g;
+  rewrite_tensors(g.file("model.safetensors"), [](RawTensors& t) {
+    t["model.layers.0.self_attn.q_proj.bias"] = t["model.layers.0.input_layernorm.weight"];
+  });
+  EXPECT_THAT(g.error(), HasSubstr("'model.layers.0.self_attn.q_proj.bias'"));
+
+  const Folder h;  // many: the first five by name, then a count
+  rewrite_tensors(h.file("model.safetensors"), [](RawTensors& t) {
+    for (int i = 0; i < 7; ++i) t[fmt::format("extra.{}", i)] = t["model.norm.weight"];
+  });
+  EXPECT_THAT(h.error(), AllOf(HasSubstr("holds 7 tensors the model does not use"),
+                               HasSubstr("'extra.0', 'extra.1', 'extra.2', 'extra.3', 'extra.4' "
+                                         "and 2 more")));
+}
+
+TEST(SafetensorsLoader, BuffersRealCheckpointsCarryAreIgnored) {
+  const RawTensor inv_freq{{{"dtype", "F32"}, {"shape", {8}}}, std::string(32, '\0')};
+  const Folder f;  // tied, so an lm_head.weight is the shared matrix stored twice
+  rewrite_tensors(f.file("model.safetensors"), [&](RawTensors& t) {
+    t["model.rotary_emb.inv_freq"] = inv_freq;
+    for (int l = 0; l < 2; ++l)
+      t[fmt::format("model.layers.{}.self_attn.rotary_emb.inv_freq", l)] = inv_freq;
+    t["lm_head.weight"] = t["model.embed_tokens.weight"];
+  });
+  test::expect_same_tensors(load_safetensors(f.dir), f.weights);
+
+  // The allow-list is per layer: the buffer of a layer config.json does not have is an error.
+  rewrite_tensors(f.file("model.safetensors"), [&](RawTensors& t) {
+    t["model.layers.2.self_attn.rotary_emb.inv_freq"] = inv_freq;
+  });
+  EXPECT_THAT(f.error(), HasSubstr("'model.layers.2.self_attn.rotary_emb.inv_freq'"));
+}
+
+// A directory, FIFO or device where a file belongs is named as such, and a FIFO is never opened
+// for a blocking read (which would wait forever for a writer).
+TEST(SafetensorsLoader, PathsThatAreNotRegularFilesAreNamed) {
+  namespace fs = std::filesystem;
+  const Folder f;
+  const std::string config = f.file("config.json");
+  fs::remove(config);
+  fs::create_directory(config);
+  EXPECT_THAT(f.error(), AllOf(HasSubstr("model config '" + config +
+                                         "' is a directory, not a "
+                                         "regular file"),
+                               HasSubstr("expected a Hugging Face config.json")));
+  fs::remove(config);
+  ASSERT_EQ(::mkfifo(config.c_str(), 0600), 0);
+  EXPECT_THAT(f.error(), HasSubstr("is a FIFO (named pipe), not a regular file"));
+
+  const Folder g;
+  fs::remove(g.file("model.safetensors"));
+  ASSERT_EQ(::mkfifo(g.file("model.safetensors").c_str(), 0600), 0);
+  EXPECT_THAT(g.error(), AllOf(HasSubstr("model.safetensors' is a FIFO (named pipe)"),
+                               HasSubstr("not a regular file")));
+  fs::remove(g.file("model.safetensors"));
+  fs::create_directory(g.file("model.safetensors"));
+  EXPECT_THAT(g.error(), HasSubstr("model.safetensors' is a directory, not a regular file"));
+
+  const Folder sharded(hf_config(), DType::F32, 3);
+  const std::string index = sharded.file("model.safetensors.index.json");
+  fs::remove(index);
+  fs::create_directory(index);
+  EXPECT_THAT(sharded.error(), AllOf(HasSubstr("shard index '" + index + "' is a directory"),
+                                     HasSubstr("expected a model.safetensors.index.json")));
+}
+
+// Sliding-window attention sees only the last `sliding_window` keys; kvheap attends to all of
+// them, so a smaller window than the context would be a silent wrong answer.
+TEST(SafetensorsLoader, SlidingWindowSmallerThanTheContextIsRejected) {
+  const Folder f;
+  const std::string config = f.file("config.json");
+  test::edit_json_file(config, [](json& j) {
+    j["model_type"] = "mistral";
+    j["sliding_window"] = 4;
+  });
+  EXPECT_THAT(
+      f.error(),
+      AllOf(HasSubstr("\"sliding_window\" = 4 is smaller than max_position_embeddings "
+                      "(96)"),
+            HasSubstr("not supported"), HasSubstr("expected null or a window of at least 96")));
+  // A window covering the whole context is full attention, and null means no window.
+  for (const json& window : {json(96), json(std::uint64_t{1} << 40), json(nullptr)}) {
+    test::edit_json_file(config, [&](json& j) { j["sliding_window"] = window; });
+    EXPECT_NO_THROW((void)load_safetensors(f.dir)) << window.dump();
+  }
+  // Qwen2 configs carry a window that applies only with "use_sliding_window": true.
+  test::edit_json_file(config, [](json& j) {
+    j["sliding_window"] = 4;
+    j["use_sliding_window"] = false;
+  });
+  EXPECT_NO_THROW((void)load_safetensors(f.dir));
+  test::edit_json_file(config, [](json& j) { j["use_sliding_window"] = true; });
+  EXPECT_THAT(f.error(), HasSubstr("\"sliding_window\" = 4"));
+}
+
+// config.json holds doubles; kvheap's config holds floats. A value beyond float's range once ran
+// as inf, and one below it was reported as "got 0".
+TEST(SafetensorsLoader, FloatsOutsideFloatRangeAreReportedAsWritten) {
+  const Folder f;
+  const std::string config = f.file("config.json");
+  test::edit_json_file(config, [](json& j) { j["rope_theta"] = 1e39; });
+  EXPECT_THAT(f.error(), HasSubstr("\"rope_theta\" = 1e+39 is too large for a 32-bit float"));
+  test::edit_json_file(config, [](json& j) {
+    j["rope_theta"] = 10000.0;
+    j["rms_norm_eps"] = 1e-50;
+  });
+  EXPECT_THAT(f.error(), HasSubstr("\"rms_norm_eps\" = 1e-50 underflows to 0 in a 32-bit float"));
+  test::edit_json_file(config, [](json& j) {
+    j["rms_norm_eps"] = 1e-5;
+    j["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", 1e39},
+                         {"low_freq_factor", 1.0},
+                         {"high_freq_factor", 4.0},
+                         {"original_max_position_embeddings", 8}};
+  });
+  EXPECT_THAT(f.error(), AllOf(HasSubstr("rope_scaling"),
+                               HasSubstr("\"factor\" = 1e+39 is too large for a 32-bit float")));
 }
 
 }  // namespace

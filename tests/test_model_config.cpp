@@ -2,6 +2,9 @@
 // values.
 #include <gtest/gtest.h>
 
+#include <limits>
+#include <string>
+
 #include "common/error.hpp"
 #include "common/model_config.hpp"
 
@@ -51,6 +54,38 @@ TEST(ModelConfig, OddHeadDimAndNonPositiveSizesAreRejected) {
   c = preset("tiny");
   c.dim = 1 << 30;  // absurd sizes from a garbage header
   EXPECT_THROW(c.validate(), InputError);
+}
+
+// An infinite rope_theta or scaling factor would run and produce garbage; so would NaN anywhere.
+TEST(ModelConfig, NonFiniteRopeAndNormValuesAreRejected) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  auto message = [](const ModelConfig& c) {
+    try {
+      c.validate();
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    ADD_FAILURE() << "expected InputError";
+    return std::string();
+  };
+  for (const float theta : {inf, nan}) {
+    ModelConfig c = preset("tiny");
+    c.rope_theta = theta;
+    EXPECT_NE(message(c).find("rope_theta must be a finite positive number"), std::string::npos);
+  }
+  for (const float eps : {inf, nan}) {
+    ModelConfig c = preset("tiny");
+    c.norm_eps = eps;
+    EXPECT_NE(message(c).find("norm_eps must be in (0, 1)"), std::string::npos);
+  }
+  ModelConfig c = preset("llama-3.2-1b");
+  c.rope_scaling.factor = inf;
+  EXPECT_NE(message(c).find("needs finite factors"), std::string::npos) << message(c);
+  EXPECT_NE(message(c).find("got factor inf"), std::string::npos) << message(c);
+  c = preset("llama-3.2-1b");
+  c.rope_scaling.high_freq_factor = inf;
+  EXPECT_NE(message(c).find("high_freq_factor inf"), std::string::npos) << message(c);
 }
 
 // Llama-3-8B: 32 layers x 8 KV heads x 128 dims x 2 (K,V) x 2 bytes = 131072 bytes = 128 KiB.

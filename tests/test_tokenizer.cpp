@@ -210,7 +210,8 @@ TEST(Tokenizer, EncodingStartsWithBosAndADummyPrefixSpace) {
 TEST(Tokenizer, WrongVocabularySizeNamesTheMismatch) {
   KVHEAP_REQUIRE_MODEL(path, "tokenizer.bin");
   expect_input_error([&] { (void)Tokenizer::load(path, 512); },
-                     {"more than 512 tokens", "32000", "belongs to a different model"});
+                     {"bytes left after the last of its 512 tokens", "31488 more tokens",
+                      "32000-token vocabulary", "belongs to a different model"});
   expect_input_error([&] { (void)Tokenizer::load(path, 40000); },
                      {"holds only 32000 tokens", "40000"});
   expect_input_error([&] { (void)Tokenizer::load(path, 0); }, {"vocab_size"});

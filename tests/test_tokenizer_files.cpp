@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/error.hpp"
@@ -181,6 +182,54 @@ TEST(Tokenizer, GarbageLengthsAreRejected) {
     expect_input_error([&] { (void)Tokenizer::load(header.save(dir, "max.bin"), 3); },
                        {"max_token_length"});
   }
+}
+
+// The file goes on after vocab_size tokens: a larger vocabulary, or bytes that are no record.
+TEST(Tokenizer, BytesAfterTheLastTokenAreCountedAndExplained) {
+  const TempDir dir;
+  FileBytes f;
+  f.i32(8);
+  f.token(0.0f, "<unk>");
+  f.token(0.0f, "<s>");
+  f.token(0.0f, "</s>");
+  FileBytes garbage = f;
+  garbage.bytes += "\x01\x02\x03\x04\x05";
+  expect_input_error([&] { (void)Tokenizer::load(garbage.save(dir, "garbage.bin"), 3); },
+                     {"has 5 bytes left after the last of its 3 tokens (the model's vocab_size)",
+                      "expected the file to end there", "not whole token records"});
+  expect_input_error([&] { (void)Tokenizer::load(f.save(dir, "three.bin"), 2); },
+                     {"has 12 bytes left after the last of its 2 tokens",
+                      "1 more token:", "3-token vocabulary", "belongs to a different model"});
+}
+
+// std::ifstream opens all of these: a directory then failed inside the stream with "Is a
+// directory", a FIFO blocked for a writer, and /dev/zero was read until memory ran out.
+TEST(Tokenizer, PathsThatAreNotRegularFilesAreRejectedWithoutReading) {
+  const TempDir dir;
+  const std::string folder = dir.write("x", "");
+  fs::remove(folder);
+  fs::create_directory(folder);
+  expect_input_error([&] { (void)Tokenizer::load(folder, 3); },
+                     {"tokenizer '" + folder + "' is a directory, not a regular file",
+                      "expected a llama2.c tokenizer.bin"});
+  const std::string fifo = folder + ".fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  expect_input_error([&] { (void)Tokenizer::load(fifo, 3); },
+                     {"is a FIFO (named pipe), not a regular file"});
+  fs::remove(fifo);
+  if (fs::exists("/dev/zero")) {
+    expect_input_error([] { (void)Tokenizer::load("/dev/zero", 3); },
+                       {"'/dev/zero' is a character device, not a regular file"});
+  }
+}
+
+TEST(Tokenizer, FilesOverOneGibibyteAreRejectedBeforeReading) {
+  const TempDir dir;
+  const std::string path = dir.write("huge.bin", "");
+  fs::resize_file(path, (std::uintmax_t{1} << 30) + 1);  // sparse: no disk space, no reading
+  expect_input_error(
+      [&] { (void)Tokenizer::load(path, 3); },
+      {"is 1073741825 bytes, over the 1073741824-byte limit", "expected a llama2.c tokenizer.bin"});
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 // when each reserves max_seq_len (chapter 1's policy) versus only what it needs (chapter 3's).
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
 #include <iostream>
 
 #include "common/cli.hpp"
@@ -12,6 +14,31 @@
 #include "common/model_loader.hpp"
 
 using namespace kvheap;
+
+namespace {
+
+// A petabyte: far beyond any accelerator, and small enough that the sequence counts below stay
+// exact in a 64-bit integer (1e15 bytes over at least 8 KV bytes per token).
+constexpr double kMaxMemoryGb = 1e6;
+
+void check_memory_gb(double memory_gb) {
+  if (!std::isfinite(memory_gb) || memory_gb <= 0 || memory_gb > kMaxMemoryGb)
+    throw UsageError(
+        fmt::format("--memory-gb must be a finite number in (0, {:.0f}] (a petabyte), got {}",
+                    kMaxMemoryGb, memory_gb));
+}
+
+// Without --context, a quarter of the context, but at least one token so that models with a
+// max_seq_len below 4 get a valid default too. An explicit --context is checked as given.
+long resolve_context(const CLI::Option& flag, long context, const ModelConfig& c) {
+  if (flag.count() == 0) return std::max(1, c.max_seq_len / 4);
+  if (context < 1 || context > c.max_seq_len)
+    throw UsageError(
+        fmt::format("--context must be in [1, max_seq_len = {}], got {}", c.max_seq_len, context));
+  return context;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"kvheap KV-cache calculator", "ch01_kv_calculator"};
@@ -25,8 +52,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--kv-dtype", kv_dtype, "fp32, fp16 or bf16")->capture_default_str();
   app.add_option("--weight-dtype", weight_dtype, "fp32, fp16 or bf16")->capture_default_str();
-  app.add_option("--context", context,
-                 "Tokens each sequence actually holds (default max_seq_len/4)");
+  const CLI::Option* context_flag = app.add_option(
+      "--context", context, "Tokens each sequence actually holds (default max_seq_len/4)");
   app.add_option("--memory-gb", memory_gb, "Accelerator memory in GB (1e9 bytes)")
       ->capture_default_str();
   app.add_flag("--list-presets", list, "Print every preset's configuration and exit");
@@ -38,13 +65,9 @@ int main(int argc, char** argv) {
     }
     const DType kv = parse_dtype(kv_dtype);
     const DType wt = parse_dtype(weight_dtype);
+    check_memory_gb(memory_gb);
     const ModelConfig c = is_preset(model) ? preset(model) : load_model(model).config;
-    if (context == 0) context = c.max_seq_len / 4;
-    if (context < 1 || context > c.max_seq_len)
-      throw UsageError(fmt::format("--context must be in [1, max_seq_len = {}], got {}",
-                                   c.max_seq_len, context));
-    if (!(memory_gb > 0))
-      throw UsageError(fmt::format("--memory-gb must be positive, got {}", memory_gb));
+    context = resolve_context(*context_flag, context, c);
 
     const double memory = memory_gb * 1e9;
     const double weights = static_cast<double>(weight_bytes(c, wt));
