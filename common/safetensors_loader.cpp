@@ -78,7 +78,7 @@ Extent extent_of(const Shard& s, const std::string& name, const json& entry) {
   const auto offsets = uint_array(entry.value("data_offsets", json()));
   if (!offsets || offsets->size() != 2)
     throw InputError(where + " has no \"data_offsets\" pair of non-negative integers");
-  const Extent e{(*offsets)[0], (*offsets)[1], name};
+  Extent e{(*offsets)[0], (*offsets)[1], name};
   if (e.begin > e.end || e.end > s.data_size)
     throw InputError(fmt::format("{} has data_offsets [{}, {}] outside the {}-byte data region",
                                  where, e.begin, e.end, s.data_size));

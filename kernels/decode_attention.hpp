@@ -12,7 +12,7 @@
 // online softmax, split-K and the merge) is shared, so a new layout costs one struct.
 //
 // Numerics: scores, softmax and the weighted sum are fp32 whatever the KV dtype; fp16/bf16 values
-// are widened exactly. The result equals the CPU twin kvheap::cpu::attend_group (kernels/
+// are widened exactly. The result equals the CPU twin kvheap::cpu::attend_kv_heads (kernels/
 // attention.hpp) on the same cache contents within about 1e-6 relative: only the summation order
 // differs (tree reductions instead of left-to-right sums, and expf with at most 2 ulp error).
 #pragma once

@@ -84,7 +84,7 @@ void launch_decode_attention(DType kv, const float* q, const void* k_cache, cons
   d.heads_per_block = plan.heads_per_block;
   d.chunks = plan.chunks;
   d.splits = plan.splits;
-  d.scale = 1.0f / sqrtf(static_cast<float>(shape.head_dim));  // as in cpu::attend_group
+  d.scale = 1.0f / sqrtf(static_cast<float>(shape.head_dim));  // as in cpu::attend_kv_heads
   AttentionLaunch<Locator> l{q, k_cache, v_cache, n_ctx, loc, d, out, nullptr, nullptr, stream};
   const std::size_t rows = static_cast<std::size_t>(shape.n) * shape.n_heads;
   if (plan.splits > 1) {
