@@ -47,8 +47,19 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
   app.add_option("--model", o.model,
                  "Preset name (synthetic weights), llama2.c .bin file, or safetensors folder")
       ->capture_default_str();
-  app.add_option("--tokenizer", o.tokenizer, "llama2.c tokenizer.bin for --prompt and text output");
-  app.add_option("--prompt", o.prompt, "Prompt text (needs --tokenizer)");
+  // An empty value given on purpose (often an unset shell variable) would read as "not given".
+  const auto not_empty = [](const char* expected) {
+    return CLI::Validator(
+        [expected](std::string& v) {
+          return v.empty() ? fmt::format("the value is empty; expected {}", expected)
+                           : std::string();
+        },
+        "");
+  };
+  app.add_option("--tokenizer", o.tokenizer, "llama2.c tokenizer.bin for --prompt and text output")
+      ->check(not_empty("a tokenizer.bin path"));
+  app.add_option("--prompt", o.prompt, "Prompt text (needs --tokenizer)")
+      ->check(not_empty("some prompt text"));
   // An explicitly empty list (often an unset shell variable) must not fall back to the BOS-only
   // default: that would be a silent wrong answer.
   app.add_option("--prompt-ids", o.prompt_ids,

@@ -262,14 +262,14 @@ TEST(Cli, Chapter3PromptsFileLinesAreNamed) {
   expect_one_line_error(dir, "is not a regular file");
 }
 
-// CLI11 alone reads an empty value as 0 and wraps -1 for an unsigned option; kvheap refuses both.
+// CLI11 alone reads an empty value as 0 (or as not given) and wraps -1 for an unsigned option;
+// kvheap refuses both.
 TEST(Cli, EmptyAndNegativeNumbersExitTwo) {
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"--max-new-tokens", ""},
-      {"--top-p", " "},
-      {"--seed", "-1"},
-      {"--seed", "99999999999999999999"},
-      {"--kv-budget-mb", ""}};
+      {"--max-new-tokens", ""}, {"--top-p", " "},
+      {"--seed", "-1"},         {"--seed", "99999999999999999999"},
+      {"--kv-budget-mb", ""},   {"--prompt", ""},
+      {"--tokenizer", ""}};
   for (const auto& [flag, value] : cases) {
     const auto r = run_program(kCh01, {"--model", "tiny", flag, value, "--no-peak"});
     EXPECT_EQ(r.exit_code, 2) << flag << " '" << value << "'";
