@@ -1,11 +1,11 @@
-// Hugging Face safetensors loader: shard discovery, header validation, and fp32 conversion.
+// Hugging Face safetensors loader: shard discovery, tensor lookup and fp32 conversion.
 //
 // Checks come in three passes. When a file is opened, its header must describe a well-formed
 // safetensors file: every tensor's byte range inside the data region, and the ranges tiling it
-// exactly. When a tensor is looked up, its dtype and shape must match what config.json implies.
-// At the end, every tensor must have been looked up (apart from a short allow-list of tensors
-// real checkpoints carry and kvheap recomputes), so weights that disagree with config.json, such
-// as an extra layer, are an error rather than silently dropped.
+// exactly (common/safetensors_file.cpp). When a tensor is looked up, its dtype and shape must match
+// what config.json implies. At the end, every tensor must have been looked up (apart from a short
+// allow-list of tensors real checkpoints carry and kvheap recomputes), so weights that disagree
+// with config.json, such as an extra layer, are an error rather than silently dropped.
 #include "common/safetensors_loader.hpp"
 
 #include <fmt/format.h>
@@ -16,7 +16,6 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
-#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
@@ -26,12 +25,11 @@
 #include "common/file_checks.hpp"
 #include "common/half.hpp"
 #include "common/hf_config.hpp"
-#include "common/mapped_file.hpp"
+#include "common/safetensors_file.hpp"
 
 namespace kvheap {
 
-static_assert(std::endian::native == std::endian::little,
-              "safetensors loader assumes little-endian");
+static_assert(std::endian::native == std::endian::little, "safetensors tensors are little-endian");
 
 namespace {
 
@@ -41,122 +39,6 @@ using Shape = std::vector<std::uint64_t>;
 
 // An index lists one line per tensor: a few hundred kilobytes for the largest models.
 constexpr std::uint64_t kMaxIndexBytes = 100'000'000;
-// The header key safetensors reserves for free-form metadata; it is not a tensor.
-constexpr const char* kMetadataKey = "__metadata__";
-
-/// One mapped .safetensors file with its parsed header.
-struct Shard {
-  std::unique_ptr<MappedFile> file;
-  json header;                      // {name: {dtype, shape, data_offsets}, "__metadata__": ...}
-  const std::byte* data = nullptr;  // start of the data region; offsets are relative to it
-  std::uint64_t data_size = 0;
-  [[nodiscard]] const std::string& path() const { return file->path(); }
-};
-
-// Reads a JSON array of non-negative integers; nullopt when it is anything else.
-std::optional<Shape> uint_array(const json& j) {
-  if (!j.is_array()) return std::nullopt;
-  Shape out;
-  for (const json& v : j) {
-    if (!v.is_number_unsigned()) return std::nullopt;
-    out.push_back(v.get<std::uint64_t>());
-  }
-  return out;
-}
-
-/// The [begin, end) byte range of one tensor, relative to the start of its file's data region.
-struct Extent {
-  std::uint64_t begin = 0;
-  std::uint64_t end = 0;
-  std::string name;
-};
-
-/// Reads and bounds-checks the data_offsets of header entry `name`.
-Extent extent_of(const Shard& s, const std::string& name, const json& entry) {
-  const std::string where = fmt::format("tensor '{}' in '{}'", name, s.path());
-  if (!entry.is_object()) throw InputError(where + " has a header entry that is not an object");
-  const auto offsets = uint_array(entry.value("data_offsets", json()));
-  if (!offsets || offsets->size() != 2)
-    throw InputError(where + " has no \"data_offsets\" pair of non-negative integers");
-  Extent e{(*offsets)[0], (*offsets)[1], name};
-  if (e.begin > e.end || e.end > s.data_size)
-    throw InputError(fmt::format("{} has data_offsets [{}, {}] outside the {}-byte data region",
-                                 where, e.begin, e.end, s.data_size));
-  return e;
-}
-
-/// The safetensors format requires the tensors' byte ranges to cover the data region exactly.
-/// An overlap means two tensors read the same bytes, and a gap or a tail means bytes no tensor
-/// owns: either way the header does not describe the data, so the file is corrupt.
-void check_data_region(const Shard& s) {
-  std::vector<Extent> extents;
-  for (const auto& [name, entry] : s.header.items())
-    if (name != kMetadataKey) extents.push_back(extent_of(s, name, entry));
-  std::sort(extents.begin(), extents.end(), [](const Extent& a, const Extent& b) {
-    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
-  });
-  const Extent* prev = nullptr;
-  std::uint64_t covered = 0;  // end of the bytes the tensors so far own
-  for (const Extent& e : extents) {
-    if (e.begin < covered)
-      throw InputError(
-          fmt::format("safetensors file '{}': tensors '{}' (data_offsets [{}, {}]) and '{}' "
-                      "([{}, {}]) overlap; expected each byte of the data region to belong to "
-                      "one tensor",
-                      s.path(), prev->name, prev->begin, prev->end, e.name, e.begin, e.end));
-    if (e.begin > covered)
-      throw InputError(
-          fmt::format("safetensors file '{}': bytes [{}, {}) of the data region belong to no "
-                      "tensor (the next, '{}', starts at {}); expected the tensors' "
-                      "data_offsets to cover the data region without gaps",
-                      s.path(), covered, e.begin, e.name, e.begin));
-    covered = e.end;
-    prev = &e;
-  }
-  if (covered != s.data_size)
-    throw InputError(
-        fmt::format("safetensors file '{}' has {} bytes after the last tensor's data (the "
-                    "tensors cover {} of the {}-byte data region); expected the file to end "
-                    "there",
-                    s.path(), s.data_size - covered, covered, s.data_size));
-}
-
-Shard open_shard(const fs::path& path) {
-  Shard s;
-  s.file = std::make_unique<MappedFile>(path.string());
-  const std::uint64_t size = s.file->size();
-  if (size < 8)
-    throw InputError(
-        fmt::format("safetensors file '{}' truncated: {} bytes is too short for the "
-                    "8-byte header length",
-                    s.path(), size));
-  std::uint64_t n = 0;
-  std::memcpy(&n, s.file->data(), 8);
-  if (n > kMaxSafetensorsHeaderBytes)
-    throw InputError(
-        fmt::format("safetensors file '{}' declares a {}-byte JSON header, over the "
-                    "{}-byte limit; the file is corrupt or not safetensors",
-                    s.path(), n, kMaxSafetensorsHeaderBytes));
-  if (n > size - 8)
-    throw InputError(
-        fmt::format("safetensors file '{}' declares a {}-byte JSON header but only {} "
-                    "bytes follow the length field",
-                    s.path(), n, size - 8));
-  const auto* text = reinterpret_cast<const char*>(s.file->data() + 8);
-  try {
-    s.header = json::parse(text, text + n);
-  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e400
-    throw InputError(
-        fmt::format("header of safetensors file '{}' is not valid JSON: {}", s.path(), e.what()));
-  }
-  if (!s.header.is_object())
-    throw InputError(fmt::format("header of safetensors file '{}' must be a JSON object, got {}",
-                                 s.path(), s.header.type_name()));
-  s.data = s.file->data() + 8 + n;
-  s.data_size = size - 8 - n;
-  check_data_region(s);
-  return s;
-}
 
 /// Where each tensor lives: one file, or the shards named by an index's weight_map.
 class TensorSource {
@@ -168,7 +50,7 @@ class TensorSource {
     if (fs::exists(index, ec)) {
       read_index(index);
     } else if (fs::exists(single, ec)) {
-      shards_.push_back(open_shard(single));
+      shards_.push_back(open_safetensors(single.string()));
     } else {
       throw InputError(
           fmt::format("model folder '{}' has neither model.safetensors nor "
@@ -178,8 +60,8 @@ class TensorSource {
   }
 
   /// The shard and header entry of `name`, or {nullptr, nullptr} when absent.
-  std::pair<const Shard*, const json*> find(const std::string& name) const {
-    const Shard* shard = &shards_.front();
+  std::pair<const SafetensorsFile*, const json*> find(const std::string& name) const {
+    const SafetensorsFile* shard = &shards_.front();
     if (!index_path_.empty()) {
       const auto it = shard_of_.find(name);
       if (it == shard_of_.end()) return {nullptr, nullptr};
@@ -191,7 +73,7 @@ class TensorSource {
 
   /// Like find, but throws an error naming the tensor and where it was looked for, and records
   /// the tensor as used.
-  std::pair<const Shard*, const json*> require(const std::string& name) {
+  std::pair<const SafetensorsFile*, const json*> require(const std::string& name) {
     const auto [shard, entry] = find(name);
     if (entry != nullptr) {
       used_.emplace(shard, name);
@@ -211,9 +93,10 @@ class TensorSource {
   /// Names of the tensors in every file's header that require() never returned, sorted.
   [[nodiscard]] std::vector<std::string> unused() const {
     std::vector<std::string> names;
-    for (const Shard& shard : shards_)
+    for (const SafetensorsFile& shard : shards_)
       for (const auto& [name, entry] : shard.header.items())
-        if (name != kMetadataKey && used_.count({&shard, name}) == 0) names.push_back(name);
+        if (name != kSafetensorsMetadataKey && used_.count({&shard, name}) == 0)
+          names.push_back(name);
     std::sort(names.begin(), names.end());
     return names;
   }
@@ -243,16 +126,16 @@ class TensorSource {
                         "same folder, got {}",
                         index_path_, tensor, file.dump()));
       auto [it, inserted] = shard_ids.emplace(f, shards_.size());
-      if (inserted) shards_.push_back(open_shard(index.parent_path() / f));
+      if (inserted) shards_.push_back(open_safetensors((index.parent_path() / f).string()));
       shard_of_.emplace(tensor, it->second);
     }
     if (shards_.empty()) throw InputError(fmt::format("'{}' has an empty weight_map", index_path_));
   }
 
-  std::vector<Shard> shards_;
+  std::vector<SafetensorsFile> shards_;
   std::string index_path_;                       // empty for a single model.safetensors
   std::map<std::string, std::size_t> shard_of_;  // tensor name -> shard (indexed folders only)
-  std::set<std::pair<const Shard*, std::string>> used_;  // tensors require() has returned
+  std::set<std::pair<const SafetensorsFile*, std::string>> used_;  // tensors require() has returned
 };
 
 /// Validates one tensor's header entry against `shape` and widens it into a buffer owned by `w`.
@@ -261,7 +144,7 @@ const float* load_tensor(ModelWeights& w, TensorSource& src, const std::string& 
   const auto [shard, entry] = src.require(name);
   const std::string where = fmt::format("tensor '{}' in '{}'", name, shard->path());
   // Already checked against the data region when the file was opened.
-  const Extent range = extent_of(*shard, name, *entry);
+  const TensorExtent range = tensor_extent(*shard, name, *entry);
   const std::uint64_t begin = range.begin, end = range.end;
 
   const json dt = entry->value("dtype", json());
@@ -273,7 +156,7 @@ const float* load_tensor(ModelWeights& w, TensorSource& src, const std::string& 
     throw InputError(
         fmt::format("{} has dtype '{}'; kvheap loads F32, F16 and BF16", where, dtype));
 
-  const auto found = uint_array(entry->value("shape", json()));
+  const auto found = json_uint_array(entry->value("shape", json()));
   if (!found) throw InputError(where + " has no \"shape\" list of non-negative integers");
   if (*found != shape)
     throw InputError(fmt::format("{} has shape [{}], expected [{}]", where, fmt::join(*found, ", "),

@@ -2,22 +2,17 @@
 // file (model.safetensors) or sharded (model.safetensors.index.json naming the shard of each
 // tensor).
 //
-// safetensors layout: a little-endian uint64 N, N bytes of JSON mapping each tensor name to its
-// dtype, shape and [begin, end) byte range, then the data region the ranges index into. Every
-// tensor is widened to fp32 into buffers the returned ModelWeights owns, so the files are unmapped
-// again before the function returns.
+// Each file is opened and its header checked by common/safetensors_file.hpp. Every tensor is
+// widened to fp32 into buffers the returned ModelWeights owns, so the files are unmapped again
+// before the function returns.
 #pragma once
 
-#include <cstdint>
 #include <string>
 
+#include "common/safetensors_file.hpp"  // kMaxSafetensorsHeaderBytes
 #include "common/weights.hpp"
 
 namespace kvheap {
-
-/// \brief Upper bound on a safetensors JSON header. Real headers are kilobytes to a few
-/// megabytes; a larger length means a corrupt file or not a safetensors file at all.
-inline constexpr std::uint64_t kMaxSafetensorsHeaderBytes = 100'000'000;
 
 /// \brief Loads a Hugging Face model folder (config.json + F32/F16/BF16 safetensors) as fp32.
 ///

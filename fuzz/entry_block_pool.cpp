@@ -46,7 +46,8 @@ FuzzOutcome fuzz_block_pool(std::span<const std::uint8_t> input, std::string* wh
   const int num_blocks = 1 + input[0] % 64;
   const int block_size = 1 + input[1] % 17;
   ch03::BlockManager m(num_blocks, block_size, input[2]);
-  std::map<int, int> model;  // live sequence -> length
+  std::map<int, int> model;                   // live sequence -> length
+  std::map<std::int64_t, int> owner_of_slot;  // every held position's slot -> its sequence
   auto pick = [&](std::uint8_t arg) {
     auto it = model.begin();
     std::advance(it, arg % model.size());
@@ -75,7 +76,8 @@ FuzzOutcome fuzz_block_pool(std::span<const std::uint8_t> input, std::string* wh
       auto it = pick(arg);
       if (m.can_append(it->first)) {
         const std::int64_t slot = m.append_slot(it->first);
-        require(slot == m.slot_of(it->first, it->second), "append_slot and slot_of disagree");
+        require(owner_of_slot.emplace(slot, it->first).second,
+                "append_slot handed out a slot another position holds");
         ++it->second;
       } else {
         bool refused = false;
@@ -89,6 +91,7 @@ FuzzOutcome fuzz_block_pool(std::span<const std::uint8_t> input, std::string* wh
     } else if (op == 2 && !model.empty()) {
       auto it = pick(arg);
       m.free(it->first);
+      std::erase_if(owner_of_slot, [&](const auto& e) { return e.second == it->first; });
       model.erase(it);
     } else if (op == 3) {
       int dead = arg % 70;

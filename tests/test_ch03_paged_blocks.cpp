@@ -98,7 +98,8 @@ TEST(Ch03PagedBlocks, ShuffledPoolHandsOutNonContiguousBlocks) {
 TEST(Ch03PagedBlocks, AllocatorPropertyRandomOperations) {
   for (int bs : {1, 3, 16}) {
     BlockManager m(97, bs, 1234 + bs);
-    std::map<int, int> model;  // seq -> length
+    std::map<int, int> model;                   // seq -> length
+    std::map<std::int64_t, int> owner_of_slot;  // every held position's slot -> its sequence
     std::mt19937 rng(42 + bs);
     for (int op = 0; op < 5000; ++op) {
       const int kind = static_cast<int>(rng() % 10);
@@ -118,7 +119,10 @@ TEST(Ch03PagedBlocks, AllocatorPropertyRandomOperations) {
         std::advance(it, rng() % model.size());
         if (m.can_append(it->first)) {
           const std::int64_t slot = m.append_slot(it->first);
-          EXPECT_EQ(slot, m.slot_of(it->first, it->second));
+          // No two held positions may share a slot: that is a block handed out twice.
+          EXPECT_TRUE(owner_of_slot.emplace(slot, it->first).second)
+              << "slot " << slot << " already holds a position of sequence " << owner_of_slot[slot];
+          EXPECT_LT(slot, std::int64_t{97} * bs);
           ++it->second;
         } else {
           EXPECT_THROW((void)m.append_slot(it->first), ResourceError);
@@ -127,6 +131,7 @@ TEST(Ch03PagedBlocks, AllocatorPropertyRandomOperations) {
         auto it = model.begin();
         std::advance(it, rng() % model.size());
         m.free(it->first);
+        std::erase_if(owner_of_slot, [&](const auto& e) { return e.second == it->first; });
         model.erase(it);
       }
       ASSERT_NO_THROW(m.check_invariants()) << "after operation " << op;
@@ -213,6 +218,25 @@ TEST(Ch03PagedBlocks, BatchPositionsMustBeContiguousAndIncreasing) {
   EXPECT_EQ(second.slot_mapping[1], first.slot_mapping[4]);
   EXPECT_EQ(m.length(s), 6);
   m.check_invariants();
+}
+
+// Reference counts, which chapter 4's sharing builds on: a block goes back on the free list with
+// its last reference, not its first, and a free block can be neither shared nor freed again.
+TEST(Ch03PagedBlocks, SharedBlocksReturnToThePoolWithTheirLastReference) {
+  ch03::BlockPool pool(3, 4);
+  const int b = pool.allocate();
+  pool.retain(b);
+  EXPECT_EQ(pool.ref_count(b), 2);
+  pool.release(b);
+  EXPECT_EQ(pool.ref_count(b), 1);
+  EXPECT_EQ(pool.num_free(), 2);
+  pool.check_invariants();
+  pool.release(b);
+  EXPECT_EQ(pool.num_free(), 3);
+  pool.check_invariants();
+  EXPECT_THROW(pool.retain(b), InputError);
+  EXPECT_THROW(pool.release(b), InputError);
+  EXPECT_THROW(pool.retain(7), InputError);
 }
 
 TEST(Ch03PagedBlocks, TokenCountsAreCheckedAndCeiled) {

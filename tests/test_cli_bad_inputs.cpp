@@ -60,12 +60,18 @@ TEST(Cli, HeadsThatDoNotDivideExitOne) {
   expect_one_line_error(r, "dim (64) must be divisible by n_heads (6)");
 }
 
-TEST(Cli, SafetensorsShapeMismatchExitsOne) {
-  const test::TempDir tmp;
+/// A Hugging Face folder (config.json + model.safetensors) of the tiny preset, inside `tmp`.
+std::string write_tiny_hf_folder(const test::TempDir& tmp) {
   ModelConfig c = preset("tiny");
-  c.rope_style = RopeStyle::Halves;
+  c.rope_style = RopeStyle::Halves;  // the convention Hugging Face checkpoints use
   const std::string dir = tmp.file("tiny-hf");
   test::write_safetensors(test::random_weights(c, 4), dir);
+  return dir;
+}
+
+TEST(Cli, SafetensorsShapeMismatchExitsOne) {
+  const test::TempDir tmp;
+  const std::string dir = write_tiny_hf_folder(tmp);
   test::edit_safetensors_header(dir + "/model.safetensors", [](nlohmann::json& h) {
     h["model.layers.1.mlp.down_proj.weight"]["shape"] = {160, 64};
   });
@@ -157,10 +163,7 @@ TEST(Cli, TokenizerThatIsNotARegularFileExitsOne) {
 
 TEST(Cli, ModelFolderWhoseConfigIsADirectoryExitsOne) {
   const test::TempDir tmp;
-  ModelConfig c = preset("tiny");
-  c.rope_style = RopeStyle::Halves;
-  const std::string dir = tmp.file("tiny-hf");
-  test::write_safetensors(test::random_weights(c, 4), dir);
+  const std::string dir = write_tiny_hf_folder(tmp);
   std::filesystem::remove(dir + "/config.json");
   std::filesystem::create_directory(dir + "/config.json");
   const auto r = run_program(kCh01, {"--model", dir, "--no-peak"});
