@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "common/error.hpp"
+#include "common/file_checks.hpp"
 #include "common/llama2c_loader.hpp"
 #include "common/safetensors_loader.hpp"
 #include "common/synthetic_weights.hpp"
@@ -17,6 +18,10 @@ ModelWeights load_model(const std::string& spec, std::uint64_t seed) {
   std::error_code ec;
   if (fs::is_directory(spec, ec)) return load_safetensors(spec);
   if (fs::is_regular_file(spec, ec)) return load_llama2c(spec);
+  // Something exists there but is neither: say what, rather than "not an existing file".
+  if (fs::exists(spec, ec))
+    require_regular_file(spec, "--model",
+                         "a preset name, a llama2.c .bin file or a safetensors folder");
   throw InputError(fmt::format(
       "--model '{}' is neither a preset ({}) nor an existing llama2.c .bin file nor a safetensors "
       "folder",

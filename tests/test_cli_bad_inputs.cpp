@@ -161,6 +161,21 @@ TEST(Cli, TokenizerThatIsNotARegularFileExitsOne) {
   }
 }
 
+// The same for --model: a FIFO or a device is named as such, not as a missing file.
+TEST(Cli, ModelThatIsAFifoOrADeviceExitsOne) {
+  const test::TempDir tmp;
+  const std::string fifo = tmp.file("model.fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::vector<std::string> paths = {fifo};
+  if (std::filesystem::exists("/dev/null")) paths.emplace_back("/dev/null");
+  for (const std::string& path : paths) {
+    const auto r = run_program(kCh01, {"--model", path, "--no-peak"});
+    EXPECT_EQ(r.exit_code, 1) << path;
+    expect_one_line_error(r, "--model '" + path + "' is a");
+    expect_one_line_error(r, "not a regular file");
+  }
+}
+
 TEST(Cli, ModelFolderWhoseConfigIsADirectoryExitsOne) {
   const test::TempDir tmp;
   const std::string dir = write_tiny_hf_folder(tmp);
