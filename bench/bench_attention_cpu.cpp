@@ -143,16 +143,20 @@ class Case {
   std::vector<float> q_, out_;
 };
 
-// The compute ceiling: the same kernel and threads on a working set that stays in each core's
-// L2, one sequence per thread whose K and V fill half of it (512 KiB of a 1 MiB L2: 128 bf16
-// positions of Llama-3-8B's heads, 64 fp32 ones). What it streams is what the arithmetic allows,
-// whatever the memory does. The L3 would not do: on a shared host other tenants' cores evict it.
+// The compute ceiling: the same kernel and threads on a working set that stays in L2, one
+// sequence per thread, all of them together filling half of one core's L2 (with two threads and
+// a 1 MiB L2: 64 bf16 positions of Llama-3-8B's heads each, 32 fp32 ones). attend_batch hands
+// sequences to threads dynamically, so a thread may take another's sequence on the next call;
+// with the whole set in every core's L2 that costs nothing. What it streams is what the
+// arithmetic allows, whatever the memory does. The L3 would not do: on a shared host other
+// tenants' cores evict it.
 std::size_t g_l2_bytes = std::size_t{1} << 20;  // per core, set in main from the CPU's report
 
 template <class T>
 int in_cache_ctx() {
   const std::size_t per_position = 2 * kKvDim * sizeof(T);
-  return static_cast<int>(std::max<std::size_t>(16, g_l2_bytes / 2 / per_position));
+  const auto threads = static_cast<std::size_t>(omp_get_max_threads());
+  return static_cast<int>(std::max<std::size_t>(16, g_l2_bytes / 2 / threads / per_position));
 }
 
 template <class T>
@@ -213,8 +217,8 @@ int main(int argc, char** argv) {
   std::size_t llc = 0;
   for (const auto& c : benchmark::CPUInfo::Get().caches) {
     if (c.type != "Instruction") llc = std::max(llc, static_cast<std::size_t>(c.size));
-    if (c.level == 2 && c.type != "Instruction" && c.size > 0)
-      g_l2_bytes = static_cast<std::size_t>(c.size);
+    if (c.level == 2 && c.type != "Instruction" && c.size > 0)  // one core's share of it
+      g_l2_bytes = static_cast<std::size_t>(c.size) / std::max(1, c.num_sharing);
   }
   if (llc == 0) llc = last_level_cache_bytes();
   const std::size_t min_set = 4 * (llc > 0 ? llc : std::size_t{32} << 20);
@@ -277,8 +281,8 @@ int main(int argc, char** argv) {
       "fp32 multiply-add peak: {:.1f} GFLOP/s ({} threads): machine balance {:.2f} flop/byte\n",
       fma_gflops, fma.threads, fma_gflops / g_peak_gbps);
   fmt::print(
-      "In-cache: the same kernel and threads over one sequence per thread that fills half of a "
-      "core's {} KiB L2 ({} fp32 or {} bf16 positions), in a shorter round after each "
+      "In-cache: the same kernel and threads over one sequence per thread, together half of a "
+      "core's {} KiB L2 ({} fp32 or {} bf16 positions each), in a shorter round after each "
       "configuration's round: the rate its arithmetic allows at that moment. % of bound "
       "compares each round with min(probe, in-cache)\n",
       g_l2_bytes / 1024, in_cache_ctx<float>(), in_cache_ctx<cpu::BF16Bits>());

@@ -15,6 +15,11 @@ std::unordered_map<int, int> lengths_after(const Batch& batch,
   std::unordered_map<int, Cursor> cursor;
   for (int i = 0; i < batch.size(); ++i) {
     const BatchRow& r = batch.rows[i];
+    if (r.pos < 0)
+      throw InputError(
+          fmt::format("batch row {} writes position {} of sequence {}; expected a "
+                      "position of 0 or more",
+                      i, r.pos, r.slot));
     auto it = cursor.find(r.slot);
     if (it == cursor.end()) it = cursor.emplace(r.slot, Cursor{length_of(r.slot)}).first;
     Cursor& c = it->second;

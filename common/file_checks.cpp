@@ -35,8 +35,15 @@ std::string_view kind_of(mode_t mode) {
 
 RegularFile::RegularFile(std::string path, std::string_view what, std::string_view expected)
     : path_(std::move(path)), what_(what), expected_(expected) {
-  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer, forever if none
-  // comes. It changes nothing for regular files.
+  // What the path names is checked before it is opened: opening a device can act on it (a
+  // watchdog arms, a tape rewinds) and opening a FIFO releases a writer waiting for a reader.
+  struct stat before {};
+  if (::stat(path_.c_str(), &before) == 0 && !S_ISREG(before.st_mode))
+    throw InputError(fmt::format("{} '{}' is {}, not a regular file{}", what_, path_,
+                                 kind_of(before.st_mode), expectation(expected_)));
+  // O_NONBLOCK: should the path have become a FIFO since, opening it would otherwise wait for a
+  // writer, forever if none comes. It changes nothing for regular files. The descriptor's own
+  // fstat below is what counts.
   fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd_ < 0) {
     throw InputError(fmt::format("cannot open {} '{}': {}{}", what_, path_, std::strerror(errno),

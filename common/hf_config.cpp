@@ -144,9 +144,11 @@ std::vector<int> parse_stop_ids(const json& j, const std::string& where) {
 // Sliding-window attention (Mistral v0.1) lets each query see only the last `sliding_window`
 // keys. kvheap attends to the whole context, which is the same thing only while the window covers
 // every position the model accepts; a smaller window would silently change the outputs.
-void check_sliding_window(const json& j, const std::string& where, int max_positions) {
-  // Qwen2 configs carry a window that applies only with "use_sliding_window": true.
-  if (!get_bool(j, "use_sliding_window", where, true)) return;
+void check_sliding_window(const json& j, const std::string& where, int max_positions,
+                          bool window_on_by_default) {
+  // Qwen2 configs carry a window that applies only with "use_sliding_window": true, which is off
+  // when absent; Mistral's applies whenever it is set.
+  if (!get_bool(j, "use_sliding_window", where, window_on_by_default)) return;
   const json* v = find_value(j, "sliding_window");
   if (v == nullptr) return;
   if (!v->is_number_integer())
@@ -217,7 +219,8 @@ ModelConfig parse_hf_config(const json& j, const std::string& name, const std::s
   } catch (const InputError& e) {
     throw InputError(fmt::format("'{}': {}", where, e.what()));
   }
-  check_sliding_window(j, where, c.max_seq_len);  // after validate(): max_seq_len is positive
+  check_sliding_window(j, where, c.max_seq_len,
+                       model_type != "qwen2");  // after validate(): max_seq_len is positive
   return c;
 }
 

@@ -261,13 +261,16 @@ TEST(Ch03PagedBlocks, AGenerationStoresPromptPlusNewMinusOnePositions) {
   EXPECT_EQ(positions_stored(8, 0), 0);
 }
 
-TEST(Ch03PagedBlocks, LognormalLengthsStayInRangeForAnyTail) {
-  for (int len : ch03::lognormal_lengths(1000, 1e9, 20.0, 4096, 1)) {
-    EXPECT_GE(len, 1);
-    EXPECT_LE(len, 4096);
-  }
+// Draws beyond what an int holds clip to the longest request; converted to int first, they
+// wrapped and then clipped to 1.
+TEST(Ch03PagedBlocks, LognormalLengthsClipHugeDrawsToTheLongest) {
+  for (int len : ch03::lognormal_lengths(100, 1e15, 0.01, 4096, 1)) EXPECT_EQ(len, 4096);
   EXPECT_THROW((void)ch03::lognormal_lengths(10, 400, 1.0, 0, 1), UsageError);
   EXPECT_THROW((void)ch03::lognormal_lengths(10, -1, 1.0, 100, 1), UsageError);
+  EXPECT_THROW((void)ch03::lognormal_lengths(10, 400, 0.0, 100, 1), UsageError);
+  EXPECT_THROW(
+      (void)ch03::lognormal_lengths(10, std::numeric_limits<double>::infinity(), 1.0, 100, 1),
+      UsageError);
 }
 
 TEST(Ch03PagedBlocks, BudgetTooSmallForOneSequenceIsRejected) {

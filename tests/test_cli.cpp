@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/report.hpp"
+#include "tests/support/checkpoint_writers.hpp"
 #include "tests/support/run_program.hpp"
 #include "tests/support/test_support.hpp"
 
@@ -164,15 +165,15 @@ TEST(Cli, Chapter2RejectsHalfWeightsOnTheCpuBackend) {
 // prompt alone, and the pool is reported.
 TEST(Cli, Chapter3GeneratesPerSequenceIdsEqualToChapter1) {
   const std::vector<std::string> prompts = {"1,5,9", "1", "1,70,71,72,73,74"};
-  const auto file = std::filesystem::temp_directory_path() / "kvheap_cli_prompts.txt";
+  const test::TempDir tmp;
+  const std::string file = tmp.file("prompts.txt");
   {
     std::ofstream f(file);
     for (const auto& p : prompts) f << p << "\n";
   }
-  const auto r = run_program(
-      "ch03_paged_blocks", {"--model", "tiny", "--prompts", file.string(), "--max-new-tokens", "15",
-                            "--temperature", "0", "--block-size", "3", "--json", "--no-peak"});
-  std::filesystem::remove(file);
+  const auto r = run_program("ch03_paged_blocks",
+                             {"--model", "tiny", "--prompts", file, "--max-new-tokens", "15",
+                              "--temperature", "0", "--block-size", "3", "--json", "--no-peak"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   ASSERT_EQ(j["generated_ids"].size(), prompts.size());
@@ -222,11 +223,12 @@ TEST(Cli, Chapter3AdmitsAGenerationThatEndsAtTheContext) {
 // Flags that would be silently ignored together are refused, and counts too large to serve are
 // usage errors, not out-of-memory failures.
 TEST(Cli, Chapter3RefusesFlagsThatContradictEachOther) {
-  const auto file = std::filesystem::temp_directory_path() / "kvheap_cli_prompts_excl.txt";
+  const test::TempDir tmp;
+  const std::string file = tmp.file("prompts.txt");
   { std::ofstream(file) << "1,5\n"; }
   const std::vector<std::vector<std::string>> cases = {
-      {"--prompts", file.string(), "--num-seqs", "7"},
-      {"--prompts", file.string(), "--prompt-ids", "5"},
+      {"--prompts", file, "--num-seqs", "7"},
+      {"--prompts", file, "--prompt-ids", "5"},
       {"--pool-map-every", "1"},
       {"--num-seqs", "2147483647"},
   };
@@ -237,29 +239,27 @@ TEST(Cli, Chapter3RefusesFlagsThatContradictEachOther) {
     EXPECT_EQ(r.exit_code, 2) << extra[0] << " " << extra[1];
     expect_one_line_error(r, extra[0] == "--pool-map-every" ? "--pool-map" : extra[0]);
   }
-  std::filesystem::remove(file);
 }
 
 // A prompts file written on Windows reads the same, and a bad line is named by its number.
 TEST(Cli, Chapter3PromptsFileLinesAreNamed) {
-  const auto file = std::filesystem::temp_directory_path() / "kvheap_cli_prompts_crlf.txt";
+  const test::TempDir tmp;
+  const std::string file = tmp.file("prompts.txt");
   { std::ofstream(file, std::ios::binary) << "1,5\r\n1,9\r\n"; }
-  const auto ok =
-      run_program("ch03_paged_blocks", {"--model", "tiny", "--prompts", file.string(),
-                                        "--max-new-tokens", "2", "--json", "--no-peak"});
+  const auto ok = run_program(
+      "ch03_paged_blocks",
+      {"--model", "tiny", "--prompts", file, "--max-new-tokens", "2", "--json", "--no-peak"});
   ASSERT_EQ(ok.exit_code, 0) << ok.err;
   EXPECT_EQ(nlohmann::json::parse(ok.out)["sequences"][1]["prompt_ids"], nlohmann::json({1, 9}));
   { std::ofstream(file) << "1,5\n1,x\n"; }
-  const auto bad = run_program("ch03_paged_blocks",
-                               {"--model", "tiny", "--prompts", file.string(), "--no-peak"});
+  const auto bad =
+      run_program("ch03_paged_blocks", {"--model", "tiny", "--prompts", file, "--no-peak"});
   EXPECT_EQ(bad.exit_code, 1);
   expect_one_line_error(bad, "line 2");
-  std::filesystem::remove(file);
   const auto dir = run_program("ch03_paged_blocks",
-                               {"--model", "tiny", "--prompts",
-                                std::filesystem::temp_directory_path().string(), "--no-peak"});
+                               {"--model", "tiny", "--prompts", tmp.path().string(), "--no-peak"});
   EXPECT_EQ(dir.exit_code, 1);
-  expect_one_line_error(dir, "is not a regular file");
+  expect_one_line_error(dir, "is a directory, not a regular file");
 }
 
 // CLI11 alone reads an empty value as 0 (or as not given) and wraps -1 for an unsigned option;

@@ -46,15 +46,15 @@ int main(int argc, char** argv) {
                       "chapter 2); expected --device cpu",
                       o.device));
     const DType kv = parse_dtype(o.kv_dtype);
-    // A budget the host cannot back (inf included) is a promise the cache would break mid-run;
-    // refuse it before the model is loaded.
+    const std::size_t budget = kv_budget_bytes(o);
+    // A budget the host cannot back is a promise the cache would break mid-run; refuse it before
+    // the model is loaded.
     const double host_mb = host_memory_bytes() / 1e6;
     if (o.kv_budget_mb > host_mb)
       throw ResourceError(
           fmt::format("--kv-budget-mb {} asks for more than this host's "
                       "physical memory ({:.0f} MB)",
                       o.kv_budget_mb, host_mb));
-    const std::size_t budget = kv_budget_bytes(o);
     const int threads = apply_threads(o);
     const ModelWeights weights = load_model(o.model, o.model_seed);
     const ModelConfig& c = weights.config;

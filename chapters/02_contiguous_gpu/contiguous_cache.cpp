@@ -94,29 +94,33 @@ int ContiguousGpuCache::length(int slot) const {
 }
 
 void ContiguousGpuCache::prepare(const Batch& batch) {
-  rows_ = batch.size();
-  max_ctx_ = 0;
-  std::vector<std::int64_t> dst(rows_), base(rows_);
-  std::vector<int> ctx(rows_);
-  // Checked first: a row past a slot's next position would attend to a gap holding zeros or an
-  // earlier occupant's keys, and two rows writing one position would race in kv_write.
+  // Checked first, and the members change only once the batch is known good, so a caller that
+  // catches the error still holds the previous batch's consistent state: a row past a slot's next
+  // position would attend to a gap holding zeros or an earlier occupant's keys, and two rows
+  // writing one position would race in kv_write.
   const auto lengths = lengths_after(batch, [this](int slot) { return length(slot); });
-  for (int i = 0; i < rows_; ++i) {
+  const int rows = batch.size();
+  int max_ctx = 0;
+  std::vector<std::int64_t> dst(rows), base(rows);
+  std::vector<int> ctx(rows);
+  for (int i = 0; i < rows; ++i) {
     const BatchRow& r = batch.rows[i];
     base[i] = static_cast<std::int64_t>(r.slot) * config_.max_seq_len;
     dst[i] = base[i] + r.pos;
     ctx[i] = r.pos + 1;
-    max_ctx_ = std::max(max_ctx_, ctx[i]);
+    max_ctx = std::max(max_ctx, ctx[i]);
   }
-  for (const auto& [slot, len] : lengths) length_[slot] = len;
-  if (dev_->n_ctx.size() < static_cast<std::size_t>(rows_)) {
-    dev_->dst_rows = DeviceBuffer<std::int64_t>(rows_);
-    dev_->base_row = DeviceBuffer<std::int64_t>(rows_);
-    dev_->n_ctx = DeviceBuffer<int>(rows_);
+  if (dev_->n_ctx.size() < static_cast<std::size_t>(rows)) {
+    dev_->dst_rows = DeviceBuffer<std::int64_t>(rows);
+    dev_->base_row = DeviceBuffer<std::int64_t>(rows);
+    dev_->n_ctx = DeviceBuffer<int>(rows);
   }
   dev_->dst_rows.upload(dst);
   dev_->base_row.upload(base);
   dev_->n_ctx.upload(ctx);
+  rows_ = rows;
+  max_ctx_ = max_ctx;
+  for (const auto& [slot, len] : lengths) length_[slot] = len;
 }
 
 namespace {

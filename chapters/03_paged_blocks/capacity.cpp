@@ -14,10 +14,12 @@ namespace kvheap::ch03 {
 
 std::vector<int> lognormal_lengths(int count, double mean, double sigma, int max_len,
                                    std::uint64_t seed) {
-  if (count < 0 || !(mean > 0.0) || !(sigma >= 0.0) || max_len < 1)
+  // std::lognormal_distribution needs sigma > 0, and infinities would reach lround as NaN.
+  if (count < 0 || !(mean > 0.0 && std::isfinite(mean)) || !(sigma > 0.0 && std::isfinite(sigma)) ||
+      max_len < 1)
     throw UsageError(fmt::format(
-        "lognormal lengths need count >= 0, mean > 0, sigma >= 0 and max_len >= 1; got count {}, "
-        "mean {}, sigma {}, max_len {}",
+        "lognormal lengths need count >= 0, a finite mean > 0, a finite sigma > 0 and max_len >= "
+        "1; got count {}, mean {}, sigma {}, max_len {}",
         count, mean, sigma, max_len));
   // E[lognormal(mu, sigma)] = exp(mu + sigma^2 / 2): pick mu so the mean is `mean`.
   const double mu = std::log(mean) - sigma * sigma / 2.0;

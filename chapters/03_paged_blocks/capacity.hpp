@@ -10,8 +10,8 @@ namespace kvheap::ch03 {
 
 /// \brief Request lengths (prompt + generation, in tokens) drawn from a lognormal distribution
 /// with the given mean and sigma of the underlying normal, clipped to [1, max_len];
-/// deterministic for a seed. Throws UsageError for a negative count, a mean that is not positive,
-/// a negative sigma or max_len < 1.
+/// deterministic for a seed. Throws UsageError for a negative count, a mean or sigma that is not
+/// finite and positive, or max_len < 1.
 std::vector<int> lognormal_lengths(int count, double mean, double sigma, int max_len,
                                    std::uint64_t seed);
 

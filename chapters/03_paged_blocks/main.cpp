@@ -8,8 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
-#include <filesystem>
-#include <fstream>
+#include <cstdint>
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -22,6 +21,7 @@
 #include "common/bandwidth.hpp"
 #include "common/cli.hpp"
 #include "common/error.hpp"
+#include "common/file_checks.hpp"
 #include "common/forward_cpu.hpp"
 #include "common/generate.hpp"
 #include "common/model_loader.hpp"
@@ -64,6 +64,8 @@ struct Request {
 /// Sequences one run serves at most: far more than the pool map or the report can show, and few
 /// enough that a mistyped count is an error rather than an out-of-memory failure.
 constexpr int kMaxSeqs = 1 << 16;
+/// A prompts file larger than this is not a prompt list (65536 prompts of 1 KiB each).
+constexpr std::uint64_t kMaxPromptsBytes = std::uint64_t{64} << 20;
 
 /// Prompts: one per line of --prompts (token ids, or text with --tokenizer), else --num-seqs
 /// copies of --prompt / --prompt-ids.
@@ -77,15 +79,10 @@ std::vector<std::vector<int>> load_prompts(const CommonOptions& o, const Options
     out.assign(p.num_seqs, resolve_prompt(o, c, tok));
     return out;
   }
-  // Opening a FIFO would wait for a writer forever, and a directory reads as empty.
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(p.prompts_file, ec))
-    throw InputError(
-        fmt::format("--prompts: '{}' is not a regular file; expected a text file with one "
-                    "prompt per line",
-                    p.prompts_file));
-  std::ifstream f(p.prompts_file);
-  if (!f) throw InputError(fmt::format("--prompts: cannot open '{}'", p.prompts_file));
+  // Read through the project's file checks: a FIFO, a directory or a device is named as such,
+  // and a file far larger than any prompt list is refused before it is read.
+  std::istringstream f(read_regular_file(p.prompts_file, "--prompts file",
+                                         "a text file with one prompt per line", kMaxPromptsBytes));
   std::string line;
   for (int number = 1; std::getline(f, line); ++number) {
     if (!line.empty() && line.back() == '\r') line.pop_back();  // a file written on Windows
