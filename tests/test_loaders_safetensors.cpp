@@ -460,6 +460,14 @@ TEST(SafetensorsLoader, SlidingWindowSmallerThanTheContextIsRejected) {
   EXPECT_NO_THROW((void)load_safetensors(f.dir));
   test::edit_json_file(config, [](json& j) { j["use_sliding_window"] = true; });
   EXPECT_THAT(f.error(), HasSubstr("\"sliding_window\" = 4"));
+  // For Qwen2 an absent "use_sliding_window" means false, as in its reference implementation;
+  // for Mistral the window applies whenever it is set (above).
+  test::edit_json_file(config, [](json& j) {
+    j["model_type"] = "qwen2";
+    j["attention_bias"] = false;  // this folder's tensors have no biases
+    j.erase("use_sliding_window");
+  });
+  EXPECT_NO_THROW((void)load_safetensors(f.dir));
 }
 
 // config.json holds doubles; kvheap's config holds floats. A value beyond float's range once ran
