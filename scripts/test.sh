@@ -21,6 +21,14 @@ cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 jobs=$(nproc)
 step() { printf '\n== %s ==\n' "$*"; }
+# build_and_test PRESET [docs]: configure, build and run every test of a preset (and its docs).
+build_and_test() {
+  cmake --preset "$1"
+  cmake --build --preset "$1" -j "$jobs"
+  ctest --preset "$1" -j "$jobs"
+  if [ "${2:-}" = docs ]; then cmake --build --preset "$1" --target docs; fi
+  echo "[$SECONDS s]"
+}
 SECONDS=0
 
 # The simulator builds compile the CUDA sources as C++, but against the CUDA toolkit's headers
@@ -46,17 +54,10 @@ fi
 
 if [ "$toolkit" = yes ]; then
   step "1. simulator build: all tests, CUDA kernels on the CPU simulator"
-  cmake --preset sim
-  cmake --build --preset sim -j "$jobs"
-  ctest --preset sim -j "$jobs"
-  cmake --build --preset sim --target docs
-  echo "[$SECONDS s]"
+  build_and_test sim docs
 
   step "2. sanitizer build (AddressSanitizer + UBSan, leak detection on)"
-  cmake --preset asan
-  cmake --build --preset asan -j "$jobs"
-  ctest --preset asan -j "$jobs"
-  echo "[$SECONDS s]"
+  build_and_test asan
 
   step "3. real CUDA build: compile and link with nvcc"
   cmake --preset cuda -DKVHEAP_BUILD_TESTS=ON -DKVHEAP_BUILD_DOCS=OFF
@@ -72,11 +73,7 @@ if [ "$toolkit" = yes ]; then
   echo "[$SECONDS s]"
 else
   step "1-4. CPU-only build: every test that needs no CUDA code, and the docs"
-  cmake --preset cpu
-  cmake --build --preset cpu -j "$jobs"
-  ctest --preset cpu -j "$jobs"
-  cmake --build --preset cpu --target docs
-  echo "[$SECONDS s]"
+  build_and_test cpu docs
 fi
 
 step "5. fuzz targets, ${KVHEAP_FUZZ_SECONDS:-60} s each"
