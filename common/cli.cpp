@@ -8,6 +8,8 @@
 #include <iostream>
 #include <limits>
 #include <string>
+#include <string_view>
+#include <utility>
 
 #include "common/error.hpp"
 #include "common/token_ids.hpp"
@@ -21,14 +23,30 @@ namespace {
 // OS cannot satisfy into a message, not to tune anyone's runs.
 constexpr int kMaxThreadsPerCore = 16;
 
+// An empty value given on purpose (often an unset shell variable) would otherwise read as "not
+// given", or as 0 for a number: a silent wrong answer. Returns the message for `text` when it is
+// empty (or, with `blank`, only spaces and tabs), else "".
+std::string empty_value(const std::string& text, bool blank, std::string_view what,
+                        std::string_view expected) {
+  const bool empty = blank ? text.find_first_not_of(" \t") == std::string::npos : text.empty();
+  return empty ? fmt::format("the {} is empty; expected {}", what, expected) : std::string();
+}
+
+/// A validator that refuses an empty value (see empty_value); `name` is shown in --help.
+CLI::Validator not_empty(bool blank, std::string what, std::string expected,
+                         std::string name = "") {
+  return CLI::Validator([=](std::string& text) { return empty_value(text, blank, what, expected); },
+                        std::move(name));
+}
+
 // CLI11 reads an empty value as 0 and wraps "-1" to 2^64 - 1 (or saturates an overflowing value
 // there) for unsigned options: silent wrong answers. So every number is checked as text first.
 CLI::Validator number_text(bool is_unsigned) {
   return CLI::Validator(
       [is_unsigned](std::string& text) -> std::string {
+        std::string error = empty_value(text, true, "value", "a number");
+        if (!error.empty() || !is_unsigned) return error;
         const std::size_t first = text.find_first_not_of(" \t");
-        if (first == std::string::npos) return "the value is empty; expected a number";
-        if (!is_unsigned) return "";
         if (text[first] == '-') return fmt::format("expected a number >= 0, got {}", text);
         unsigned long long value = 0;
         const auto [end, ec] =
@@ -47,32 +65,15 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
   app.add_option("--model", o.model,
                  "Preset name (synthetic weights), llama2.c .bin file, or safetensors folder")
       ->capture_default_str();
-  // An empty value given on purpose (often an unset shell variable) would read as "not given".
-  const auto not_empty = [](const char* expected) {
-    return CLI::Validator(
-        [expected](std::string& v) {
-          return v.empty() ? fmt::format("the value is empty; expected {}", expected)
-                           : std::string();
-        },
-        "");
-  };
+  // Empty values are refused (see empty_value); for --prompt-ids the BOS-only default would
+  // otherwise stand in for an explicitly empty list.
   app.add_option("--tokenizer", o.tokenizer, "llama2.c tokenizer.bin for --prompt and text output")
-      ->check(not_empty("a tokenizer.bin path"));
+      ->check(not_empty(false, "value", "a tokenizer.bin path"));
   app.add_option("--prompt", o.prompt, "Prompt text (needs --tokenizer)")
-      ->check(not_empty("some prompt text"));
-  // An explicitly empty list (often an unset shell variable) must not fall back to the BOS-only
-  // default: that would be a silent wrong answer.
+      ->check(not_empty(false, "value", "some prompt text"));
   app.add_option("--prompt-ids", o.prompt_ids,
                  "Prompt as comma-separated token ids, e.g. 1,403,407")
-      ->check(CLI::Validator(
-          [](std::string& ids) {
-            return ids.find_first_not_of(" \t") == std::string::npos
-                       ? std::string(
-                             "the list is empty; expected comma-separated token ids "
-                             "like 1,2,3")
-                       : std::string();
-          },
-          "IDS"));
+      ->check(not_empty(true, "list", "comma-separated token ids like 1,2,3", "IDS"));
   app.add_option("--max-new-tokens", o.max_new_tokens, "Tokens to generate at most")
       ->capture_default_str();
   app.add_option("--temperature", o.temperature, "Sampling temperature; 0 = greedy")

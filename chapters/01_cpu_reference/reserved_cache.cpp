@@ -73,8 +73,12 @@ int ReservedCache::length(int slot) const { return slot_at(slot).length; }
 
 void ReservedCache::write(int layer, const Batch& batch, const float* k, const float* v) {
   const long kv_dim = config_.kv_dim();
-  // Checked before anything is written: a row past a slot's next position would attend to a gap.
-  const auto lengths = lengths_after(batch, [this](int slot) { return length(slot); });
+  // The lengths grow once per batch, at layer 0 (later layers write the same positions), after
+  // the rows are checked and before anything is written: a row past a slot's next position would
+  // attend to a gap.
+  if (layer == 0)
+    for (const auto& [slot, len] : lengths_after(batch, [this](int s) { return length(s); }))
+      slot_at(slot).length = len;
   cpu::with_kv_type(kv_, [&](auto tag) {
     using T = decltype(tag);
     for (int i = 0; i < batch.size(); ++i) {
@@ -88,7 +92,6 @@ void ReservedCache::write(int layer, const Batch& batch, const float* k, const f
         cpu::from_float(k[i * kv_dim + e], kd[e]);
         cpu::from_float(v[i * kv_dim + e], vd[e]);
       }
-      r.length = lengths.at(row.slot);
     }
   });
 }
