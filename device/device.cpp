@@ -28,6 +28,10 @@ void throw_cuda_error(cudaError_t error, const char* expr, const char* file, int
 #if defined(KVHEAP_SIM)
   if (const std::string& why = sim::last_error_detail(); !why.empty()) message += ": " + why;
 #endif
+  // The runtime keeps a failed call's error until it is read: left there, a caller that catches
+  // this exception and goes on would see it again at the next launch's check, blamed on that
+  // kernel. (Sticky errors, a kernel fault, stay whatever is read.)
+  (void)cudaGetLastError();
   throw ResourceError(message);
 }
 

@@ -108,8 +108,14 @@ void launch_impl(KernelParams<P...>, dim3 grid, dim3 block, std::size_t smem_byt
   };
   spec.args = &params;
   spec.pointer_args = std::span<const sim::PointerArg>(pointers.data(), n_pointers);
-  if (const cudaError_t e = sim::launch_kernel(spec); e != cudaSuccess) {
-    throw LaunchError(launch_failure(name, e, sim::last_error_detail()));
+  const cudaError_t launched = sim::launch_kernel(spec);
+  // Read as nvcc's path below reads it: this launch's error, else one an earlier call left unread.
+  const cudaError_t last = cudaGetLastError();
+  if (launched != cudaSuccess) {
+    throw LaunchError(launch_failure(name, launched, sim::last_error_detail()));
+  }
+  if (last != cudaSuccess) {
+    throw LaunchError(launch_failure(name, last, "an earlier runtime call's error, left unread"));
   }
 #else
   Kernel<<<grid, block, smem_bytes, stream>>>(pass<P>(std::forward<Args>(args))...);

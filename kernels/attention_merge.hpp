@@ -39,7 +39,7 @@ KVHEAP_HD MergeScales merge_softmax(SoftmaxState x, SoftmaxState y) {
   s.a = x.max == -INFINITY ? 0.0f : expf(x.max - m);
   s.b = y.max == -INFINITY ? 0.0f : expf(y.max - m);
   s.out.max = m;
-  s.out.sum = x.sum * s.a + y.sum * s.b;
+  s.out.sum = fma_rn(y.sum, s.b, x.sum * s.a);  // one rounding order on every target
   return s;
 }
 
@@ -49,7 +49,7 @@ KVHEAP_HD MergeScales merge_softmax(SoftmaxState x, SoftmaxState y) {
 KVHEAP_HD void merge_partial(SoftmaxState& x, float* acc_x, SoftmaxState y, const float* acc_y,
                              int head_dim) {
   const MergeScales s = merge_softmax(x, y);
-  for (int d = 0; d < head_dim; ++d) acc_x[d] = acc_x[d] * s.a + acc_y[d] * s.b;
+  for (int d = 0; d < head_dim; ++d) acc_x[d] = fma_rn(acc_y[d], s.b, acc_x[d] * s.a);
   x = s.out;
 }
 

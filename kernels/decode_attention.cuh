@@ -18,6 +18,9 @@
 //     expf rather than __expf: the fast intrinsic's error grows with |x| and would use up the
 //     1e-5 budget against the CPU twin; expf is within 2 ulp and costs little here, where the
 //     loop waits on memory.
+//     Every multiply-add is an explicit fma_rn and every product that feeds an add outside one
+//     a mul_rn (host_device.hpp): two instantiations (contiguous, paged) then round alike
+//     whatever nvcc unrolls or peels in each, which the chapters' bitwise claims rest on.
 //     Loop bounds are warp-uniform so every lane reaches every shuffle; lanes whose position is
 //     past the end just do not update.
 //   * K and V of the next position are loaded before the current one is used (two positions in
@@ -186,7 +189,7 @@ __global__ void decode_attention_kernel(const float* q, const T* k_cache, const 
       widen16<T>(kr[v], kf);  // idle lanes hold zeros, so they add nothing
       KVHEAP_UNROLL
       for (int h = 0; h < G; ++h) KVHEAP_UNROLL
-      for (int e = 0; e < E; ++e) dot[h] += qv[h][v][e] * kf[e];
+      for (int e = 0; e < E; ++e) dot[h] = fma_rn(qv[h][v][e], kf[e], dot[h]);
     }
     for (int off = lp / 2; off > 0; off /= 2) KVHEAP_UNROLL
     for (int h = 0; h < G; ++h) dot[h] += __shfl_xor_sync(kFullMask, dot[h], off);
@@ -198,16 +201,16 @@ __global__ void decode_attention_kernel(const float* q, const T* k_cache, const 
       KVHEAP_UNROLL
       for (int h = 0; h < G; ++h) {
         // One exp per head: whichever of (old max, new score) is smaller gets exp(-|diff|).
-        const float s = dot[h] * d.scale;
+        const float s = mul_rn(dot[h], d.scale);
         const float e = expf(-fabsf(s - m[h]));
         const bool grows = s > m[h];
         const float alpha = grows ? e : 1.0f;  // rescales what was accumulated so far
         const float p = grows ? 1.0f : e;      // weight of this position
         m[h] = grows ? s : m[h];
-        l[h] = l[h] * alpha + p;
+        l[h] = fma_rn(l[h], alpha, p);
         KVHEAP_UNROLL
         for (int v = 0; v < VPL; ++v) KVHEAP_UNROLL
-        for (int e2 = 0; e2 < E; ++e2) acc[h][v][e2] = acc[h][v][e2] * alpha + p * vf[v][e2];
+        for (int e2 = 0; e2 < E; ++e2) acc[h][v][e2] = fma_rn(p, vf[v][e2], acc[h][v][e2] * alpha);
       }
     }
     KVHEAP_UNROLL
@@ -222,7 +225,7 @@ __global__ void decode_attention_kernel(const float* q, const T* k_cache, const 
     const MergeScales sc = merge_softmax(SoftmaxState{m[h], l[h]}, other);
     KVHEAP_UNROLL
     for (int v = 0; v < VPL; ++v) KVHEAP_UNROLL
-    for (int e = 0; e < E; ++e) acc[h][v][e] = acc[h][v][e] * sc.a + partner_acc(v, e) * sc.b;
+    for (int e = 0; e < E; ++e) acc[h][v][e] = fma_rn(partner_acc(v, e), sc.b, acc[h][v][e] * sc.a);
     m[h] = sc.out.max;
     l[h] = sc.out.sum;
   };

@@ -9,8 +9,10 @@
 // the K and V loads it feeds.
 //
 // Bitwise equality with the contiguous cache follows: the same plan (it depends only on the
-// shape), the same per-lane positions, the same reduction trees and merges; only the addresses
-// the 16-byte K and V vectors come from differ.
+// shape), the same per-lane positions, the same reduction trees and merges, and every rounding
+// spelled out (mul_rn, fma_rn), so the compiler's different unrolling of the two instantiations
+// cannot fuse a multiply and an add in one and not the other; only the addresses the 16-byte K
+// and V vectors come from differ.
 #include "device/cuda_compat.hpp"
 
 #include <string>

@@ -117,7 +117,7 @@ __global__ void static_smem_kernel(int* errors) {
 }
 
 __global__ void dynamic_smem_kernel(int* errors) {
-  __shared__ unsigned fixed[32];
+  __shared__ unsigned fixed[kvheap::test::kDynamicSmemKernelStaticBytes / sizeof(unsigned)];
   unsigned* dyn = kvheap::dynamic_smem<unsigned>();
   const unsigned words = kvheap::dynamic_smem_bytes() / sizeof(unsigned);
   const unsigned t = thread_in_block();

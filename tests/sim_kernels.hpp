@@ -41,8 +41,13 @@ void atomics(int* count, unsigned long long* id_sum, float* float_sum, int* max_
 /// not their own.
 void static_smem(int* errors, dim3 grid, dim3 block);
 
+/// \brief Bytes of the static array dynamic_smem's kernel declares. On a GPU they count against
+/// the same 48 KiB as the dynamic bytes (without the opt-in attribute); the simulator, which
+/// cannot see a kernel's static shared memory before it runs, checks the dynamic bytes alone.
+inline constexpr unsigned kDynamicSmemKernelStaticBytes = 32 * sizeof(unsigned);
+
 /// \brief Like static_smem with the launch's dynamic shared memory (`smem_bytes`) plus a static
-/// array, also counting in *errors any overlap between the two.
+/// array of kDynamicSmemKernelStaticBytes, also counting in *errors any overlap between the two.
 void dynamic_smem(int* errors, dim3 grid, dim3 block, unsigned smem_bytes);
 
 /// \brief x[i] = value for i < n; a grid-stride loop.

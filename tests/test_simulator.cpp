@@ -109,6 +109,16 @@ TEST(DeviceLayer, CudaCheckNamesTheCallAndPlace) {
   }
 }
 
+TEST(DeviceLayer, ACaughtFailureDoesNotFailTheNextLaunch) {
+  KVHEAP_REQUIRE_DEVICE();
+  // The runtime keeps an error until it is read, and the launch check reads it: the failed call's
+  // error must not resurface there, blamed on an innocent kernel.
+  EXPECT_THROW(KVHEAP_CUDA_CHECK(cudaSetDevice(7)), ResourceError);
+  DeviceBuffer<float> x(64);
+  EXPECT_NO_THROW(test::fill(x.data(), 1.0f, 64, dim3(1), dim3(64)));
+  EXPECT_EQ(x.to_host()[63], 1.0f);
+}
+
 TEST(DeviceLayer, MemcpyAndMemsetRoundTrip) {
   KVHEAP_REQUIRE_DEVICE();
   std::vector<float> host(1000);
@@ -152,7 +162,10 @@ TEST(DeviceLayer, EventsMeasureElapsedTime) {
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   stop.record(stream);
   const float ms = elapsed_ms(start, stop);
-  EXPECT_GE(ms, 15.0f);
+  // The 20 ms are the host's: on a GPU shared with other test processes the start event can be
+  // reached late, so the bound leaves room for that. It still tells milliseconds from seconds
+  // (0.02) and from microseconds (20000, refused below).
+  EXPECT_GE(ms, 5.0f);
   EXPECT_LT(ms, 5000.0f);
   EXPECT_EQ(x.to_host()[12345], 2.0f);
   Event untimed(/*timing=*/false);
@@ -286,7 +299,8 @@ TEST(SimKernels, StaticSharedMemoryIsPerBlock) {
 TEST(SimKernels, DynamicSharedMemoryIsPerBlock) {
   KVHEAP_REQUIRE_DEVICE();
   [[maybe_unused]] SeveralWorkers workers;
-  for (const unsigned bytes : {0u, 4000u, 48u * 1024u}) {
+  // The largest launch a GPU takes without the opt-in attribute: 48 KiB with the static array.
+  for (const unsigned bytes : {0u, 4000u, 48u * 1024u - test::kDynamicSmemKernelStaticBytes}) {
     DeviceBuffer<int> errors(1);
     errors.fill_bytes(0);
     test::dynamic_smem(errors.data(), dim3(24), dim3(64), bytes);
