@@ -11,7 +11,9 @@
 # Every step after the build runs even when an earlier one failed, so that one failing test does
 # not cost the benchmark figures of a rare GPU session; the exit status is non-zero when any step
 # failed, and summary.md and the last line name them. Sized to finish in under 8 minutes on a
-# 16-core H100/H200 machine.
+# 16-core H100/H200 machine, and held to that: each step runs under its own time cap and under
+# what is left of GPU_CHECK_BUDGET_S (480 s unless set); a step that finds the budget spent is
+# reported as not run, and summary.md is always written.
 #
 # Dependencies: CUDA, CMake, Ninja and a C++ compiler must be on the machine. The libraries come
 # from .gpu-bundle/ when it is there (scripts/gpu-bundle.sh packs it on a machine that can reach a
@@ -22,12 +24,28 @@ out=$(realpath -m "${1:?usage: scripts/gpu-check.sh OUTDIR}")
 cd "$(dirname "$0")/.." || exit 1
 mkdir -p "$out" || exit 1
 start=$(date +%s)
+budget=${GPU_CHECK_BUDGET_S:-480}
 log() { printf '%s\n' "$@" | tee -a "$out/gpu-check.log"; }
 failed=()  # the names of the steps that failed
 status=()  # one "| step | result | seconds |" row per step, for summary.md
 
+# capped SECONDS COMMAND...: runs COMMAND for at most SECONDS or what is left of the budget,
+# whichever is less; exit status 124 when it ran out of time, 78 when no time was left to start.
+capped() {
+  local cap=$1 left
+  shift
+  left=$((budget - ($(date +%s) - start)))
+  [ "$left" -lt "$cap" ] && cap=$left
+  if [ "$cap" -lt 10 ]; then
+    log "gpu-check: the ${budget} s budget is spent: $(basename "$1") not started" >&2
+    return 78
+  fi
+  timeout "$cap" "$@"
+}
+
 # step NAME COMMAND...: runs COMMAND, logs how it ended and how long it took, and remembers a
-# failure instead of stopping. Exit status 77 means the machine could not run the check: "not run".
+# failure instead of stopping. Exit status 77 means the machine could not run the check, 78 that
+# the budget was spent before it started (both "not run"); 124 that it ran out of time.
 step() {
   local name=$1 t0 rc
   shift
@@ -39,6 +57,13 @@ step() {
     status+=("| $name | ok | $(($(date +%s) - t0)) |")
   elif [ "$rc" -eq 77 ]; then
     status+=("| $name | not run on this machine | $(($(date +%s) - t0)) |")
+  elif [ "$rc" -eq 78 ]; then
+    failed+=("$name")
+    status+=("| $name | **not run**: the time budget was spent | 0 |")
+  elif [ "$rc" -eq 124 ]; then
+    failed+=("$name")
+    status+=("| $name | **TIMED OUT** | $(($(date +%s) - t0)) |")
+    log "gpu-check: TIMED OUT: $name"
   else
     failed+=("$name")
     status+=("| $name | **FAILED** (exit $rc) | $(($(date +%s) - t0)) |")
@@ -83,7 +108,7 @@ build() {
   # CMAKE_POLICY_VERSION_MINIMUM lets CMake 4 read package files written for older CMake.
   cmake --preset cuda-native -DKVHEAP_BUILD_DOCS=OFF -DCMAKE_POLICY_VERSION_MINIMUM=3.5 \
     >> "$out/build.log" 2>&1 &&
-    cmake --build --preset cuda-native -j "$(nproc)" >> "$out/build.log" 2>&1
+    capped "$budget" cmake --build --preset cuda-native -j "$(nproc)" >> "$out/build.log" 2>&1
 }
 step "1. configure and build (cuda-native, $(nproc) jobs)" build
 if [ ${#failed[@]} -gt 0 ]; then  # nothing else can run; the log's end says why
@@ -94,7 +119,7 @@ fi
 
 tests() {
   # KVHEAP_CUDA_SYNC=1: a kernel that faults is named by its own launch, not by a later call.
-  KVHEAP_CUDA_SYNC=1 ctest --test-dir "$bin" -j 8 --timeout 300 --output-on-failure --output-junit "$out/ctest.xml" \
+  capped 240 env KVHEAP_CUDA_SYNC=1 ctest --test-dir "$bin" -j 8 --timeout 300 --output-on-failure --output-junit "$out/ctest.xml" \
     > "$out/ctest.log" 2>&1
   local rc=$?
   tail -5 "$out/ctest.log"
@@ -107,7 +132,7 @@ step "2. ctest on the GPU" tests
 sanitize() {  # sanitize TOOL LOG COMMAND...
   local tool=$1 logf=$2 rc
   shift 2
-  timeout 150 compute-sanitizer --tool "$tool" --error-exitcode 3 "$@" > "$logf" 2>&1
+  capped 150 compute-sanitizer --tool "$tool" --error-exitcode 3 "$@" > "$logf" 2>&1
   rc=$?
   if [ "$rc" -ne 0 ] && grep -q "Device not supported" "$logf"; then
     log "compute-sanitizer cannot attach to this machine's GPU: $tool not run"
@@ -133,7 +158,7 @@ bench() {  # bench EXECUTABLE
   name=$(basename "$1")
   # The paged benchmarks also write their block-size sweep (PREFIX.md and PREFIX.csv); those go
   # beside the other results, not into the working tree. The others ignore the extra flag.
-  timeout 180 "$1" --benchmark_out="$out/$name.json" --benchmark_out_format=json \
+  capped 180 "$1" --benchmark_out="$out/$name.json" --benchmark_out_format=json \
     --sweep-out="$out/sweep-$name" > "$out/$name.md" 2> "$out/$name.err"
 }
 # The GPU's benchmarks only: the CPU ones (bench_*_cpu, bench_capacity) need no GPU and would
@@ -145,7 +170,7 @@ for b in "$bin"/bench/bench_*; do
 done
 
 decode() {  # decode DTYPE: weights and cache in DTYPE
-  "$bin/bin/ch02_contiguous_gpu" --model llama-3-8b-4l --prompt-ids 1 --max-new-tokens 64 \
+  capped 90 "$bin/bin/ch02_contiguous_gpu" --model llama-3-8b-4l --prompt-ids 1 --max-new-tokens 64 \
     --ignore-eos --weight-dtype "$1" --kv-dtype "$1" --device cuda --json \
     > "$out/ch02-llama-3-8b-4l-$1.json"
 }
