@@ -6,9 +6,10 @@
 // what the memory system can deliver. Shapes are Llama-3-8B's (32 query heads, 8 KV heads,
 // head_dim 128) with a bf16 cache, one layer.
 //
-// Cold-cache numbers: each slot reserves the full 32k positions, so sequences sit 128 MiB apart;
-// slots are assigned to rows in shuffled order; and L2 is flushed (a memset twice its size)
-// before every timed call, so small configurations are not served from L2.
+// Cold-cache numbers: each slot reserves the full 32k positions, so one sequence's K sits 64 MiB
+// from the next's; slots are assigned to rows in shuffled order; and L2 is flushed before every
+// timed call by a read of twice its size (L2Flush), so small configurations are not served from
+// L2 and no call pays for another's write-backs.
 //
 // The simulator is not a performance model: in a KVHEAP_CUDA=sim build this program says so and
 // reports nothing. (The CPU twin has its own benchmark, bench_attention_cpu, in every build.)
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "common/gpu/device_bandwidth.hpp"
+#include "common/gpu/l2_flush.hpp"
 #include "common/model_config.hpp"
 #include "device/buffers.hpp"
 #include "device/device.hpp"
@@ -58,9 +60,8 @@ void decode_attention_bench(benchmark::State& state, int batch, int ctx) {
   const std::size_t kv_dim = static_cast<std::size_t>(kKvHeads) * kHeadDim;
   // Bytes of K (or of V): batch slots of kMaxSeqLen positions, bf16.
   const std::size_t cache_bytes = static_cast<std::size_t>(batch) * kMaxSeqLen * kv_dim * 2;
-  int l2_bytes = 0;
-  KVHEAP_CUDA_CHECK(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, 0));
-  const std::size_t flush_bytes = 2 * static_cast<std::size_t>(std::max(l2_bytes, 1 << 20));
+  const std::size_t flush_bytes =
+      2 * static_cast<std::size_t>(std::max(device_l2_bytes(), 1 << 20));
   std::size_t free_bytes = 0, total_bytes = 0;
   KVHEAP_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
   if (2 * cache_bytes + flush_bytes + (256u << 20) > free_bytes) {
@@ -69,7 +70,7 @@ void decode_attention_bench(benchmark::State& state, int batch, int ctx) {
                             .c_str());
     return;
   }
-  DeviceBuffer<unsigned char> k(cache_bytes), v(cache_bytes), flush(flush_bytes);
+  DeviceBuffer<unsigned char> k(cache_bytes), v(cache_bytes);
   k.fill_bytes(0x3c);  // bf16 0x3c3c = 0.0115: finite values; the kernel has no data-dependent path
   v.fill_bytes(0x3c);
   const std::size_t q_elems = static_cast<std::size_t>(batch) * kHeads * kHeadDim;
@@ -92,10 +93,11 @@ void decode_attention_bench(benchmark::State& state, int batch, int ctx) {
     cuda::decode_attention(kKv, q.data(), k.data(), v.data(), n_ctx.data(), base_row.data(), shape,
                            out.data(), ws, stream);
   };
+  L2Flush flush(device_l2_bytes());
   run();  // warm-up: grows the workspace, loads the module
   double total_ms = 0.0;
   for (auto _ : state) {
-    flush.fill_bytes(static_cast<int>(state.iterations() & 0xff), stream);
+    flush(stream);
     start.record(stream);
     run();
     stop.record(stream);

@@ -10,8 +10,8 @@
 //      tail waste, written to PREFIX.md and PREFIX.csv (--sweep-out=PREFIX, default
 //      block_size_sweep_gpu); scripts/plot_block_sweep.py plots the CSV.
 //
-// Each iteration times both layouts back to back (order alternating), flushing L2 (a memset twice
-// its size) before each call, and the tables report medians. Contiguous slots reserve 32k
+// Each iteration times both layouts back to back (order alternating), flushing L2 (a read of twice
+// its size, L2Flush) before each call, and the tables report medians. Contiguous slots reserve 32k
 // positions each, as in bench_attention, and go to rows in shuffled order. Both layouts hold the
 // same values and must give bitwise equal outputs before anything is timed.
 //
@@ -30,6 +30,7 @@
 
 #include "bench/block_sweep.hpp"
 #include "common/gpu/device_bandwidth.hpp"
+#include "common/gpu/l2_flush.hpp"
 #include "common/model_config.hpp"
 #include "device/buffers.hpp"
 #include "device/device.hpp"
@@ -175,20 +176,19 @@ Timing time_pair(benchmark::State& state, Problem& p) {
     state.SkipWithError("paged output differs from contiguous: not timing a wrong answer");
     return {};
   }
-  int l2_bytes = 0;
-  KVHEAP_CUDA_CHECK(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, 0));
-  DeviceBuffer<unsigned char> flush(2 * static_cast<std::size_t>(std::max(l2_bytes, 1 << 20)));
+  L2Flush flush(device_l2_bytes());
   Event start, stop;
   auto timed = [&](auto&& fn) {
-    flush.fill_bytes(0x5a, stream);
+    flush(stream);
     start.record(stream);
     fn();
     stop.record(stream);
     return static_cast<double>(elapsed_ms(start, stop));
   };
   std::vector<double> tc, tp;
+  long iteration = 0;  // state.iterations() stays 0 inside the loop: count here
   for (auto _ : state) {
-    const bool paged_first = state.iterations() % 2 == 1;
+    const bool paged_first = iteration++ % 2 == 1;
     if (paged_first) tp.push_back(timed(paged));
     tc.push_back(timed(contiguous));
     if (!paged_first) tp.push_back(timed(paged));

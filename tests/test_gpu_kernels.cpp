@@ -16,6 +16,7 @@
 #include <random>
 #include <vector>
 
+#include "common/gpu/l2_flush.hpp"
 #include "common/half.hpp"
 #include "common/rope_freqs.hpp"
 #include "kernels/argmax.hpp"
@@ -295,6 +296,21 @@ TEST(GpuKernels, ArgmaxFlagsRowsHoldingNaN) {
   DeviceBuffer<int> d_ids(3);
   cuda::argmax_rows(d_ids.data(), d_logits.data(), 3, vocab);
   EXPECT_EQ(d_ids.to_host(), want);
+}
+
+TEST(GpuKernels, L2FlushReadsTwiceTheL2EveryRowToItsEnd) {
+  KVHEAP_REQUIRE_DEVICE();
+  // The benchmarks' flush: its buffer covers twice the L2 (1 MiB without one), and each flush
+  // reads every row to its last element, where the row's largest value sits.
+  for (const int l2 : {0, 3 << 20}) {
+    L2Flush flush(l2);  // flushes once on construction
+    EXPECT_GE(flush.bytes(), 2 * static_cast<std::size_t>(std::max(l2, 1 << 19)));
+    EXPECT_EQ(flush.last_ids().to_host(), std::vector<int>(L2Flush::kRows, flush.row_len() - 1));
+    Stream stream;
+    flush(stream);
+    EXPECT_EQ(flush.last_ids().to_host(stream),
+              std::vector<int>(L2Flush::kRows, flush.row_len() - 1));
+  }
 }
 
 }  // namespace
