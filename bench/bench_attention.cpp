@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/failures.hpp"
 #include "common/gpu/device_bandwidth.hpp"
 #include "common/gpu/l2_flush.hpp"
 #include "common/model_config.hpp"
@@ -65,9 +66,8 @@ void decode_attention_bench(benchmark::State& state, int batch, int ctx) {
   std::size_t free_bytes = 0, total_bytes = 0;
   KVHEAP_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
   if (2 * cache_bytes + flush_bytes + (256u << 20) > free_bytes) {
-    state.SkipWithError(fmt::format("needs {:.1f} GB of KV reservation, {:.1f} GB free",
-                                    2.0 * cache_bytes / 1e9, free_bytes / 1e9)
-                            .c_str());
+    bench::fail(state, fmt::format("needs {:.1f} GB of KV reservation, {:.1f} GB free",
+                                   2.0 * cache_bytes / 1e9, free_bytes / 1e9));
     return;
   }
   DeviceBuffer<unsigned char> k(cache_bytes), v(cache_bytes);
@@ -161,5 +161,5 @@ int main(int argc, char** argv) {
   for (const Row& r : g_rows)
     fmt::print("| {} | {:.0f} | {:.2f} | {:.1f} | {:.0f} | {:.1f} | {} |\n", r.config, r.budget_mb,
                r.mb_moved, r.us, r.gbps, 100.0 * r.gbps / g_peak_gbps, r.splits);
-  return 0;
+  return bench::exit_status("bench_attention");
 }

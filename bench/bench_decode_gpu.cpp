@@ -4,28 +4,39 @@
 // Model: the Llama-3-8B shape with 4 layers (llama-3-8b-4l, synthetic weights), so that weights
 // (~3.6 GB in bf16 with the 1 GB embedding and classifier) and KV both matter and it fits any
 // 24 GB+ GPU. Per step: weights read once + K and V of every cached position of every sequence.
+//
+// A plain program, not a Google Benchmark one: it sweeps its own grid and times a fixed number of
+// steps each. It prints a markdown table, and with --json-out=PATH writes the same rows as JSON.
 #include <fmt/format.h>
 
-#include <chrono>
+#include <CLI/CLI.hpp>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
 #include <vector>
 
 #include "chapters/02_contiguous_gpu/contiguous_cache.hpp"
+#include "common/cli.hpp"
+#include "common/error.hpp"
 #include "common/gpu/device_bandwidth.hpp"
 #include "common/gpu/forward_gpu.hpp"
 #include "common/report.hpp"
 #include "common/synthetic_weights.hpp"
 #include "device/device.hpp"
 
-int main() {
-  using namespace kvheap;
-  const DeviceInfo info = require_cuda_device();
-  if (info.is_simulator) {
-    fmt::print("bench_decode_gpu: {} is not a performance model; run this on a GPU\n", info.name);
-    return 0;
-  }
+namespace {
+
+using namespace kvheap;
+
+/// Runs the grid, printing a markdown row per configuration; returns the rows as JSON.
+nlohmann::json run(const DeviceInfo& info) {
   const double peak = measure_copy_bandwidth().gbps;
   fmt::print("device {} ({} SMs), device-to-device copy peak {:.1f} GB/s\n\n", info.name,
              info.sm_count, peak);
+  nlohmann::json out = {{"device", info.name},
+                        {"sm_count", info.sm_count},
+                        {"copy_peak_gbps", peak},
+                        {"rows", nlohmann::json::array()}};
   const ModelConfig c = preset("llama-3-8b-4l");
   const ModelWeights host = make_synthetic_weights(c, 1);
   fmt::print(
@@ -63,8 +74,39 @@ int main() {
             "| {} {} batch {} ctx {} | {:.0f} | {:.0f} | {:.3f} | {:.0f} | {:.1f} | {:.0f} |\n",
             c.name, dtype_name(dt), batch, ctx, cache.bytes_reserved() / 1e6, bytes / 1e6, ms, gbps,
             100.0 * gbps / peak, batch * 1e3 / ms);
+        out["rows"].push_back({{"model", c.name},
+                               {"dtype", dtype_name(dt)},
+                               {"batch", batch},
+                               {"ctx", ctx},
+                               {"kv_reserved_bytes", cache.bytes_reserved()},
+                               {"bytes_per_step", bytes},
+                               {"ms_per_step", ms},
+                               {"gbps", gbps},
+                               {"frac_of_copy_peak", gbps / peak},
+                               {"tokens_per_s", batch * 1e3 / ms}});
       }
     }
   }
-  return 0;
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"chapter 2's decode step on the GPU against its copy bandwidth", "bench_decode_gpu"};
+  std::string json_out;
+  app.add_option("--json-out", json_out, "Also write the rows as JSON to this file");
+  return run_cli(app, argc, argv, [&] {
+    const DeviceInfo info = require_cuda_device();
+    if (info.is_simulator) {
+      fmt::print("bench_decode_gpu: {} is not a performance model; run this on a GPU\n", info.name);
+      return;
+    }
+    const nlohmann::json rows = run(info);
+    if (!json_out.empty()) {
+      std::ofstream f(json_out);
+      f << rows.dump(2) << "\n";
+      if (!f) throw ResourceError("cannot write " + json_out);
+    }
+  });
 }

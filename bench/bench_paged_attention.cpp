@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/failures.hpp"
 #include "bench/block_sweep.hpp"
 #include "common/gpu/device_bandwidth.hpp"
 #include "common/gpu/l2_flush.hpp"
@@ -139,7 +140,7 @@ Problem* problem_for(benchmark::State& state, const std::vector<int>& ctx, int b
   kept.reset();  // free first: two problems of this size may not fit side by side
   auto p = std::make_unique<Problem>();
   if (const std::string err = make_problem(*p, ctx, block_size); !err.empty()) {
-    state.SkipWithError(err.c_str());
+    bench::fail(state, err);
     return nullptr;
   }
   kept = std::move(p);
@@ -173,7 +174,7 @@ Timing time_pair(benchmark::State& state, Problem& p) {
   contiguous();  // also the warm-up: grows the workspace, loads the module
   paged();
   if (p.out_c.to_host(stream) != p.out_p.to_host(stream)) {
-    state.SkipWithError("paged output differs from contiguous: not timing a wrong answer");
+    bench::fail(state, "paged output differs from contiguous: not timing a wrong answer");
     return {};
   }
   L2Flush flush(device_l2_bytes());
@@ -293,7 +294,9 @@ int main(int argc, char** argv) {
         r.config, r.mb_moved, 1e3 * r.t.contiguous_ms, 1e3 * r.t.paged_ms,
         r.t.paged_ms / r.t.contiguous_ms, gc, gp, 100.0 * gp / g_peak_gbps, r.t.splits);
   }
-  return bench::finish_sweep(prefix, md, fmt::format("{} ({} SMs)", info.name, info.sm_count),
-                             fmt::format("Copy peak {:.0f} GB/s", g_peak_gbps), sweep_batch(),
-                             command, g_sweep, 2 * kRowBytes);
+  const int status =
+      bench::finish_sweep(prefix, md, fmt::format("{} ({} SMs)", info.name, info.sm_count),
+                          fmt::format("Copy peak {:.0f} GB/s", g_peak_gbps), sweep_batch(), command,
+                          g_sweep, 2 * kRowBytes);
+  return bench::exit_status("bench_paged_attention", status);
 }

@@ -154,12 +154,16 @@ else
 fi
 
 bench() {  # bench EXECUTABLE
-  local name
+  local name args
   name=$(basename "$1")
-  # The paged benchmarks also write their block-size sweep (PREFIX.md and PREFIX.csv); those go
-  # beside the other results, not into the working tree. The others ignore the extra flag.
-  capped 180 "$1" --benchmark_out="$out/$name.json" --benchmark_out_format=json \
-    --sweep-out="$out/sweep-$name" > "$out/$name.md" 2> "$out/$name.err"
+  case $name in
+    bench_decode_gpu) args=(--json-out="$out/$name.json") ;;  # a plain program, not a Google one
+    # The paged benchmarks also write their block-size sweep (PREFIX.md and PREFIX.csv); those go
+    # beside the other results, not into the working tree. The others ignore the extra flag.
+    *) args=(--benchmark_out="$out/$name.json" --benchmark_out_format=json
+      --sweep-out="$out/sweep-$name") ;;
+  esac
+  capped 180 "$1" "${args[@]}" > "$out/$name.md" 2> "$out/$name.err"
 }
 # The GPU's benchmarks only: the CPU ones (bench_*_cpu, bench_capacity) need no GPU and would
 # spend the GPU machine's time.
