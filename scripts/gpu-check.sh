@@ -47,27 +47,23 @@ capped() {
 # failure instead of stopping. Exit status 77 means the machine could not run the check, 78 that
 # the budget was spent before it started (both "not run"); 124 that it ran out of time.
 step() {
-  local name=$1 t0 rc
+  local name=$1 t0 rc result
   shift
   log "" "== $name =="
   t0=$(date +%s)
   "$@"
   rc=$?
-  if [ "$rc" -eq 0 ]; then
-    status+=("| $name | ok | $(($(date +%s) - t0)) |")
-  elif [ "$rc" -eq 77 ]; then
-    status+=("| $name | not run on this machine | $(($(date +%s) - t0)) |")
-  elif [ "$rc" -eq 78 ]; then
+  case $rc in
+    0) result="ok" ;;
+    77) result="not run on this machine" ;;
+    78) result="**not run**: the time budget was spent" ;;
+    124) result="**TIMED OUT**" ;;
+    *) result="**FAILED** (exit $rc)" ;;
+  esac
+  status+=("| $name | $result | $(($(date +%s) - t0)) |")
+  if [ "$rc" -ne 0 ] && [ "$rc" -ne 77 ]; then
     failed+=("$name")
-    status+=("| $name | **not run**: the time budget was spent | 0 |")
-  elif [ "$rc" -eq 124 ]; then
-    failed+=("$name")
-    status+=("| $name | **TIMED OUT** | $(($(date +%s) - t0)) |")
-    log "gpu-check: TIMED OUT: $name"
-  else
-    failed+=("$name")
-    status+=("| $name | **FAILED** (exit $rc) | $(($(date +%s) - t0)) |")
-    log "gpu-check: FAILED: $name (exit $rc)"
+    log "gpu-check: $name: $result"
   fi
 }
 
@@ -119,8 +115,8 @@ fi
 
 tests() {
   # KVHEAP_CUDA_SYNC=1: a kernel that faults is named by its own launch, not by a later call.
-  capped 240 env KVHEAP_CUDA_SYNC=1 ctest --test-dir "$bin" -j 8 --timeout 300 --output-on-failure --output-junit "$out/ctest.xml" \
-    > "$out/ctest.log" 2>&1
+  capped 240 env KVHEAP_CUDA_SYNC=1 ctest --test-dir "$bin" -j 8 --timeout 300 \
+    --output-on-failure --output-junit "$out/ctest.xml" > "$out/ctest.log" 2>&1
   local rc=$?
   tail -5 "$out/ctest.log"
   return "$rc"
