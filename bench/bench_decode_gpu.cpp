@@ -102,10 +102,10 @@ int main(int argc, char** argv) {
       fmt::print("bench_decode_gpu: {} is not a performance model; run this on a GPU\n", info.name);
       return;
     }
-    const nlohmann::json rows = run(info);
+    const nlohmann::json report = run(info);
     if (!json_out.empty()) {
       std::ofstream f(json_out);
-      f << rows.dump(2) << "\n";
+      f << report.dump(2) << "\n";
       if (!f) throw ResourceError("cannot write " + json_out);
     }
   });
