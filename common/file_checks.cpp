@@ -35,12 +35,15 @@ std::string_view kind_of(mode_t mode) {
 
 RegularFile::RegularFile(std::string path, std::string_view what, std::string_view expected)
     : path_(std::move(path)), what_(what), expected_(expected) {
+  const auto not_regular = [this](mode_t mode) {
+    return InputError(fmt::format("{} '{}' is {}, not a regular file{}", what_, path_,
+                                  kind_of(mode), expectation(expected_)));
+  };
   // What the path names is checked before it is opened: opening a device can act on it (a
   // watchdog arms, a tape rewinds) and opening a FIFO releases a writer waiting for a reader.
   struct stat before {};
   if (::stat(path_.c_str(), &before) == 0 && !S_ISREG(before.st_mode))
-    throw InputError(fmt::format("{} '{}' is {}, not a regular file{}", what_, path_,
-                                 kind_of(before.st_mode), expectation(expected_)));
+    throw not_regular(before.st_mode);
   // O_NONBLOCK: should the path have become a FIFO since, opening it would otherwise wait for a
   // writer, forever if none comes. It changes nothing for regular files. The descriptor's own
   // fstat below is what counts.
@@ -58,8 +61,7 @@ RegularFile::RegularFile(std::string path, std::string_view what, std::string_vi
       throw InputError(
           fmt::format("cannot stat {} '{}': {}", what_, path_, std::strerror(stat_errno)));
     }
-    throw InputError(fmt::format("{} '{}' is {}, not a regular file{}", what_, path_,
-                                 kind_of(st.st_mode), expectation(expected_)));
+    throw not_regular(st.st_mode);
   }
   size_ = static_cast<std::uint64_t>(st.st_size);
 }
@@ -67,13 +69,6 @@ RegularFile::RegularFile(std::string path, std::string_view what, std::string_vi
 RegularFile::~RegularFile() {
   if (fd_ >= 0) ::close(fd_);
 }
-
-RegularFile::RegularFile(RegularFile&& other) noexcept
-    : path_(std::move(other.path_)),
-      what_(std::move(other.what_)),
-      expected_(std::move(other.expected_)),
-      fd_(std::exchange(other.fd_, -1)),
-      size_(std::exchange(other.size_, 0)) {}
 
 std::string RegularFile::read_all(std::uint64_t max_bytes) const {
   // Checked before allocating: a size from fstat is trusted for the limit, never for the buffer

@@ -31,16 +31,13 @@ class RegularFile {
 
   RegularFile(const RegularFile&) = delete;
   RegularFile& operator=(const RegularFile&) = delete;
-  /// \brief Takes over the descriptor; `other` is left closed.
-  RegularFile(RegularFile&& other) noexcept;
+  RegularFile(RegularFile&&) = delete;
   RegularFile& operator=(RegularFile&&) = delete;
 
   /// \brief The open descriptor, valid while this object lives.
   [[nodiscard]] int fd() const { return fd_; }
   /// \brief Size in bytes when the file was opened.
   [[nodiscard]] std::uint64_t size() const { return size_; }
-  /// \brief The path the file was opened with, for error messages.
-  [[nodiscard]] const std::string& path() const { return path_; }
 
   /// \brief The whole content. Throws InputError naming the limit when the file is larger than
   /// `max_bytes`, and naming the system's reason when reading fails or the file shrank.

@@ -52,6 +52,7 @@ void CpuForward::resize(int n) {
 std::span<const float> CpuForward::forward(const Batch& batch, KVCache& cache) {
   const ModelConfig& c = w_.config;
   validate_batch(batch, c);
+  cache.prepare(batch);
   const int n = batch.size();
   resize(n);
   const bool interleaved = c.rope_style == RopeStyle::Interleaved;

@@ -1,8 +1,9 @@
 // The narrow interface between the forward pass and a KV-cache policy.
 //
-// Per layer the forward pass asks the cache for two things and nothing else: store this batch's K
-// and V rows, and attend each query row over its own sequence's positions 0..pos. Every chapter
-// swaps the policy behind these two calls; the model code never changes.
+// Once per batch the forward pass lets the cache prepare for the batch's rows; then per layer it
+// asks for two things and nothing else: store this batch's K and V rows, and attend each query row
+// over its own sequence's positions 0..pos. Every chapter swaps the policy behind these calls; the
+// model code never changes.
 #pragma once
 
 #include <cstddef>
@@ -16,7 +17,13 @@ class KVCache {
  public:
   virtual ~KVCache() = default;
 
-  /// \brief Stores K and V of every batch row at (row.slot, row.pos) of `layer`.
+  /// \brief Called once before the layers of a forward pass over `batch`: checks its rows against
+  /// the sequences held and grows them to the positions the rows write (a reservation's length, a
+  /// page table), so every layer's write() and attend() find them in place. Throws, changing
+  /// nothing, when a row does not continue its sequence or the memory is exhausted.
+  virtual void prepare(const Batch& batch) = 0;
+
+  /// \brief Stores K and V of every batch row at (row.slot, row.pos) of `layer` (after prepare()).
   /// \param layer which transformer block, 0-based
   /// \param batch the rows being run; row i's K and V are row i of `k` and `v`
   /// \param k [batch.size(), n_kv_heads * head_dim] fp32, RoPE already applied

@@ -71,14 +71,15 @@ void ReservedCache::release(int slot) {
 
 int ReservedCache::length(int slot) const { return slot_at(slot).length; }
 
+void ReservedCache::prepare(const Batch& batch) {
+  // The rows are checked before any length grows: a row past a slot's next position would attend
+  // to a gap.
+  for (const auto& [slot, len] : lengths_after(batch, [this](int s) { return length(s); }))
+    slot_at(slot).length = len;
+}
+
 void ReservedCache::write(int layer, const Batch& batch, const float* k, const float* v) {
   const long kv_dim = config_.kv_dim();
-  // The lengths grow once per batch, at layer 0 (later layers write the same positions), after
-  // the rows are checked and before anything is written: a row past a slot's next position would
-  // attend to a gap.
-  if (layer == 0)
-    for (const auto& [slot, len] : lengths_after(batch, [this](int s) { return length(s); }))
-      slot_at(slot).length = len;
   cpu::with_kv_type(kv_, [&](auto tag) {
     using T = decltype(tag);
     for (int i = 0; i < batch.size(); ++i) {

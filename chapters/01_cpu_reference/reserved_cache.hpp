@@ -33,6 +33,7 @@ class ReservedCache final : public KVCache {
   /// \brief Tokens cached for `slot` (highest position written + 1).
   [[nodiscard]] int length(int slot) const;
 
+  void prepare(const Batch& batch) override;
   void write(int layer, const Batch& batch, const float* k, const float* v) override;
   void attend(int layer, const Batch& batch, const float* q, float* out) override;
   [[nodiscard]] std::size_t bytes_reserved() const override;

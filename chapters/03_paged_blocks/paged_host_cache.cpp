@@ -38,9 +38,9 @@ PagedHostCache::PagedHostCache(const ModelConfig& config, DType kv, int num_bloc
   v_ = HostBuffer(bytes);
 }
 
+void PagedHostCache::prepare(const Batch& batch) { current_ = build_paged_batch(blocks_, batch); }
+
 void PagedHostCache::write(int layer, const Batch& batch, const float* k, const float* v) {
-  // The page tables grow once per batch, at layer 0; later layers reuse the same slots.
-  if (layer == 0) current_ = build_paged_batch(blocks_, batch);
   const long kv_dim = config_.kv_dim();
   const long layer_rows =
       static_cast<long>(blocks_.pool().num_blocks()) * blocks_.pool().block_size();

@@ -34,6 +34,7 @@ class PagedHostCache final : public KVCache {
   /// \copydoc blocks()
   [[nodiscard]] const BlockManager& blocks() const { return blocks_; }
 
+  void prepare(const Batch& batch) override;
   void write(int layer, const Batch& batch, const float* k, const float* v) override;
   void attend(int layer, const Batch& batch, const float* q, float* out) override;
   [[nodiscard]] std::size_t bytes_reserved() const override;
@@ -45,7 +46,7 @@ class PagedHostCache final : public KVCache {
   BlockManager blocks_;
   HostBuffer k_;        // [n_layers, num_blocks * block_size, kv_dim] in the KV dtype
   HostBuffer v_;        // same
-  PagedBatch current_;  // built by layer 0's write, used by every layer of the batch
+  PagedBatch current_;  // built by prepare(), used by every layer of the batch
 };
 
 }  // namespace kvheap::ch03
