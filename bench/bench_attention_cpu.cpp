@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/cpu_caches.hpp"
 #include "common/bandwidth.hpp"
 #include "common/fma_peak.hpp"
 #include "common/host_buffer.hpp"
@@ -211,16 +212,8 @@ int main(int argc, char** argv) {
   g_probe = std::make_unique<ReadProbe>();
   for (int r = 0; r < 5; ++r) g_peak_gbps = std::max(g_peak_gbps, g_probe->pass());
   const FmaSample fma = measure_fma_peak();
-  // The last-level cache: the per-instance size the kernel reports in sysfs (Google Benchmark's
-  // CPUInfo reads it), else sysconf's. Some glibc versions report an AMD socket's total L3
-  // through sysconf (320 MiB for this machine's 32 MiB), which would rule out every size here.
-  std::size_t llc = 0;
-  for (const auto& c : benchmark::CPUInfo::Get().caches) {
-    if (c.type != "Instruction") llc = std::max(llc, static_cast<std::size_t>(c.size));
-    if (c.level == 2 && c.type != "Instruction" && c.size > 0)  // one core's share of it
-      g_l2_bytes = static_cast<std::size_t>(c.size) / std::max(1, c.num_sharing);
-  }
-  if (llc == 0) llc = last_level_cache_bytes();
+  const std::size_t llc = bench::llc_bytes();
+  g_l2_bytes = bench::l2_bytes_per_core(g_l2_bytes);
   const std::size_t min_set = 4 * (llc > 0 ? llc : std::size_t{32} << 20);
   const std::size_t max_set = std::size_t{1} << 30;
 

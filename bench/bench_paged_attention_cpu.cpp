@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/cpu_caches.hpp"
 #include "bench/failures.hpp"
 #include "bench/block_sweep.hpp"
 #include "chapters/03_paged_blocks/block_manager.hpp"
@@ -239,15 +240,6 @@ void block_sweep(benchmark::State& state, int block_size) {
                    [](const auto& a, const auto& b) { return a.block_size == b.block_size; });
 }
 
-/// The last-level cache: the per-instance size from sysfs (Google Benchmark's CPUInfo), else
-/// sysconf's, which on some systems reports a whole socket's L3.
-std::size_t llc_bytes() {
-  std::size_t llc = 0;
-  for (const auto& c : benchmark::CPUInfo::Get().caches)
-    if (c.type != "Instruction") llc = std::max(llc, static_cast<std::size_t>(c.size));
-  return llc > 0 ? llc : last_level_cache_bytes();
-}
-
 }  // namespace
 }  // namespace kvheap
 
@@ -258,7 +250,7 @@ int main(int argc, char** argv) {
   const std::string prefix = bench::flag_value(argc, argv, "sweep-out", "block_size_sweep_cpu");
   g_huge_pages = bench::flag_value(argc, argv, "huge-pages", "1") == "1";
   g_peak_gbps = measure_read_bandwidth().gbps;
-  const std::size_t llc = llc_bytes();
+  const std::size_t llc = bench::llc_bytes();
   const std::size_t min_set = 4 * (llc > 0 ? llc : std::size_t{32} << 20);
   const std::size_t max_set = std::size_t{512} << 20;
   for (int batch : {1, 8, 32}) {

@@ -28,12 +28,13 @@ void check_generation_fits(std::size_t prompt_tokens, int max_new_tokens, const 
   if (max_new_tokens < 0)
     throw UsageError(fmt::format("--max-new-tokens must be >= 0, got {}", max_new_tokens));
   // The last generated token is never fed back, so the context must hold prompt + new - 1.
-  const std::size_t room = static_cast<std::size_t>(c.max_seq_len) - prompt_tokens + 1;
-  if (static_cast<std::size_t>(max_new_tokens) > room)
+  if (positions_stored(prompt_tokens, max_new_tokens) > c.max_seq_len) {
+    const std::size_t room = static_cast<std::size_t>(c.max_seq_len) - prompt_tokens + 1;
     throw UsageError(
         fmt::format("--max-new-tokens {} runs past the context: the prompt uses {} of "
                     "{} positions, so at most {} new tokens fit",
                     max_new_tokens, prompt_tokens, c.max_seq_len, room));
+  }
 }
 
 long positions_stored(std::size_t prompt_tokens, int max_new_tokens) {

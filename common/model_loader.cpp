@@ -16,10 +16,11 @@ ModelWeights load_model(const std::string& spec, std::uint64_t seed) {
   if (is_preset(spec)) return make_synthetic_weights(preset(spec), seed);
   namespace fs = std::filesystem;
   std::error_code ec;
-  if (fs::is_directory(spec, ec)) return load_safetensors(spec);
-  if (fs::is_regular_file(spec, ec)) return load_llama2c(spec);
+  const fs::file_status st = fs::status(spec, ec);
+  if (fs::is_directory(st)) return load_safetensors(spec);
+  if (fs::is_regular_file(st)) return load_llama2c(spec);
   // Something exists there but is neither: say what, rather than "not an existing file".
-  if (fs::exists(spec, ec))
+  if (fs::exists(st))
     require_regular_file(spec, "--model",
                          "a preset name, a llama2.c .bin file or a safetensors folder");
   throw InputError(fmt::format(

@@ -22,12 +22,12 @@ long BlockManager::blocks_for(long num_tokens) const {
 }
 
 bool BlockManager::can_allocate(long num_tokens) const {
-  return blocks_for(num_tokens) <= pool_.num_free();
+  return pool_.can_allocate(blocks_for(num_tokens));
 }
 
 int BlockManager::allocate(long num_tokens) {
   const long need = blocks_for(num_tokens);
-  if (need > pool_.num_free())
+  if (!pool_.can_allocate(need))
     throw ResourceError(
         fmt::format("cannot admit a sequence of {} tokens: it needs {} blocks of "
                     "{} slots and only {} of {} are free",

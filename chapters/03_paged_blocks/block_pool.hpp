@@ -27,7 +27,7 @@ class BlockPool {
   /// \brief Blocks with a reference count above zero.
   [[nodiscard]] int num_used() const { return num_blocks() - num_free(); }
   /// \brief True when `n` blocks can be allocated now.
-  [[nodiscard]] bool can_allocate(int n = 1) const { return n <= num_free(); }
+  [[nodiscard]] bool can_allocate(long n = 1) const { return n <= num_free(); }
 
   /// \brief Pops a free block and sets its reference count to 1; throws ResourceError when the
   /// pool is exhausted (the pool is unchanged then).
