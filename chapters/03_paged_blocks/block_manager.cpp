@@ -13,13 +13,7 @@ namespace kvheap::ch03 {
 BlockManager::BlockManager(int num_blocks, int block_size, std::uint64_t shuffle_seed)
     : pool_(num_blocks, block_size, shuffle_seed) {}
 
-long BlockManager::blocks_for(long num_tokens) const {
-  if (num_tokens < 0)
-    throw InputError(
-        fmt::format("a sequence cannot hold {} tokens: expected a count of 0 or more", num_tokens));
-  const long bs = pool_.block_size();
-  return num_tokens / bs + (num_tokens % bs != 0 ? 1 : 0);  // ceil, without overflow
-}
+long BlockManager::blocks_for(long num_tokens) const { return pool_.blocks_for(num_tokens); }
 
 bool BlockManager::can_allocate(long num_tokens) const {
   return pool_.can_allocate(blocks_for(num_tokens));

@@ -33,6 +33,13 @@ void BlockPool::check_id(int block, const char* what) const {
         fmt::format("{}: block id {} is outside the pool of {} blocks", what, block, num_blocks()));
 }
 
+long BlockPool::blocks_for(long num_tokens) const {
+  if (num_tokens < 0)
+    throw InputError(
+        fmt::format("a sequence cannot hold {} tokens: expected a count of 0 or more", num_tokens));
+  return num_tokens / block_size_ + (num_tokens % block_size_ != 0 ? 1 : 0);  // ceil, no overflow
+}
+
 int BlockPool::allocate() {
   if (free_.empty())
     throw ResourceError(fmt::format("block pool exhausted: all {} blocks of {} slots are in use",

@@ -26,6 +26,9 @@ class BlockPool {
   [[nodiscard]] int num_free() const { return static_cast<int>(free_.size()); }
   /// \brief Blocks with a reference count above zero.
   [[nodiscard]] int num_used() const { return num_blocks() - num_free(); }
+  /// \brief Blocks that `num_tokens` positions occupy: ceil(num_tokens / block_size). Throws
+  /// InputError for a negative count.
+  [[nodiscard]] long blocks_for(long num_tokens) const;
   /// \brief True when `n` blocks can be allocated now.
   [[nodiscard]] bool can_allocate(long n = 1) const { return n <= num_free(); }
 

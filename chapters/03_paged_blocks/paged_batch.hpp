@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "chapters/03_paged_blocks/block_manager.hpp"
@@ -28,5 +29,13 @@ struct PagedBatch {
 /// batch's new positions it throws ResourceError before growing any sequence, so a failed batch
 /// changes nothing.
 PagedBatch build_paged_batch(BlockManager& blocks, const Batch& batch);
+
+/// \brief Fills `row_seq`, `n_ctx`, `max_ctx` and the CSR arrays of `pb` for `batch`, whose
+/// sequences already hold every position their rows write: `pages_of(seq)` is a sequence's page
+/// table and `length_of(seq)` its length. Sequences are numbered in order of first appearance.
+/// Any allocator with page tables builds its batch with this (chapter 4's sharing one too).
+void add_page_tables(PagedBatch& pb, const Batch& batch, int block_size,
+                     const std::function<const std::vector<int>&(int)>& pages_of,
+                     const std::function<int(int)>& length_of);
 
 }  // namespace kvheap::ch03

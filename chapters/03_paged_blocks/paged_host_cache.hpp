@@ -4,11 +4,10 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <vector>
 
 #include "chapters/03_paged_blocks/block_manager.hpp"
 #include "chapters/03_paged_blocks/paged_batch.hpp"
-#include "common/host_buffer.hpp"
+#include "chapters/03_paged_blocks/paged_host_storage.hpp"
 #include "common/kv_cache.hpp"
 #include "common/model_config.hpp"
 
@@ -20,8 +19,8 @@ namespace kvheap::ch03 {
 int blocks_for_budget(const ModelConfig& c, DType kv, std::size_t budget_bytes, int block_size,
                       int min_tokens = 1);
 
-/// \brief Per layer, K and V live in [num_blocks, block_size, n_kv_heads, head_dim] host arrays;
-/// sequences are BlockManager ids (the batch's `slot` field).
+/// \brief Per layer, K and V live in [num_blocks, block_size, n_kv_heads, head_dim] host arrays
+/// (PagedHostStorage); sequences are BlockManager ids (the batch's `slot` field).
 class PagedHostCache final : public KVCache {
  public:
   /// \brief A pool of `num_blocks` blocks of `block_size` slots, handed out in a shuffled order
@@ -41,11 +40,9 @@ class PagedHostCache final : public KVCache {
   [[nodiscard]] std::size_t bytes_used() const override;
 
  private:
-  ModelConfig config_;
-  DType kv_;
+  std::size_t bytes_per_token_;
   BlockManager blocks_;
-  HostBuffer k_;        // [n_layers, num_blocks * block_size, kv_dim] in the KV dtype
-  HostBuffer v_;        // same
+  PagedHostStorage storage_;
   PagedBatch current_;  // built by prepare(), used by every layer of the batch
 };
 

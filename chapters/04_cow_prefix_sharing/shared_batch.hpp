@@ -1,0 +1,27 @@
+// What a sharing cache needs for one batch: chapter 3's page tables and slot mapping, plus the
+// copy-on-write copies to make before any row writes.
+#pragma once
+
+#include <vector>
+
+#include "chapters/03_paged_blocks/paged_batch.hpp"
+#include "chapters/04_cow_prefix_sharing/shared_block_manager.hpp"
+#include "common/batch.hpp"
+
+namespace kvheap::ch04 {
+
+/// \brief A batch's page tables (CSR) and slot mapping, and the copies its appends asked for.
+struct SharedBatch {
+  ch03::PagedBatch pages;         ///< as chapter 3 builds it
+  std::vector<BlockCopy> copies;  ///< to make, in order, before the batch's first write
+};
+
+/// \brief Appends every row's token to its sequence and builds the batch's view.
+///
+/// Each row must write its sequence's next position, in order: a position a sequence holds may be
+/// shared, so it is never rewritten here (InputError names the row). When the pool cannot supply
+/// the new blocks and copies the batch needs, even by evicting cached blocks, it throws
+/// ResourceError before any sequence grows.
+SharedBatch build_shared_batch(SharedBlockManager& blocks, const Batch& batch);
+
+}  // namespace kvheap::ch04
