@@ -41,6 +41,14 @@ long positions_stored(std::size_t prompt_tokens, int max_new_tokens) {
   return max_new_tokens > 0 ? static_cast<long>(prompt_tokens) + max_new_tokens - 1 : 0;
 }
 
+std::string take_token(int token, const ModelConfig& c, const GenerationConfig& gen,
+                       std::vector<int>& generated) {
+  const bool is_stop = std::find(c.stop_ids.begin(), c.stop_ids.end(), token) != c.stop_ids.end();
+  if (is_stop && !gen.ignore_eos) return "stop token";
+  generated.push_back(token);
+  return static_cast<int>(generated.size()) == gen.max_new_tokens ? "max_new_tokens" : "";
+}
+
 GenerationResult generate(const ForwardFn& forward, const ModelConfig& config, int slot,
                           std::span<const int> prompt, const GenerationConfig& gen,
                           const std::function<void(int)>& on_token) {
@@ -67,15 +75,12 @@ GenerationResult generate_with(const NextTokenFn& next_token, const ModelConfig&
 
   t0 = std::chrono::steady_clock::now();
   while (true) {
-    const bool is_stop =
-        std::find(config.stop_ids.begin(), config.stop_ids.end(), next) != config.stop_ids.end();
-    if (is_stop && !gen.ignore_eos) {
-      res.stop_reason = "stop token";
+    const std::string done = take_token(next, config, gen, res.generated);
+    if (done != "stop token" && on_token) on_token(next);
+    if (!done.empty()) {
+      res.stop_reason = done;
       break;
     }
-    res.generated.push_back(next);
-    if (on_token) on_token(next);
-    if (static_cast<int>(res.generated.size()) == gen.max_new_tokens) break;
     const int pos = static_cast<int>(prompt.size() + res.generated.size()) - 1;
     batch.rows.assign(1, BatchRow{next, slot, pos, true});
     next = next_token(batch);

@@ -40,6 +40,12 @@ void check_generation_fits(std::size_t prompt_tokens, int max_new_tokens, const 
 /// nothing is generated (the prompt is not even run then).
 long positions_stored(std::size_t prompt_tokens, int max_new_tokens);
 
+/// \brief Takes a sampled token into `generated` unless it ends the sequence. Returns
+/// "stop token" (not added) for one of the model's stop ids when they are not ignored,
+/// "max_new_tokens" (added) for the last token allowed, and "" (added) when the sequence goes on.
+std::string take_token(int token, const ModelConfig& c, const GenerationConfig& gen,
+                       std::vector<int>& generated);
+
 /// \brief A forward pass over one batch, whatever the backend; returns the wanted rows' logits.
 using ForwardFn = std::function<std::span<const float>(const Batch&)>;
 

@@ -12,13 +12,21 @@ import re
 import subprocess
 import sys
 
-# (chapter, policy, extra flags). Every chapter decodes the same single sequence; chapter 3 also
-# serves eight at once in the memory chapter 2 would reserve for them.
+# A 48-token prompt for the rows that serve several sequences of one prompt: three full blocks of
+# 16 that chapter 4 can share (the ids only need to be in the vocabulary).
+LONG_PROMPT = ",".join(["1"] + [str(100 + 37 * i) for i in range(47)])
+
+# (chapter, policy, extra flags). Every chapter decodes the same single sequence [BOS]; chapter 3
+# also serves eight at once in the memory chapter 2 would reserve for them, and eight copies of a
+# longer prompt, which chapter 4 serves as eight forks of one.
 CHAPTERS = [
     ("01_cpu_reference", "reserve max_seq_len per sequence (CPU)", []),
     ("02_contiguous_gpu", "the same reservation, on the device or the CPU twins", []),
     ("03_paged_blocks", "block pool + page tables, block size 16", ["--num-seqs", "1"]),
     ("03_paged_blocks", "8 sequences in 8 reservations' memory", ["--num-seqs", "8"]),
+    ("03_paged_blocks", "8 copies of a 48-token prompt", ["--num-seqs", "8", "--prompt-ids", LONG_PROMPT]),
+    ("04_cow_prefix_sharing", "the same 8 as forks of one prompt (copy-on-write)",
+     ["--samples", "8", "--prompt-ids", LONG_PROMPT]),
 ]
 
 
@@ -46,9 +54,10 @@ def main():
         exe = os.path.join(args.bin, "ch" + name)
         if not os.path.exists(exe):
             continue
-        cmd = [exe, "--model", args.model, "--prompt-ids", "1", "--max-new-tokens",
-               str(args.max_new_tokens), "--temperature", "0", "--ignore-eos", "--json"] + extra
-        print("$", " ".join(cmd), file=sys.stderr)
+        prompt = [] if "--prompt-ids" in extra else ["--prompt-ids", "1"]
+        cmd = [exe, "--model", args.model, "--max-new-tokens", str(args.max_new_tokens),
+               "--temperature", "0", "--ignore-eos", "--json"] + prompt + extra
+        print("$", " ".join(cmd if len(" ".join(cmd)) < 160 else cmd[:-1] + ["..."]), file=sys.stderr)
         out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
         j = json.loads(out)
         m = j["metrics"]
@@ -63,7 +72,8 @@ def main():
     header = ("| chapter | policy | KV reserved MB | KV used MB | waste % | decode tokens/s | "
               "MB read/step | GB/s | % of peak |")
     lines = [f"# kvheap tour on {cpu_name()}", "",
-             f"model `{args.model}`, prompt [BOS], {args.max_new_tokens} new tokens, greedy, {device}",
+             f"model `{args.model}`, prompt [BOS] unless the row says otherwise, {args.max_new_tokens} new "
+             f"tokens, greedy, {device}",
              "", header, "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for name, policy, m in rows:
         mb_step = (m["weight_bytes_per_step"] + m["kv_bytes_per_step"]) / 1e6

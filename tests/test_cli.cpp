@@ -280,7 +280,8 @@ TEST(Cli, EmptyAndNegativeNumbersExitTwo) {
 // Every chapter reads --kv-budget-mb the same way: NaN, infinity and a budget under one byte
 // (which would read as 0 = no cap) are usage errors.
 TEST(Cli, KvBudgetThatIsNotABudgetExitsTwoInEveryChapter) {
-  for (const char* chapter : {kCh01, "ch02_contiguous_gpu", "ch03_paged_blocks"}) {
+  for (const char* chapter :
+       {kCh01, "ch02_contiguous_gpu", "ch03_paged_blocks", "ch04_cow_prefix_sharing"}) {
     for (const char* mb : {"nan", "1e-7"}) {
       const auto r = run_program(
           chapter, {"--model", "tiny", "--device", "cpu", "--kv-budget-mb", mb, "--no-peak"});
@@ -288,7 +289,8 @@ TEST(Cli, KvBudgetThatIsNotABudgetExitsTwoInEveryChapter) {
       expect_one_line_error(r, "--kv-budget-mb");
     }
   }
-  for (const char* chapter : {"ch02_contiguous_gpu", "ch03_paged_blocks"}) {
+  for (const char* chapter :
+       {"ch02_contiguous_gpu", "ch03_paged_blocks", "ch04_cow_prefix_sharing"}) {
     const auto r = run_program(
         chapter, {"--model", "tiny", "--device", "cpu", "--kv-budget-mb", "inf", "--no-peak"});
     EXPECT_EQ(r.exit_code, 2) << chapter << " --kv-budget-mb inf";

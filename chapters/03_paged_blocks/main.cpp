@@ -14,19 +14,17 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <span>
-#include <sstream>
 
 #include "chapters/03_paged_blocks/paged_host_cache.hpp"
 #include "chapters/03_paged_blocks/pool_report.hpp"
+#include "chapters/03_paged_blocks/prompt_list.hpp"
 #include "common/bandwidth.hpp"
 #include "common/cli.hpp"
 #include "common/error.hpp"
-#include "common/file_checks.hpp"
 #include "common/forward_cpu.hpp"
 #include "common/generate.hpp"
 #include "common/model_loader.hpp"
 #include "common/report.hpp"
-#include "common/token_ids.hpp"
 #include "common/tokenizer.hpp"
 
 #if KVHEAP_HAS_CUDA
@@ -60,46 +58,6 @@ struct Request {
   int seq = -1;                    // BlockManager id
   std::unique_ptr<Sampler> sampler;
 };
-
-/// Sequences one run serves at most: far more than the pool map or the report can show, and few
-/// enough that a mistyped count is an error rather than an out-of-memory failure.
-constexpr int kMaxSeqs = 1 << 16;
-/// A prompts file larger than this is not a prompt list (65536 prompts of 1 KiB each).
-constexpr std::uint64_t kMaxPromptsBytes = std::uint64_t{64} << 20;
-
-/// Prompts: one per line of --prompts (token ids, or text with --tokenizer), else --num-seqs
-/// copies of --prompt / --prompt-ids.
-std::vector<std::vector<int>> load_prompts(const CommonOptions& o, const Options& p,
-                                           const ModelConfig& c, const Tokenizer* tok) {
-  std::vector<std::vector<int>> out;
-  if (p.prompts_file.empty()) {
-    if (p.num_seqs <= 0 || p.num_seqs > kMaxSeqs)
-      throw UsageError(
-          fmt::format("--num-seqs must be from 1 to {}, got {}", kMaxSeqs, p.num_seqs));
-    out.assign(p.num_seqs, resolve_prompt(o, c, tok));
-    return out;
-  }
-  // Read through the project's file checks: a FIFO, a directory or a device is named as such,
-  // and a file far larger than any prompt list is refused before it is read.
-  std::istringstream f(read_regular_file(p.prompts_file, "--prompts file",
-                                         "a text file with one prompt per line", kMaxPromptsBytes));
-  std::string line;
-  for (int number = 1; std::getline(f, line); ++number) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();  // a file written on Windows
-    if (line.empty()) continue;
-    if (out.size() == static_cast<std::size_t>(kMaxSeqs))
-      throw InputError(
-          fmt::format("--prompts: '{}' holds more than {} prompts", p.prompts_file, kMaxSeqs));
-    const std::string where = fmt::format("--prompts '{}' line {}", p.prompts_file, number);
-    try {
-      out.push_back(tok ? tok->encode(line, true) : parse_token_ids(line, c.vocab_size, where));
-    } catch (const UsageError& e) {  // a bad line is bad file content (exit 1), not a bad flag
-      throw InputError(e.what());
-    }
-  }
-  if (out.empty()) throw InputError(fmt::format("--prompts: '{}' holds no prompt", p.prompts_file));
-  return out;
-}
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -154,27 +112,17 @@ int main(int argc, char** argv) {
     const std::unique_ptr<Tokenizer> tok = load_tokenizer(o, c);
     std::vector<Request> reqs;
     long longest = 0;
-    for (auto& pr : load_prompts(o, p, c, tok.get())) {
+    for (auto& pr : load_prompts(o, p.num_seqs, p.prompts_file, c, tok.get())) {
       check_generation_fits(pr.size(), o.max_new_tokens, c);
       longest = std::max(longest, positions_stored(pr.size(), o.max_new_tokens));
       Request r;
       r.prompt = std::move(pr);
       reqs.push_back(std::move(r));
     }
-    // Default budget: what chapter 2 reserves for these sequences (max_seq_len each), so the
-    // report compares the two policies on the same memory.
-    const std::size_t budget =
-        budget_cap > 0 ? budget_cap : reqs.size() * kv_bytes_for_context(c, kv, c.max_seq_len);
-    int num_blocks = 0;
-    try {
-      num_blocks = blocks_for_budget(c, kv, budget, p.block_size, static_cast<int>(longest));
-    } catch (const ResourceError& e) {
-      if (budget_cap > 0) throw;
-      throw ResourceError(fmt::format(
-          "{} (the default budget: max_seq_len = {} positions for each of the {} sequences); "
-          "give a larger --kv-budget-mb or a smaller --block-size",
-          e.what(), c.max_seq_len, reqs.size()));
-    }
+    // Default budget: what chapter 2 reserves for these sequences (max_seq_len each).
+    const PoolSize pool = pool_for_run(c, kv, budget_cap, reqs.size(), p.block_size, longest);
+    const std::size_t budget = pool.budget_bytes;
+    const int num_blocks = pool.num_blocks;
 
     // The backend: a paged cache and a forward pass over it.
     std::function<std::span<const float>(const Batch&)> forward;
@@ -254,6 +202,7 @@ int main(int argc, char** argv) {
       row_owner.push_back(static_cast<int>(i));
       rep.run.prompt.insert(rep.run.prompt.end(), pr.begin(), pr.end());
     }
+    const GenerationConfig gen{o.max_new_tokens, sampler_config(o), o.ignore_eos};
     const std::size_t bpt = kv_bytes_per_token(c, kv);
     double kv_bytes_total = 0;
     long decode_rows = 0;  // tokens computed by decode steps, over all sequences
@@ -274,15 +223,9 @@ int main(int argc, char** argv) {
       for (std::size_t j = 0; j < row_owner.size(); ++j) {
         Request& r = reqs[row_owner[j]];
         const int tok_id = r.sampler->sample(logits.subspan(j * c.vocab_size, c.vocab_size));
-        const bool stop =
-            std::find(c.stop_ids.begin(), c.stop_ids.end(), tok_id) != c.stop_ids.end();
-        if (stop && !o.ignore_eos) {
-          r.status = "stop token";
-          continue;
-        }
-        r.generated.push_back(tok_id);
-        if (static_cast<int>(r.generated.size()) == o.max_new_tokens) {
-          r.status = "max_new_tokens";
+        const std::string done = take_token(tok_id, c, gen, r.generated);
+        if (!done.empty()) {
+          r.status = done;
           continue;
         }
         next.rows.push_back(

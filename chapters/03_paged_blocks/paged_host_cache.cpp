@@ -26,6 +26,24 @@ int blocks_for_budget(const ModelConfig& c, DType kv, std::size_t budget_bytes, 
   return static_cast<int>(blocks);
 }
 
+PoolSize pool_for_run(const ModelConfig& c, DType kv, std::size_t budget_cap,
+                      std::size_t num_sequences, int block_size, long longest) {
+  PoolSize pool;
+  pool.budget_bytes =
+      budget_cap > 0 ? budget_cap : num_sequences * kv_bytes_for_context(c, kv, c.max_seq_len);
+  try {
+    pool.num_blocks =
+        blocks_for_budget(c, kv, pool.budget_bytes, block_size, static_cast<int>(longest));
+  } catch (const ResourceError& e) {
+    if (budget_cap > 0) throw;
+    throw ResourceError(fmt::format(
+        "{} (the default budget: max_seq_len = {} positions for each of the {} sequences); "
+        "give a larger --kv-budget-mb or a smaller --block-size",
+        e.what(), c.max_seq_len, num_sequences));
+  }
+  return pool;
+}
+
 PagedHostCache::PagedHostCache(const ModelConfig& config, DType kv, int num_blocks, int block_size,
                                std::uint64_t shuffle_seed)
     : bytes_per_token_(kv_bytes_per_token(config, kv)),

@@ -1,0 +1,113 @@
+// Chapter 4's program: sharing changes what is computed and stored, never what is generated.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "tests/support/checkpoint_writers.hpp"
+#include "tests/support/run_program.hpp"
+#include "tests/support/test_support.hpp"
+
+namespace kvheap {
+namespace {
+
+using test::expect_one_line_error;
+using test::run_program;
+
+const char* kCh04 = "ch04_cow_prefix_sharing";
+
+// Prompts that begin with the same blocks: chapter 4 computes the shared blocks once and still
+// generates, greedily, exactly what chapter 3 generates computing every prompt in full.
+TEST(Cli, Chapter4GeneratesChapter3sIdsWhilePromptsShareBlocks) {
+  const std::vector<std::string> prompts = {"1,5,9,2,77,31,4,8", "1,5,9,2,77,31,4,8,60,61",
+                                            "1,5,9,2,77,40", "1,70,71"};
+  const test::TempDir tmp;
+  const std::string file = tmp.file("prompts.txt");
+  {
+    std::ofstream f(file);
+    for (const auto& p : prompts) f << p << "\n";
+  }
+  const std::vector<std::string> common = {
+      "--model",       "tiny", "--prompts",    file, "--max-new-tokens", "15",
+      "--temperature", "0",    "--block-size", "3",  "--json",           "--no-peak"};
+  std::vector<std::string> args4 = common;
+  args4.insert(args4.end(), {"--samples", "1"});
+  const auto r4 = run_program(kCh04, args4);
+  ASSERT_EQ(r4.exit_code, 0) << r4.err;
+  const auto r3 = run_program("ch03_paged_blocks", common);
+  ASSERT_EQ(r3.exit_code, 0) << r3.err;
+  const auto j4 = nlohmann::json::parse(r4.out), j3 = nlohmann::json::parse(r3.out);
+  EXPECT_EQ(j4["generated_ids"], j3["generated_ids"]);
+  // Prompt 1 reuses prompt 0's two full blocks of 3 (6 positions), prompt 2 its first block.
+  EXPECT_EQ(j4["sequences"][1]["prompt_tokens_reused"], 6);
+  EXPECT_EQ(j4["sequences"][2]["prompt_tokens_reused"], 3);
+  EXPECT_EQ(j4["sequences"][3]["prompt_tokens_reused"], 0);
+  EXPECT_EQ(j4["sharing"]["prompt_positions_reused"], 9);
+  EXPECT_EQ(j4["sharing"]["prompt_positions"], 8 + 10 + 6 + 3);
+}
+
+// Samples of one prompt are forks: greedy samples all equal chapter 1's single run, the prompt's
+// full blocks are stored once, and each sample but the last to write copies the prompt's partly
+// filled last block.
+TEST(Cli, Chapter4SamplesAreForksThatCopyOnlyTheLastBlock) {
+  const std::string prompt = "1,5,9,2,77,31,4,8,3,12";  // 10 positions: blocks of 4, 4 and 2
+  const auto r = run_program(
+      kCh04, {"--model", "tiny", "--prompt-ids", prompt, "--samples", "4", "--max-new-tokens", "12",
+              "--temperature", "0", "--ignore-eos", "--block-size", "4", "--json", "--no-peak"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  const auto ref = run_program("ch01_cpu_reference",
+                               {"--model", "tiny", "--prompt-ids", prompt, "--max-new-tokens", "12",
+                                "--temperature", "0", "--ignore-eos", "--json", "--no-peak"});
+  ASSERT_EQ(ref.exit_code, 0) << ref.err;
+  const auto want = nlohmann::json::parse(ref.out)["generated_ids"];
+  ASSERT_EQ(j["generated_ids"].size(), 4u);
+  for (const auto& ids : j["generated_ids"]) EXPECT_EQ(ids, want);
+  EXPECT_EQ(j["sharing"]["forks"], 3);
+  EXPECT_EQ(j["sharing"]["copies_on_write"], 3);
+  // Each sample holds 10 + 12 - 1 = 21 positions: 6 blocks, 2 of them the shared prompt blocks.
+  EXPECT_EQ(j["sharing"]["blocks_referenced"], 4 * 6);
+  EXPECT_EQ(j["sharing"]["blocks_held"], 2 + 4 * 4);
+}
+
+// Sampled forks draw with their own seeds, as chapter 3's copies of a prompt do.
+TEST(Cli, Chapter4SampledForksDiverge) {
+  const auto r = run_program(
+      kCh04, {"--model", "tiny", "--prompt-ids", "1,5,9", "--samples", "3", "--max-new-tokens",
+              "20", "--temperature", "1", "--ignore-eos", "--json", "--no-peak"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto ids = nlohmann::json::parse(r.out)["generated_ids"];
+  EXPECT_NE(ids[0], ids[1]);
+  EXPECT_NE(ids[1], ids[2]);
+}
+
+TEST(Cli, Chapter4ReportsPromptsTheBudgetCannotAdmit) {
+  // tiny: 512 B per token; 0.01 MB = 19 blocks of 1. A prompt of 1 with 8 new tokens stores 8
+  // positions: with 2 samples, 1 + 2 x 7 = 15 blocks (the shared BOS block is stored once).
+  const auto r = run_program(
+      kCh04, {"--model", "tiny", "--num-seqs", "2", "--samples", "2", "--max-new-tokens", "8",
+              "--block-size", "1", "--kv-budget-mb", "0.01", "--json", "--no-peak"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["not_admitted"].size(), 1u) << r.out;
+  EXPECT_EQ(j["sequences"][2]["status"], "not admitted");
+  EXPECT_EQ(j["sequences"][3]["status"], "not admitted");
+  EXPECT_EQ(j["sequences"][0]["status"], "max_new_tokens");
+}
+
+TEST(Cli, Chapter4RefusesBadCounts) {
+  for (const std::vector<std::string>& extra : {std::vector<std::string>{"--samples", "0"},
+                                                {"--samples", "70000"},
+                                                {"--block-size", "0"},
+                                                {"--num-seqs", "0"},
+                                                {"--kv-budget-mb", "nan"}}) {
+    std::vector<std::string> args = {"--model", "tiny", "--no-peak"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const auto r = run_program(kCh04, args);
+    EXPECT_EQ(r.exit_code, 2) << extra[0] << " " << extra[1];
+    expect_one_line_error(r, extra[0]);
+  }
+}
+
+}  // namespace
+}  // namespace kvheap
