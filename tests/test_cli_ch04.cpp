@@ -68,6 +68,23 @@ TEST(Cli, Chapter4SamplesAreForksThatCopyOnlyTheLastBlock) {
   // Each sample holds 10 + 12 - 1 = 21 positions: 6 blocks, 2 of them the shared prompt blocks.
   EXPECT_EQ(j["sharing"]["blocks_referenced"], 4 * 6);
   EXPECT_EQ(j["sharing"]["blocks_held"], 2 + 4 * 4);
+
+  // Reading the shared prefix once per step changes the bytes read, not the tokens.
+  const auto plain =
+      run_program(kCh04, {"--model", "tiny", "--prompt-ids", prompt, "--samples", "4",
+                          "--max-new-tokens", "12", "--temperature", "0", "--ignore-eos",
+                          "--block-size", "4", "--json", "--no-peak", "--no-read-once"});
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  const auto jp = nlohmann::json::parse(plain.out);
+  EXPECT_EQ(jp["generated_ids"], j["generated_ids"]);
+  EXPECT_EQ(jp["metrics"]["kv_bytes_per_step"], jp["sharing"]["kv_bytes_per_step_unshared"]);
+  EXPECT_EQ(j["sharing"]["kv_bytes_per_step_unshared"],
+            jp["sharing"]["kv_bytes_per_step_unshared"]);
+  // Four rows share 8 positions: each step reads them once instead of four times.
+  const double per_position = 512.0;  // tiny: bytes of K and V per position, all layers
+  EXPECT_DOUBLE_EQ(j["sharing"]["kv_bytes_per_step_unshared"].get<double>() -
+                       j["metrics"]["kv_bytes_per_step"].get<double>(),
+                   3 * 8 * per_position);
 }
 
 // Sampled forks draw with their own seeds, as chapter 3's copies of a prompt do.

@@ -39,7 +39,7 @@ void PagedHostStorage::write(int layer, const Batch& batch, const PagedBatch& pa
 }
 
 void PagedHostStorage::attend(int layer, const Batch& batch, const PagedBatch& pages,
-                              const float* q, float* out) const {
+                              const float* q, float* out, const SharedPrefixPlan* shared) const {
   const long kv_dim = config_.kv_dim();
   const int bs = block_size_;
   const long layer_rows = static_cast<long>(num_blocks_) * bs;
@@ -47,13 +47,15 @@ void PagedHostStorage::attend(int layer, const Batch& batch, const PagedBatch& p
     using T = decltype(tag);
     const T* kd = k_.as<T>() + layer * layer_rows * kv_dim;
     const T* vd = v_.as<T>() + layer * layer_rows * kv_dim;
-    cpu::attend_batch<T>(
-        config_, batch.size(),
-        [&](int i) {
-          const int s = pages.row_seq[i];
-          return cpu::PagedRows<T>{kd, vd, pages.indices.data() + pages.indptr[s], bs, kv_dim};
-        },
-        [&](int i) { return pages.n_ctx[i]; }, q, out);
+    const auto rows_of = [&](int i) {
+      const int s = pages.row_seq[i];
+      return cpu::PagedRows<T>{kd, vd, pages.indices.data() + pages.indptr[s], bs, kv_dim};
+    };
+    const auto n_ctx_of = [&](int i) { return pages.n_ctx[i]; };
+    if (shared != nullptr)
+      cpu::attend_batch_shared_prefix<T>(config_, batch.size(), rows_of, n_ctx_of, *shared, q, out);
+    else
+      cpu::attend_batch<T>(config_, batch.size(), rows_of, n_ctx_of, q, out);
   });
 }
 

@@ -9,6 +9,7 @@
 #include "common/batch.hpp"
 #include "common/host_buffer.hpp"
 #include "common/model_config.hpp"
+#include "kernels/shared_prefix_attention.hpp"
 
 namespace kvheap::ch03 {
 
@@ -24,11 +25,12 @@ class PagedHostStorage {
   void write(int layer, const Batch& batch, const PagedBatch& pages, const float* k,
              const float* v);
   /// \brief Causal attention of every row over its sequence's blocks (chapter 1's arithmetic
-  /// through a page-table accessor, so only addresses differ from it).
+  /// through a page-table accessor, so only addresses differ from it). With a `shared` plan
+  /// (chapter 4), each group of rows reads its shared prefix once for all of them.
   /// \param q   [batch.size(), q_dim] fp32
   /// \param out [batch.size(), q_dim] fp32, written
-  void attend(int layer, const Batch& batch, const PagedBatch& pages, const float* q,
-              float* out) const;
+  void attend(int layer, const Batch& batch, const PagedBatch& pages, const float* q, float* out,
+              const SharedPrefixPlan* shared = nullptr) const;
   /// \brief Copies the first `slots` slots of block `src` into block `dst`, K and V of every
   /// layer (chapter 4's copy-on-write).
   void copy_block(int src, int dst, int slots);

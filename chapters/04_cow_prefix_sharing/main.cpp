@@ -41,6 +41,7 @@ struct Options {
   std::string prompts_file;
   int samples = 4;
   bool no_peak = false;
+  bool no_read_once = false;
   std::uint64_t shuffle_seed = 1;
 };
 
@@ -87,6 +88,9 @@ int main(int argc, char** argv) {
   app.add_option("--shuffle-seed", p.shuffle_seed,
                  "Order of the free list; 0 hands out blocks in order")
       ->capture_default_str();
+  app.add_flag(
+      "--no-read-once", p.no_read_once,
+      "Every row reads its whole context, shared prefixes included (chapter 3's attention)");
   app.add_flag("--no-peak", p.no_peak, "Skip measuring the bandwidth peak at start");
 
   return run_cli(app, argc, argv, [&] {
@@ -132,7 +136,7 @@ int main(int argc, char** argv) {
       rep.peak_gbps = measure_read_bandwidth().gbps;
       rep.peak_kind = "STREAM-like read";
     }
-    SharedHostCache cache(c, kv, num_blocks, p.block_size, p.shuffle_seed);
+    SharedHostCache cache(c, kv, num_blocks, p.block_size, p.shuffle_seed, !p.no_read_once);
     CpuForward fwd(weights);
     SharedBlockManager& blocks = cache.blocks();
     auto forward = [&](const Batch& b) { return fwd.forward(b, cache); };
@@ -208,13 +212,15 @@ int main(int argc, char** argv) {
 
     // Decode: one row per running sample per step.
     const std::size_t bpt = kv_bytes_per_token(c, kv);
-    double kv_bytes_total = 0;
+    double kv_bytes_total = 0, kv_bytes_unshared = 0;
     long decode_rows = 0;
     const auto t_decode = std::chrono::steady_clock::now();
     while (!batch.rows.empty()) {
       decode_rows += batch.size();
-      for (const auto& r : batch.rows) kv_bytes_total += static_cast<double>(r.pos + 1) * bpt;
       const std::span<const float> logits = forward(batch);
+      // What attention read: with read-once, each shared prefix once for all its rows.
+      kv_bytes_total += static_cast<double>(cache.positions_read()) * bpt;
+      for (const auto& r : batch.rows) kv_bytes_unshared += static_cast<double>(r.pos + 1) * bpt;
       ++rep.run.decode_steps;
       Batch next;
       std::vector<int> next_owner;
@@ -257,6 +263,8 @@ int main(int argc, char** argv) {
     const double tokens_per_s =
         rep.run.decode_seconds > 0 ? decode_rows / rep.run.decode_seconds : 0.0;
     const long computed = prompt_positions - counters.tokens_reused;
+    const double kv_unshared_per_step =
+        rep.run.decode_steps > 0 ? kv_bytes_unshared / rep.run.decode_steps : 0.0;
 
     if (o.json) {
       nlohmann::json seqs = nlohmann::json::array(), ids = nlohmann::json::array();
@@ -283,7 +291,9 @@ int main(int argc, char** argv) {
                                       {"blocks_referenced", blocks_referenced},
                                       {"forks", counters.forks},
                                       {"copies_on_write", counters.copies_on_write},
-                                      {"evictions", counters.evictions}};
+                                      {"evictions", counters.evictions},
+                                      {"read_once", !p.no_read_once},
+                                      {"kv_bytes_per_step_unshared", kv_unshared_per_step}};
       std::cout << json_line({{"chapter", rep.chapter},
                               {"model", c.name},
                               {"generated_ids", ids},
@@ -320,6 +330,11 @@ int main(int argc, char** argv) {
                computed, rep.run.prefill_seconds * 1e3);
     fmt::print("  decode  : {} steps in {:.3f} ms = {:.1f} tokens/s over all sequences\n",
                rep.run.decode_steps, rep.run.decode_seconds * 1e3, tokens_per_s);
+    fmt::print(
+        "  read once    : KV read per decode step {:.3f} MB where every row reading its whole "
+        "context reads {:.3f} MB{}\n",
+        rep.kv_bytes_per_step / 1e6, kv_unshared_per_step / 1e6,
+        p.no_read_once ? " (--no-read-once: the same)" : "");
     fmt::print("  bytes/decode step: weights {:.3f} MB (read once for the batch) + KV {:.3f} MB\n",
                rep.weight_bytes_per_step / 1e6, rep.kv_bytes_per_step / 1e6);
     if (rep.peak_gbps > 0)

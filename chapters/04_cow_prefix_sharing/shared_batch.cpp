@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
+#include <span>
 #include <unordered_map>
 
 #include "common/error.hpp"
@@ -51,7 +53,45 @@ SharedBatch build_shared_batch(SharedBlockManager& blocks, const Batch& batch) {
       sb.pages, batch, bs,
       [&](int seq) -> const std::vector<int>& { return blocks.page_table(seq); },
       [&](int seq) { return blocks.length(seq); });
+  sb.prefixes = plan_shared_prefixes(sb.pages, bs);
   return sb;
+}
+
+SharedPrefixPlan plan_shared_prefixes(const ch03::PagedBatch& pages, int block_size) {
+  const int n = static_cast<int>(pages.row_seq.size());
+  auto table = [&](int s) {
+    return std::span<const int>(pages.indices.data() + pages.indptr[s],
+                                pages.indices.data() + pages.indptr[s + 1]);
+  };
+  // Candidate groups: rows by their sequence's first block, in order of first appearance.
+  std::map<int, std::vector<int>> by_first;
+  std::vector<int> order;
+  for (int i = 0; i < n; ++i) {
+    const auto pt = table(pages.row_seq[i]);
+    if (pt.empty() || pages.n_ctx[i] < block_size) continue;
+    auto [it, fresh] = by_first.try_emplace(pt.front());
+    if (fresh) order.push_back(pt.front());
+    it->second.push_back(i);
+  }
+  SharedPrefixPlan plan;
+  for (int first : order) {
+    const std::vector<int>& rows = by_first[first];
+    const auto lead = table(pages.row_seq[rows[0]]);
+    long blocks = static_cast<long>(lead.size());
+    bool several = false;
+    for (int i : rows) {
+      const auto pt = table(pages.row_seq[i]);
+      several |= pages.row_seq[i] != pages.row_seq[rows[0]];
+      const auto diff = std::mismatch(lead.begin(), lead.end(), pt.begin(), pt.end());
+      blocks = std::min<long>(blocks, diff.first - lead.begin());
+      blocks = std::min<long>(blocks, pages.n_ctx[i] / block_size);
+    }
+    if (!several || blocks == 0) continue;
+    plan.rows.insert(plan.rows.end(), rows.begin(), rows.end());
+    plan.indptr.push_back(static_cast<int>(plan.rows.size()));
+    plan.prefix_len.push_back(static_cast<int>(blocks * block_size));
+  }
+  return plan;
 }
 
 }  // namespace kvheap::ch04

@@ -7,14 +7,25 @@
 #include "chapters/03_paged_blocks/paged_batch.hpp"
 #include "chapters/04_cow_prefix_sharing/shared_block_manager.hpp"
 #include "common/batch.hpp"
+#include "kernels/shared_prefix_attention.hpp"
 
 namespace kvheap::ch04 {
 
-/// \brief A batch's page tables (CSR) and slot mapping, and the copies its appends asked for.
+/// \brief A batch's page tables (CSR) and slot mapping, the copies its appends asked for, and
+/// which rows share a prefix.
 struct SharedBatch {
   ch03::PagedBatch pages;         ///< as chapter 3 builds it
   std::vector<BlockCopy> copies;  ///< to make, in order, before the batch's first write
+  SharedPrefixPlan prefixes;      ///< rows that read the same first blocks (plan_shared_prefixes)
 };
+
+/// \brief Groups the rows of `pages` whose sequences hold the same physical first blocks.
+///
+/// Rows are grouped by their sequence's first block; a group's prefix is the run of blocks that
+/// all its sequences' page tables begin with, cut to the whole blocks its shortest row attends
+/// to. Only groups of at least two sequences with a prefix of at least one block are kept: one
+/// level of sharing, enough for forks of a prompt and prompts that begin alike.
+SharedPrefixPlan plan_shared_prefixes(const ch03::PagedBatch& pages, int block_size);
 
 /// \brief Appends every row's token to its sequence and builds the batch's view.
 ///

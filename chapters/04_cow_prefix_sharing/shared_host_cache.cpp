@@ -3,10 +3,11 @@
 namespace kvheap::ch04 {
 
 SharedHostCache::SharedHostCache(const ModelConfig& config, DType kv, int num_blocks,
-                                 int block_size, std::uint64_t shuffle_seed)
+                                 int block_size, std::uint64_t shuffle_seed, bool read_once)
     : bytes_per_token_(kv_bytes_per_token(config, kv)),
       blocks_(num_blocks, block_size, shuffle_seed),
-      storage_(config, kv, num_blocks, block_size) {}
+      storage_(config, kv, num_blocks, block_size),
+      read_once_(read_once) {}
 
 void SharedHostCache::prepare(const Batch& batch) {
   current_ = build_shared_batch(blocks_, batch);
@@ -18,12 +19,19 @@ void SharedHostCache::write(int layer, const Batch& batch, const float* k, const
 }
 
 void SharedHostCache::attend(int layer, const Batch& batch, const float* q, float* out) {
-  storage_.attend(layer, batch, current_.pages, q, out);
+  storage_.attend(layer, batch, current_.pages, q, out, read_once_ ? &current_.prefixes : nullptr);
 }
 
 std::size_t SharedHostCache::bytes_reserved() const {
   return static_cast<std::size_t>(blocks_.pool().num_used()) * blocks_.pool().block_size() *
          bytes_per_token_;
+}
+
+long SharedHostCache::positions_read() const {
+  if (read_once_) return current_.prefixes.positions_read(current_.pages.n_ctx);
+  long total = 0;
+  for (int c : current_.pages.n_ctx) total += c;
+  return total;
 }
 
 std::size_t SharedHostCache::bytes_used() const {

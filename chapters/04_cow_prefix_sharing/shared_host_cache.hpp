@@ -18,9 +18,11 @@ namespace kvheap::ch04 {
 class SharedHostCache final : public KVCache {
  public:
   /// \brief A pool of `num_blocks` blocks of `block_size` slots (shuffled when `shuffle_seed` is
-  /// non-zero).
+  /// non-zero). With `read_once`, rows that share a prefix read it once per step for all of them
+  /// (cpu::attend_batch_shared_prefix); without, every row reads its whole context, as in
+  /// chapter 3.
   SharedHostCache(const ModelConfig& config, DType kv, int num_blocks, int block_size,
-                  std::uint64_t shuffle_seed);
+                  std::uint64_t shuffle_seed, bool read_once = true);
 
   /// \brief The allocator: admit, fork, grow and free sequences through it.
   SharedBlockManager& blocks() { return blocks_; }
@@ -36,11 +38,15 @@ class SharedHostCache final : public KVCache {
   [[nodiscard]] std::size_t bytes_reserved() const override;
   /// \brief Slots that hold a position, each shared slot once.
   [[nodiscard]] std::size_t bytes_used() const override;
+  /// \brief Positions the last batch's attention read per layer: shared prefixes once when
+  /// reading once, else every row's whole context.
+  [[nodiscard]] long positions_read() const;
 
  private:
   std::size_t bytes_per_token_;
   SharedBlockManager blocks_;
   ch03::PagedHostStorage storage_;
+  bool read_once_;
   SharedBatch current_;  // built by prepare(), used by every layer of the batch
 };
 
