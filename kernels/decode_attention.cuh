@@ -62,7 +62,8 @@ struct KernelDims {
   int heads_per_block;  // query heads of one block (<= the kernel's G)
   int chunks;           // blocks per (row, KV head)
   int splits;
-  float scale;  // 1 / sqrt(head_dim)
+  float scale;         // 1 / sqrt(head_dim)
+  bool keep_partials;  // write raw partials even for one split (a caller merges them further)
 };
 
 /// \brief Lanes that share one position: the vectors of a row rounded up to a power of two, at
@@ -99,9 +100,9 @@ __device__ __forceinline__ void widen16(const uint4& raw, float* out) {
 /// \param k_cache    [rows, n_kv_heads, head_dim]
 /// \param v_cache    [rows, n_kv_heads, head_dim]
 /// \param n_ctx      [n]
-/// \param out        [n, n_heads, head_dim], written when splits == 1
-/// \param part_acc   [splits, n, n_heads, head_dim], written when splits > 1
-/// \param part_state [splits, n, n_heads], written when splits > 1
+/// \param out        [n, n_heads, head_dim], written when splits == 1 (and not keep_partials)
+/// \param part_acc   [splits, n, n_heads, head_dim], written otherwise, unnormalised
+/// \param part_state [splits, n, n_heads], written otherwise
 template <class T, int HD, int G, class Locator>
 __global__ void decode_attention_kernel(const float* q, const T* k_cache, const T* v_cache,
                                         const int* n_ctx, Locator loc, KernelDims d, float* out,
@@ -285,9 +286,10 @@ __global__ void decode_attention_kernel(const float* q, const T* k_cache, const 
     if (h >= heads) break;
     const long long head_row = static_cast<long long>(i) * d.n_heads + head0 + h;
     const long long part_row = static_cast<long long>(split) * d.n * d.n_heads + head_row;
-    float* dst = d.splits == 1 ? out + head_row * head_dim : part_acc + part_row * head_dim;
+    const bool final = d.splits == 1 && !d.keep_partials;
+    float* dst = final ? out + head_row * head_dim : part_acc + part_row * head_dim;
     // Single pass: normalise now (an empty context, l = 0, gives zeros). Split: keep it raw.
-    const float scale = d.splits == 1 ? (l[h] > 0.0f ? 1.0f / l[h] : 0.0f) : 1.0f;
+    const float scale = final ? (l[h] > 0.0f ? 1.0f / l[h] : 0.0f) : 1.0f;
     KVHEAP_UNROLL
     for (int v = 0; v < VPL; ++v) {
       const int vec = sl + v * lp;
@@ -298,7 +300,7 @@ __global__ void decode_attention_kernel(const float* q, const T* k_cache, const 
             make_float4(acc[h][v][e4] * scale, acc[h][v][e4 + 1] * scale, acc[h][v][e4 + 2] * scale,
                         acc[h][v][e4 + 3] * scale);
     }
-    if (d.splits > 1 && sl == 0) part_state[part_row] = SoftmaxState{m[h], l[h]};
+    if (!final && sl == 0) part_state[part_row] = SoftmaxState{m[h], l[h]};
   }
 }
 

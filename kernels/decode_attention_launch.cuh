@@ -61,19 +61,17 @@ struct AttentionLaunch {
   }
 };
 
-/// \brief Validates, plans and launches decode attention over the layout `loc` describes; the
-/// body of every layout's public decode-attention function.
+/// \brief Validates and plans a launch over `loc`; throws InputError for a bad shape or pointer.
 template <class Locator>
-void launch_decode_attention(DType kv, const float* q, const void* k_cache, const void* v_cache,
-                             const int* n_ctx, Locator loc, const AttentionShape& shape, float* out,
-                             AttentionWorkspace& workspace, StreamHandle stream, int force_splits) {
+AttentionLaunch<Locator> prepare_launch(const float* q, const void* k_cache, const void* v_cache,
+                                        const int* n_ctx, Locator loc, const AttentionShape& shape,
+                                        float* out, StreamHandle stream, int force_splits) {
   const AttentionPlan plan = plan_attention(shape, force_splits);
-  if (shape.n == 0) return;
   // The kernel moves q, out and the cache in 16-byte vectors; every offset inside them is a
   // multiple of 16 bytes (head_dim % 8 == 0), so only the base pointers can break alignment.
   const void* vectors[] = {q, k_cache, v_cache, out};
   for (const void* p : vectors)
-    if (reinterpret_cast<std::uintptr_t>(p) % 16 != 0)
+    if (shape.n > 0 && reinterpret_cast<std::uintptr_t>(p) % 16 != 0)
       throw InputError("decode_attention: q, out and the caches must be 16-byte aligned");
   KernelDims d{};
   d.n = shape.n;
@@ -85,21 +83,60 @@ void launch_decode_attention(DType kv, const float* q, const void* k_cache, cons
   d.chunks = plan.chunks;
   d.splits = plan.splits;
   d.scale = 1.0f / sqrtf(static_cast<float>(shape.head_dim));  // as in cpu::attend_kv_heads
-  AttentionLaunch<Locator> l{q, k_cache, v_cache, n_ctx, loc, d, out, nullptr, nullptr, stream};
-  const std::size_t rows = static_cast<std::size_t>(shape.n) * shape.n_heads;
-  if (plan.splits > 1) {
-    workspace.reserve(rows * plan.splits, shape.head_dim);
-    l.part_acc = workspace.acc();
-    l.part_state = workspace.states();
-  }
+  d.keep_partials = false;
+  return AttentionLaunch<Locator>{q, k_cache, v_cache, n_ctx,   loc,
+                                  d, out,     nullptr, nullptr, stream};
+}
+
+/// \brief Runs the kernel instantiation for `kv` (the launch's sizes pick the rest).
+template <class Locator>
+void run_launch(DType kv, const AttentionLaunch<Locator>& l) {
   switch (kv) {
     case DType::F32: l.template by_head_dim<float>(); break;
     case DType::F16: l.template by_head_dim<__half>(); break;
     case DType::BF16: l.template by_head_dim<__nv_bfloat16>(); break;
   }
-  if (plan.splits > 1)
-    merge_splits(l.part_state, l.part_acc, out, plan.splits, static_cast<int>(rows), shape.head_dim,
+}
+
+/// \brief Validates, plans and launches decode attention over the layout `loc` describes; the
+/// body of every layout's public decode-attention function.
+template <class Locator>
+void launch_decode_attention(DType kv, const float* q, const void* k_cache, const void* v_cache,
+                             const int* n_ctx, Locator loc, const AttentionShape& shape, float* out,
+                             AttentionWorkspace& workspace, StreamHandle stream, int force_splits) {
+  AttentionLaunch<Locator> l =
+      prepare_launch(q, k_cache, v_cache, n_ctx, loc, shape, out, stream, force_splits);
+  if (shape.n == 0) return;
+  const std::size_t rows = static_cast<std::size_t>(shape.n) * shape.n_heads;
+  if (l.d.splits > 1) {
+    workspace.reserve(rows * l.d.splits, shape.head_dim);
+    l.part_acc = workspace.acc();
+    l.part_state = workspace.states();
+  }
+  run_launch(kv, l);
+  if (l.d.splits > 1)
+    merge_splits(l.part_state, l.part_acc, out, l.d.splits, static_cast<int>(rows), shape.head_dim,
                  stream);
+}
+
+/// \brief Like launch_decode_attention, but leaves every (split, row, head) unnormalised in
+/// `workspace` (acc and state, [splits, n, n_heads]) for the caller to merge with other partials.
+/// Returns the number of splits.
+template <class Locator>
+int launch_decode_attention_partials(DType kv, const float* q, const void* k_cache,
+                                     const void* v_cache, const int* n_ctx, Locator loc,
+                                     const AttentionShape& shape, AttentionWorkspace& workspace,
+                                     StreamHandle stream) {
+  const std::size_t rows = static_cast<std::size_t>(shape.n) * shape.n_heads;
+  AttentionLaunch<Locator> l =
+      prepare_launch(q, k_cache, v_cache, n_ctx, loc, shape, nullptr, stream, 0);
+  if (shape.n == 0) return l.d.splits;
+  workspace.reserve(rows * l.d.splits, shape.head_dim);
+  l.d.keep_partials = true;
+  l.part_acc = workspace.acc();
+  l.part_state = workspace.states();
+  run_launch(kv, l);
+  return l.d.splits;
 }
 
 }  // namespace kvheap::cuda::detail

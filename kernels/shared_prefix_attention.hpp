@@ -27,6 +27,7 @@
 #include "kernels/attention.hpp"
 #include "kernels/attention_batch.hpp"
 #include "kernels/attention_merge.hpp"
+#include "kernels/cuda_stream.hpp"
 
 namespace kvheap {
 
@@ -50,6 +51,59 @@ struct SharedPrefixPlan {
     for (int g = 0; g < groups(); ++g)
       total -= static_cast<long>(indptr[g + 1] - indptr[g] - 1) * prefix_len[g];
     return total;
+  }
+};
+
+/// \brief The device-side view of a SharedPrefixPlan for a batch of n rows (pointers are device
+/// memory; the counts are host values).
+struct SharedPrefixView {
+  int groups = 0;                   ///< G
+  int widest = 0;                   ///< rows in the largest group
+  int max_prefix = 0;               ///< longest prefix_len (sizes the prefix pass's split-K)
+  int max_own = 0;                  ///< longest own_ctx (sizes the rows' pass's split-K)
+  const int* prefix_len = nullptr;  ///< [G] positions of each group's prefix
+  const int* prefix_seq = nullptr;  ///< [G] the sequence whose page table the prefix pass reads
+  const int* group_rows = nullptr;  ///< [G, widest] each group's batch rows, -1 past its size
+  const int* first = nullptr;       ///< [n] first position of each row's own pass
+  const int* own_ctx = nullptr;     ///< [n] positions of each row's own pass: n_ctx - first
+  const int* row_group = nullptr;   ///< [n] each row's group, -1 for none
+  const int* row_member = nullptr;  ///< [n] each row's index within its group
+};
+
+/// \brief Host arrays behind a SharedPrefixView, built from a plan and the batch's row-to-sequence
+/// map and context lengths.
+struct SharedPrefixArrays {
+  int widest = 0;               ///< rows in the largest group
+  std::vector<int> prefix_len;  ///< [G]
+  std::vector<int> prefix_seq;  ///< [G]
+  std::vector<int> group_rows;  ///< [G * widest]
+  std::vector<int> first;       ///< [n]
+  std::vector<int> own_ctx;     ///< [n]
+  std::vector<int> row_group;   ///< [n]
+  std::vector<int> row_member;  ///< [n]
+
+  /// \brief Builds the arrays; row_seq[i] and n_ctx[i] describe batch row i.
+  SharedPrefixArrays(const SharedPrefixPlan& plan, const std::vector<int>& row_seq,
+                     const std::vector<int>& n_ctx) {
+    const int n = static_cast<int>(n_ctx.size()), G = plan.groups();
+    for (int g = 0; g < G; ++g) widest = std::max(widest, plan.indptr[g + 1] - plan.indptr[g]);
+    prefix_len = plan.prefix_len;
+    group_rows.assign(static_cast<std::size_t>(G) * widest, -1);
+    first.assign(n, 0);
+    row_group.assign(n, -1);
+    row_member.assign(n, 0);
+    for (int g = 0; g < G; ++g) {
+      prefix_seq.push_back(row_seq[plan.rows[plan.indptr[g]]]);
+      for (int k = plan.indptr[g]; k < plan.indptr[g + 1]; ++k) {
+        const int i = plan.rows[k], m = k - plan.indptr[g];
+        group_rows[static_cast<std::size_t>(g) * widest + m] = i;
+        first[i] = plan.prefix_len[g];
+        row_group[i] = g;
+        row_member[i] = m;
+      }
+    }
+    own_ctx.resize(n);
+    for (int i = 0; i < n; ++i) own_ctx[i] = n_ctx[i] - first[i];
   }
 };
 
@@ -167,4 +221,45 @@ void attend_batch_shared_prefix(const ModelConfig& c, int n, const RowsOf& rows_
 }
 
 }  // namespace cpu
+
+struct PagedLocator;  // kernels/paged_attention.hpp
+
+namespace cuda {
+
+struct AttentionShape;     // kernels/decode_attention.hpp (device builds only)
+class AttentionWorkspace;  // kernels/decode_attention.hpp
+
+/// \brief Floats of the wide queries shared_prefix_attention gathers: groups x widest x n_heads x
+/// head_dim.
+inline std::size_t shared_prefix_wide_q_floats(int groups, int widest, int n_heads, int head_dim) {
+  return static_cast<std::size_t>(groups) * widest * n_heads * head_dim;
+}
+
+/// \brief Decode attention over a paged cache in which the groups of `plan` read their shared
+/// prefix once (GPU; the CPU twin is cpu::attend_batch_shared_prefix).
+///
+/// Three launches of chapter 2's kernel machinery and a merge: the prefix pass runs the decode
+/// attention kernel over one wide row per group (n_heads x widest query heads, gathered into
+/// `wide_q`) through the page table of the group's first sequence; the rows' pass runs it over
+/// every row's positions [first, n_ctx) through a locator that offsets positions; both leave
+/// unnormalised partial states, which the merge combines per (row, head). A group wider than 16
+/// query heads per KV head is cut into slices that each read the prefix (see
+/// decode_attention.cuh), so r rows of group size g read it ceil(r g / 16) times, not r times.
+///
+/// \param q       [n, n_heads, head_dim] fp32 (device)
+/// \param k_cache [num_blocks, block_size, n_kv_heads, head_dim] one layer, in `kv` (device)
+/// \param v_cache same layout (device)
+/// \param pages   the batch's page tables (device pointers)
+/// \param plan    which rows share which prefix (device pointers, host counts)
+/// \param shape   n, heads and head_dim of the batch (max_n_ctx unused: the passes size
+///                themselves from plan)
+/// \param out     [n, n_heads, head_dim] fp32, written (device)
+/// \param wide_q  shared_prefix_wide_q_floats(...) floats of device scratch
+void shared_prefix_attention(DType kv, const float* q, const void* k_cache, const void* v_cache,
+                             const PagedLocator& pages, const SharedPrefixView& plan,
+                             const AttentionShape& shape, float* out, float* wide_q,
+                             AttentionWorkspace& prefix_ws, AttentionWorkspace& own_ws,
+                             StreamHandle stream = nullptr);
+
+}  // namespace cuda
 }  // namespace kvheap

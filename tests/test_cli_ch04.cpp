@@ -112,6 +112,34 @@ TEST(Cli, Chapter4ReportsPromptsTheBudgetCannotAdmit) {
   EXPECT_EQ(j["sequences"][0]["status"], "max_new_tokens");
 }
 
+// The device cache (the simulator in a sim build) generates the CPU cache's ids, with the same
+// sharing: the allocator is the same host code whatever holds the bytes.
+TEST(Cli, Chapter4OnTheDeviceGeneratesTheCpuIds) {
+  const test::TempDir tmp;
+  const std::string file = tmp.file("prompts.txt");
+  { std::ofstream(file) << "1,5,9,2,77,31,4,8,3\n1,5,9,2,77,31,4,8,60,61\n"; }
+  const std::vector<std::string> args = {"--model",       "tiny",      "--prompts",        file,
+                                         "--samples",     "2",         "--max-new-tokens", "10",
+                                         "--temperature", "0",         "--block-size",     "4",
+                                         "--json",        "--no-peak", "--kv-dtype",       "fp32"};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), args.begin(), args.end());
+    return run_program(kCh04, extra);
+  };
+  const auto cpu = with({"--device", "cpu"});
+  ASSERT_EQ(cpu.exit_code, 0) << cpu.err;
+  const auto gpu = with({"--device", "cuda", "--weight-dtype", "fp32"});
+  if (std::string(KVHEAP_CUDA_MODE) != "sim" && gpu.exit_code == 1) {
+    expect_one_line_error(gpu, "CUDA");  // no device here, and the error says so
+    return;
+  }
+  ASSERT_EQ(gpu.exit_code, 0) << gpu.err;
+  const auto jc = nlohmann::json::parse(cpu.out), jg = nlohmann::json::parse(gpu.out);
+  EXPECT_EQ(jg["generated_ids"], jc["generated_ids"]);
+  EXPECT_EQ(jg["sharing"], jc["sharing"]);
+  EXPECT_EQ(jg["metrics"]["kv_bytes_per_step"], jc["metrics"]["kv_bytes_per_step"]);
+}
+
 TEST(Cli, Chapter4RefusesBadCounts) {
   for (const std::vector<std::string>& extra : {std::vector<std::string>{"--samples", "0"},
                                                 {"--samples", "70000"},

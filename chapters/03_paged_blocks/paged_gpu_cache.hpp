@@ -1,5 +1,5 @@
 // Chapter 3's policy on the GPU: the block pool and page tables of PagedHostCache, with the
-// storage in device memory and attention done by cuda::paged_attention.
+// storage in device memory (PagedGpuStorage) and attention done by cuda::paged_attention.
 //
 // The allocator is the same host code as on the CPU (BlockManager); only the bytes move. Once per
 // batch, prepare() grows the page tables on the host and uploads their CSR view; every layer then
@@ -8,10 +8,9 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 
 #include "chapters/03_paged_blocks/block_manager.hpp"
-#include "chapters/03_paged_blocks/paged_batch.hpp"
+#include "chapters/03_paged_blocks/paged_gpu_storage.hpp"
 #include "common/device_kv_cache.hpp"
 #include "common/model_config.hpp"
 
@@ -29,7 +28,6 @@ class PagedGpuCache final : public DeviceKVCache {
   /// fit the device's free memory.
   PagedGpuCache(const ModelConfig& config, DType kv, int num_blocks, int block_size,
                 std::uint64_t shuffle_seed);
-  ~PagedGpuCache() override;
 
   /// \brief The allocator: admit, grow and free sequences through it.
   BlockManager& blocks() { return blocks_; }
@@ -38,7 +36,7 @@ class PagedGpuCache final : public DeviceKVCache {
 
   /// \brief Appends each row's position to its sequence (allocating blocks as they fill) and
   /// uploads the batch's page tables and slot mapping. Throws ResourceError when the pool runs
-  /// out (rows before the failing one stay appended) and InputError for a non-contiguous position.
+  /// out and InputError for a non-contiguous position, changing nothing either way.
   void prepare(const Batch& batch) override;
   void write(int layer, const float* k, const float* v) override;
   void attend(int layer, const float* q, float* out) override;
@@ -47,16 +45,12 @@ class PagedGpuCache final : public DeviceKVCache {
   [[nodiscard]] std::size_t bytes_reserved() const override;
   [[nodiscard]] std::size_t bytes_used() const override;
   /// \brief Bytes of device memory the whole pool occupies, free blocks included.
-  [[nodiscard]] std::size_t pool_bytes() const;
+  [[nodiscard]] std::size_t pool_bytes() const { return storage_.pool_bytes(); }
 
  private:
-  struct Device;  // device buffers and the attention workspace, kept out of this header
-
-  ModelConfig config_;
-  DType kv_;
+  std::size_t bytes_per_token_;
   BlockManager blocks_;
-  PagedBatch current_;  // host copy of the prepared batch's page tables
-  std::unique_ptr<Device> dev_;
+  PagedGpuStorage storage_;
 };
 
 }  // namespace kvheap::ch03

@@ -30,6 +30,13 @@
 #include "common/report.hpp"
 #include "common/tokenizer.hpp"
 
+#if KVHEAP_HAS_CUDA
+#include "chapters/04_cow_prefix_sharing/shared_gpu_cache.hpp"
+#include "common/gpu/device_bandwidth.hpp"
+#include "common/gpu/forward_gpu.hpp"
+#include "device/device.hpp"
+#endif
+
 using namespace kvheap;
 using namespace kvheap::ch04;
 
@@ -40,6 +47,7 @@ struct Options {
   int num_seqs = 1;
   std::string prompts_file;
   int samples = 4;
+  std::string weight_dtype = "fp32";
   bool no_peak = false;
   bool no_read_once = false;
   std::uint64_t shuffle_seed = 1;
@@ -85,6 +93,8 @@ int main(int argc, char** argv) {
       ->excludes(app.get_option("--prompt-ids"));
   app.add_option("--samples", p.samples, "Sequences forked from each prompt")
       ->capture_default_str();
+  app.add_option("--weight-dtype", p.weight_dtype, "Weights on the device: fp32, fp16 or bf16")
+      ->capture_default_str();
   app.add_option("--shuffle-seed", p.shuffle_seed,
                  "Order of the free list; 0 hands out blocks in order")
       ->capture_default_str();
@@ -94,8 +104,8 @@ int main(int argc, char** argv) {
   app.add_flag("--no-peak", p.no_peak, "Skip measuring the bandwidth peak at start");
 
   return run_cli(app, argc, argv, [&] {
-    if (o.device != "cpu")
-      throw UsageError(fmt::format("--device {}: chapter 4 runs on cpu", o.device));
+    if (o.device != "cpu" && o.device != "cuda")
+      throw UsageError(fmt::format("--device {}: expected cpu or cuda", o.device));
     if (p.block_size <= 0)
       throw UsageError(fmt::format("--block-size must be positive, got {}", p.block_size));
     if (p.samples <= 0 || p.samples > ch03::kMaxSeqs)
@@ -103,6 +113,12 @@ int main(int argc, char** argv) {
           fmt::format("--samples must be from 1 to {}, got {}", ch03::kMaxSeqs, p.samples));
     const std::size_t budget_cap = kv_budget_bytes(o);
     const DType kv = parse_dtype(o.kv_dtype);
+    const DType wt = parse_dtype(p.weight_dtype);
+    if (o.device == "cpu" && wt != DType::F32)
+      throw UsageError(
+          fmt::format("--weight-dtype {} needs --device cuda: the CPU backend computes "
+                      "with fp32 weights",
+                      p.weight_dtype));
     const int threads = apply_threads(o);
     const ModelWeights weights = load_model(o.model, o.model_seed);
     const ModelConfig& c = weights.config;
@@ -130,16 +146,56 @@ int main(int argc, char** argv) {
     rep.chapter = "04_cow_prefix_sharing";
     rep.model = c.name;
     rep.kv_dtype = kv;
-    rep.weight_dtype = DType::F32;
-    rep.device = fmt::format("cpu ({} threads)", threads);
-    if (!p.no_peak) {
-      rep.peak_gbps = measure_read_bandwidth().gbps;
-      rep.peak_kind = "STREAM-like read";
+    rep.weight_dtype = wt;
+
+    // The backend: a sharing cache and a forward pass over it, in host or device memory.
+    std::function<std::span<const float>(const Batch&)> forward;
+    std::function<long()> positions_read;  // per layer, by the last batch's attention
+    std::function<std::size_t()> bytes_reserved, bytes_used;
+    SharedBlockManager* manager = nullptr;
+    std::unique_ptr<SharedHostCache> host_cache;
+    std::unique_ptr<CpuForward> cpu_fwd;
+#if KVHEAP_HAS_CUDA
+    std::unique_ptr<SharedGpuCache> gpu_cache;
+    std::unique_ptr<GpuForward> gpu_fwd;
+#endif
+    if (o.device == "cpu") {
+      rep.device = fmt::format("cpu ({} threads)", threads);
+      if (!p.no_peak) {
+        rep.peak_gbps = measure_read_bandwidth().gbps;
+        rep.peak_kind = "STREAM-like read";
+      }
+      host_cache = std::make_unique<SharedHostCache>(c, kv, num_blocks, p.block_size,
+                                                     p.shuffle_seed, !p.no_read_once);
+      cpu_fwd = std::make_unique<CpuForward>(weights);
+      manager = &host_cache->blocks();
+      bytes_reserved = [&] { return host_cache->bytes_reserved(); };
+      bytes_used = [&] { return host_cache->bytes_used(); };
+      forward = [&](const Batch& b) { return cpu_fwd->forward(b, *host_cache); };
+      positions_read = [&] { return host_cache->positions_read(); };
+    } else {
+#if KVHEAP_HAS_CUDA
+      const DeviceInfo info = require_cuda_device();
+      rep.device = info.is_simulator ? info.name + " (not a performance model)" : info.name;
+      if (!p.no_peak && !info.is_simulator) {
+        rep.peak_gbps = measure_copy_bandwidth().gbps;
+        rep.peak_kind = "device-to-device copy";
+      }
+      gpu_cache = std::make_unique<SharedGpuCache>(c, kv, num_blocks, p.block_size, p.shuffle_seed,
+                                                   !p.no_read_once);
+      gpu_fwd = std::make_unique<GpuForward>(weights, wt);
+      manager = &gpu_cache->blocks();
+      bytes_reserved = [&] { return gpu_cache->bytes_reserved(); };
+      bytes_used = [&] { return gpu_cache->bytes_used(); };
+      forward = [&](const Batch& b) { return gpu_fwd->forward(b, *gpu_cache); };
+      positions_read = [&] { return gpu_cache->positions_read(); };
+#else
+      throw ResourceError(
+          "--device cuda: this build has no CUDA support (configured with KVHEAP_CUDA=off); "
+          "rebuild with the cuda or sim preset, or use --device cpu");
+#endif
     }
-    SharedHostCache cache(c, kv, num_blocks, p.block_size, p.shuffle_seed, !p.no_read_once);
-    CpuForward fwd(weights);
-    SharedBlockManager& blocks = cache.blocks();
-    auto forward = [&](const Batch& b) { return fwd.forward(b, cache); };
+    SharedBlockManager& blocks = *manager;
 
     // Admission: a request is admitted only if the pool can hold its worst case on top of those
     // already admitted, counting the prompt blocks it will find in the prefix index.
@@ -219,7 +275,7 @@ int main(int argc, char** argv) {
       decode_rows += batch.size();
       const std::span<const float> logits = forward(batch);
       // What attention read: with read-once, each shared prefix once for all its rows.
-      kv_bytes_total += static_cast<double>(cache.positions_read()) * bpt;
+      kv_bytes_total += static_cast<double>(positions_read()) * bpt;
       for (const auto& r : batch.rows) kv_bytes_unshared += static_cast<double>(r.pos + 1) * bpt;
       ++rep.run.decode_steps;
       Batch next;
@@ -246,8 +302,8 @@ int main(int argc, char** argv) {
     // the last free, only the prefix index may hold blocks.
     const long blocks_held = blocks.blocks_held();
     const long blocks_referenced = blocks.blocks_referenced();
-    rep.kv_reserved_bytes = cache.bytes_reserved();
-    rep.kv_used_bytes = cache.bytes_used();
+    rep.kv_reserved_bytes = bytes_reserved();
+    rep.kv_used_bytes = bytes_used();
     const SharingCounters counters = blocks.counters();
     std::size_t generated = 0;
     for (Sample& s : samples) {
@@ -258,7 +314,7 @@ int main(int argc, char** argv) {
     if (blocks.pool().num_used() != static_cast<int>(blocks.index().size()))
       throw std::logic_error("blocks leaked after every sequence finished");
 
-    rep.weight_bytes_per_step = static_cast<double>(weight_bytes_per_decode_step(c, DType::F32));
+    rep.weight_bytes_per_step = static_cast<double>(weight_bytes_per_decode_step(c, wt));
     rep.kv_bytes_per_step = rep.run.decode_steps > 0 ? kv_bytes_total / rep.run.decode_steps : 0.0;
     const double tokens_per_s =
         rep.run.decode_seconds > 0 ? decode_rows / rep.run.decode_seconds : 0.0;

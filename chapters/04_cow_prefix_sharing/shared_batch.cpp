@@ -57,6 +57,13 @@ SharedBatch build_shared_batch(SharedBlockManager& blocks, const Batch& batch) {
   return sb;
 }
 
+long positions_read(const SharedBatch& batch, bool read_once) {
+  if (read_once) return batch.prefixes.positions_read(batch.pages.n_ctx);
+  long total = 0;
+  for (int c : batch.pages.n_ctx) total += c;
+  return total;
+}
+
 SharedPrefixPlan plan_shared_prefixes(const ch03::PagedBatch& pages, int block_size) {
   const int n = static_cast<int>(pages.row_seq.size());
   auto table = [&](int s) {

@@ -19,6 +19,10 @@ struct SharedBatch {
   SharedPrefixPlan prefixes;      ///< rows that read the same first blocks (plan_shared_prefixes)
 };
 
+/// \brief Positions one layer's attention reads for `batch`: each shared prefix once when
+/// `read_once`, else every row's whole context.
+[[nodiscard]] long positions_read(const SharedBatch& batch, bool read_once);
+
 /// \brief Groups the rows of `pages` whose sequences hold the same physical first blocks.
 ///
 /// Rows are grouped by their sequence's first block; a group's prefix is the run of blocks that

@@ -103,6 +103,10 @@ class SharedBlockManager {
   [[nodiscard]] long blocks_referenced() const;
   /// \brief Positions over the live sequences, shared ones counted once per sequence.
   [[nodiscard]] std::size_t tokens_held() const;
+  /// \brief Slots of every block in use, held by a sequence or only cached by the index.
+  [[nodiscard]] std::size_t slots_in_use() const {
+    return static_cast<std::size_t>(pool_.num_used()) * pool_.block_size();
+  }
   /// \brief Slots that hold a position, each shared slot once, cached blocks included: what
   /// sharing actually stores.
   [[nodiscard]] std::size_t slots_stored() const;

@@ -23,16 +23,10 @@ void SharedHostCache::attend(int layer, const Batch& batch, const float* q, floa
 }
 
 std::size_t SharedHostCache::bytes_reserved() const {
-  return static_cast<std::size_t>(blocks_.pool().num_used()) * blocks_.pool().block_size() *
-         bytes_per_token_;
+  return blocks_.slots_in_use() * bytes_per_token_;
 }
 
-long SharedHostCache::positions_read() const {
-  if (read_once_) return current_.prefixes.positions_read(current_.pages.n_ctx);
-  long total = 0;
-  for (int c : current_.pages.n_ctx) total += c;
-  return total;
-}
+long SharedHostCache::positions_read() const { return ch04::positions_read(current_, read_once_); }
 
 std::size_t SharedHostCache::bytes_used() const {
   return blocks_.slots_stored() * bytes_per_token_;

@@ -1,0 +1,118 @@
+// Shared-prefix decode attention on the GPU (chapter 4): each group's prefix is read once for all
+// its rows. See kernels/shared_prefix_attention.hpp for the algorithm and its CPU twin.
+//
+// Nothing new streams the cache: both passes are chapter 2's decode-attention kernel, run with
+// keep_partials so that they leave raw (max, sum, acc) states. The prefix pass sees a group as
+// one row whose query heads are all its rows' heads (grouped-query attention with a larger
+// group); the rows' pass offsets each row's positions by its group's prefix through a locator.
+// Two small kernels gather the wide queries and merge the partial states.
+#include "device/cuda_compat.hpp"
+
+#include <string>
+
+#include "common/error.hpp"
+#include "device/launch.hpp"
+#include "kernels/decode_attention_launch.cuh"
+#include "kernels/paged_attention.hpp"
+#include "kernels/shared_prefix_attention.hpp"
+
+namespace kvheap::cuda {
+namespace {
+
+/// Positions [first[i], first[i] + n_ctx) of row i's sequence, seen as [0, n_ctx).
+struct OffsetLocator {
+  PagedLocator pages;
+  const int* first;  // [n]
+  KVHEAP_HD std::int64_t row(int i, int t) const { return pages.row(i, t + first[i]); }
+};
+
+/// wide_q [G, n_heads * widest, head_dim]: wide head h * (widest * group) + m * group + j of group
+/// g is head h * group + j of the group's m-th row (zeros past the group's size). Grid: (G, wide
+/// heads), threads: head_dim.
+__global__ void gather_wide_q_kernel(const float* q, SharedPrefixView plan, int n_heads, int group,
+                                     int head_dim, float* wide_q) {
+  const int g = static_cast<int>(blockIdx.x);
+  const int w = static_cast<int>(blockIdx.y);
+  const int d = static_cast<int>(threadIdx.x);
+  if (d >= head_dim) return;
+  const int per_kv = plan.widest * group;
+  const int h = w / per_kv, m = (w % per_kv) / group, j = w % group;
+  const int row = plan.group_rows[g * plan.widest + m];
+  const long long dst = (static_cast<long long>(g) * n_heads * plan.widest + w) * head_dim + d;
+  wide_q[dst] =
+      row < 0 ? 0.0f : q[(static_cast<long long>(row) * n_heads + h * group + j) * head_dim + d];
+}
+
+/// out[i, qh] = merge of the prefix pass's partials (for a row in a group) and the rows' pass's,
+/// normalised. Grid: n * n_heads, threads: head_dim.
+__global__ void merge_shared_prefix_kernel(const SoftmaxState* prefix_state,
+                                           const float* prefix_acc, int prefix_splits,
+                                           const SoftmaxState* own_state, const float* own_acc,
+                                           int own_splits, SharedPrefixView plan, int n,
+                                           int n_heads, int group, int head_dim, float* out) {
+  const int i = static_cast<int>(blockIdx.x) / n_heads;
+  const int qh = static_cast<int>(blockIdx.x) % n_heads;
+  const int d = static_cast<int>(threadIdx.x);
+  if (d >= head_dim) return;  // no barrier follows
+  SoftmaxState state;
+  float a = 0.0f;
+  const int g = plan.row_group[i];
+  if (g >= 0) {
+    const int wide_heads = n_heads * plan.widest;
+    const int wide = (qh / group) * plan.widest * group + plan.row_member[i] * group + qh % group;
+    for (int s = 0; s < prefix_splits; ++s) {
+      const long long p = (static_cast<long long>(s) * plan.groups + g) * wide_heads + wide;
+      merge_partial(state, &a, prefix_state[p], prefix_acc + p * head_dim + d, 1);
+    }
+  }
+  for (int s = 0; s < own_splits; ++s) {
+    const long long p = (static_cast<long long>(s) * n + i) * n_heads + qh;
+    merge_partial(state, &a, own_state[p], own_acc + p * head_dim + d, 1);
+  }
+  out[(static_cast<long long>(i) * n_heads + qh) * head_dim + d] =
+      state.sum > 0.0f ? a / state.sum : 0.0f;
+}
+
+}  // namespace
+
+void shared_prefix_attention(DType kv, const float* q, const void* k_cache, const void* v_cache,
+                             const PagedLocator& pages, const SharedPrefixView& plan,
+                             const AttentionShape& shape, float* out, float* wide_q,
+                             AttentionWorkspace& prefix_ws, AttentionWorkspace& own_ws,
+                             StreamHandle stream) {
+  if (shape.n == 0) return;
+  if (pages.block_size <= 0)
+    throw InputError("shared_prefix_attention: block_size = " + std::to_string(pages.block_size) +
+                     "; need at least one slot per block");
+  if (shape.n_kv_heads <= 0 || shape.n_heads % shape.n_kv_heads != 0)
+    throw InputError("shared_prefix_attention: n_heads must be a multiple of n_kv_heads");
+  const int group = shape.n_heads / shape.n_kv_heads;
+  const unsigned threads = static_cast<unsigned>((shape.head_dim + 31) / 32 * 32);
+
+  int prefix_splits = 0;
+  if (plan.groups > 0) {
+    launch<gather_wide_q_kernel>(dim3(static_cast<unsigned>(plan.groups),
+                                      static_cast<unsigned>(shape.n_heads * plan.widest)),
+                                 dim3(threads), 0, stream, q, plan, shape.n_heads, group,
+                                 shape.head_dim, wide_q);
+    AttentionShape wide = shape;
+    wide.n = plan.groups;
+    wide.n_heads = shape.n_heads * plan.widest;
+    wide.max_n_ctx = plan.max_prefix;
+    PagedLocator by_group = pages;
+    by_group.row_seq = plan.prefix_seq;
+    prefix_splits = detail::launch_decode_attention_partials(
+        kv, wide_q, k_cache, v_cache, plan.prefix_len, by_group, wide, prefix_ws, stream);
+  }
+  AttentionShape own = shape;
+  own.max_n_ctx = plan.max_own;
+  const int own_splits = detail::launch_decode_attention_partials(
+      kv, q, k_cache, v_cache, plan.own_ctx, OffsetLocator{pages, plan.first}, own, own_ws, stream);
+  launch<merge_shared_prefix_kernel>(
+      dim3(static_cast<unsigned>(shape.n * shape.n_heads)), dim3(threads), 0, stream,
+      plan.groups > 0 ? prefix_ws.states() : nullptr, plan.groups > 0 ? prefix_ws.acc() : nullptr,
+      prefix_splits, own_ws.states(), own_ws.acc(), own_splits, plan, shape.n, shape.n_heads, group,
+      shape.head_dim, out);
+}
+
+}  // namespace kvheap::cuda

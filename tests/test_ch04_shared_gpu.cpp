@@ -1,0 +1,151 @@
+// Chapter 4 on the device. cuda::shared_prefix_attention computes what every row reading its whole
+// context computes (the CPU's plain paged attention), within 1e-5 relative, over group sizes,
+// head sizes, dtypes, groups wider than one kernel block's 16 heads, and prefixes long enough to
+// be split across blocks (split-K) before the merge; and the GPU decoder over SharedGpuCache gives
+// chapter 3's logits while sequences share blocks.
+//
+// In the simulator build every kernel runs on the CPU; in a real build they run on the GPU and
+// skip with a message when there is none.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "chapters/03_paged_blocks/paged_gpu_cache.hpp"
+#include "chapters/04_cow_prefix_sharing/shared_gpu_cache.hpp"
+#include "common/gpu/forward_gpu.hpp"
+#include "common/llama2c_loader.hpp"
+#include "common/synthetic_weights.hpp"
+#include "device/buffers.hpp"
+#include "device/device.hpp"
+#include "kernels/decode_attention.hpp"
+#include "kernels/paged_attention.hpp"
+#include "kernels/shared_prefix_attention.hpp"
+#include "tests/ch04_scenario.hpp"
+#include "tests/shared_prefix_case.hpp"
+#include "tests/support/test_support.hpp"
+
+namespace kvheap {
+namespace {
+
+#define KVHEAP_REQUIRE_DEVICE()                                                          \
+  if (auto why_ = device_unavailable_reason()) {                                         \
+    GTEST_SKIP() << *why_                                                                \
+                 << "; shared-prefix attention runs on a GPU or in the KVHEAP_CUDA=sim " \
+                    "build";                                                             \
+  }
+
+template <class T>
+DeviceBuffer<unsigned char> upload_bytes(const std::vector<T>& v) {
+  std::vector<unsigned char> bytes(v.size() * sizeof(T));
+  std::memcpy(bytes.data(), v.data(), bytes.size());
+  return DeviceBuffer<unsigned char>::from_host(bytes);
+}
+
+/// The device result for a case, against plain CPU attention: the largest relative difference.
+template <class T>
+double gpu_vs_plain(DType kv, const test::SharedPrefixShape& s, const std::vector<int>& prefixes,
+                    int members, int private_positions, unsigned seed) {
+  const test::SharedPrefixCase<T> c(s, prefixes, members, private_positions, seed);
+  std::vector<float> want(c.q.size());
+  c.attend_plain(want.data());
+
+  const auto k = upload_bytes(c.k), v = upload_bytes(c.v);
+  const auto indptr = DeviceBuffer<int>::from_host(c.pages.indptr);
+  const auto indices = DeviceBuffer<int>::from_host(c.pages.indices);
+  const auto last = DeviceBuffer<int>::from_host(c.pages.last_page_len);
+  const auto row_seq = DeviceBuffer<int>::from_host(c.pages.row_seq);
+  const PagedLocator loc{indptr.data(), indices.data(), last.data(), row_seq.data(), c.block_size};
+  const SharedPrefixArrays a(c.plan, c.pages.row_seq, c.pages.n_ctx);
+  const auto prefix_len = DeviceBuffer<int>::from_host(a.prefix_len);
+  const auto prefix_seq = DeviceBuffer<int>::from_host(a.prefix_seq);
+  const auto group_rows = DeviceBuffer<int>::from_host(a.group_rows);
+  const auto first = DeviceBuffer<int>::from_host(a.first);
+  const auto own_ctx = DeviceBuffer<int>::from_host(a.own_ctx);
+  const auto row_group = DeviceBuffer<int>::from_host(a.row_group);
+  const auto row_member = DeviceBuffer<int>::from_host(a.row_member);
+  SharedPrefixView view;
+  view.groups = c.plan.groups();
+  view.widest = a.widest;
+  view.max_prefix = *std::max_element(a.prefix_len.begin(), a.prefix_len.end());
+  view.max_own = *std::max_element(a.own_ctx.begin(), a.own_ctx.end());
+  view.prefix_len = prefix_len.data();
+  view.prefix_seq = prefix_seq.data();
+  view.group_rows = group_rows.data();
+  view.first = first.data();
+  view.own_ctx = own_ctx.data();
+  view.row_group = row_group.data();
+  view.row_member = row_member.data();
+
+  const cuda::AttentionShape shape{c.n(), c.config.n_heads, c.config.n_kv_heads, c.config.head_dim,
+                                   c.pages.max_ctx};
+  const auto q = DeviceBuffer<float>::from_host(c.q);
+  DeviceBuffer<float> out(c.q.size());
+  DeviceBuffer<float> wide(cuda::shared_prefix_wide_q_floats(view.groups, view.widest,
+                                                             c.config.n_heads, c.config.head_dim));
+  cuda::AttentionWorkspace prefix_ws, own_ws;
+  cuda::shared_prefix_attention(kv, q.data(), k.data(), v.data(), loc, view, shape, out.data(),
+                                wide.data(), prefix_ws, own_ws);
+  return test::rel_inf_error(out.to_host(), want);
+}
+
+TEST(Ch04SharedPrefixGpu, EqualsEveryRowReadingItsWholeContext) {
+  KVHEAP_REQUIRE_DEVICE();
+  for (int group : {1, 4})
+    for (int hd : {8, 64, 128})
+      EXPECT_LE(gpu_vs_plain<float>(DType::F32, {2, group, hd, 16}, {3, 1}, 3, 40, group + hd),
+                1e-5)
+          << "group " << group << ", head_dim " << hd;
+  // Five rows of group 4: 20 query heads per KV head, more than one block's 16.
+  EXPECT_LE(gpu_vs_plain<float>(DType::F32, {2, 4, 64, 7}, {5, 2}, 5, 20, 3), 1e-5);
+}
+
+TEST(Ch04SharedPrefixGpu, HalfPrecisionCaches) {
+  KVHEAP_REQUIRE_DEVICE();
+  EXPECT_LE(gpu_vs_plain<cpu::BF16Bits>(DType::BF16, {2, 4, 64, 16}, {4, 2}, 4, 30, 9), 1e-5);
+  EXPECT_LE(gpu_vs_plain<cpu::F16Bits>(DType::F16, {2, 2, 128, 16}, {3}, 3, 30, 10), 1e-5);
+}
+
+// One group over 2560 positions on 2 KV heads: too few blocks for the device, so the prefix pass
+// is split across blocks, and the merge folds its partials before the rows' own.
+TEST(Ch04SharedPrefixGpu, LongPrefixesSplitAcrossBlocks) {
+  KVHEAP_REQUIRE_DEVICE();
+  EXPECT_LE(gpu_vs_plain<float>(DType::F32, {2, 4, 64, 16}, {160}, 3, 100, 11), 1e-5);
+}
+
+/// Chapter 4 over device memory against chapter 3 over device memory, one GpuForward for both.
+double gpu_shared_vs_unshared(const ModelWeights& w, DType kv, int block_size,
+                              const std::vector<int>& pa, const std::vector<int>& pb, int steps,
+                              bool read_once = true) {
+  GpuForward fwd(w, kv);
+  ch04::SharedGpuCache shared(w.config, kv, 64, block_size, 101, read_once);
+  ch03::PagedGpuCache alone(w.config, kv, 64, block_size, 202);
+  return test::shared_vs_unshared(fwd, shared, alone, w.config, block_size, pa, pb, steps,
+                                  read_once);
+}
+
+// Forks and prompts that begin alike over the device cache: copies-on-write are device copies and
+// shared prefixes are read once, and the logits are what chapter 3's unshared cache gives.
+TEST(Ch04SharedPrefixGpu, SharedLogitsMatchUnsharedTiny) {
+  KVHEAP_REQUIRE_DEVICE();
+  const ModelWeights w = make_synthetic_weights(preset("tiny"), 4);
+  const std::vector<int> pa = {1, 5, 9, 2, 77, 31, 4, 8, 3, 12, 40};
+  std::vector<int> pb(pa.begin(), pa.begin() + 8);
+  pb.insert(pb.end(), {60, 61, 62});
+  for (int bs : {3, 4}) EXPECT_LE(gpu_shared_vs_unshared(w, DType::F32, bs, pa, pb, 8), 1e-5) << bs;
+  EXPECT_LE(gpu_shared_vs_unshared(w, DType::F32, 4, pa, pb, 4, /*read_once=*/false), 1e-5);
+  EXPECT_LE(gpu_shared_vs_unshared(w, DType::BF16, 4, pa, pb, 4), 1e-5);
+}
+
+TEST(Ch04SharedPrefixGpu, SharedLogitsMatchUnsharedStories260K) {
+  KVHEAP_REQUIRE_DEVICE();
+  KVHEAP_REQUIRE_MODEL(path, "stories260K.bin");
+  const ModelWeights w = load_llama2c(path);
+  const std::vector<int> pa = {1, 403, 407, 261, 378, 271, 420, 306, 422, 259, 267, 373, 10};
+  std::vector<int> pb(pa.begin(), pa.begin() + 9);
+  pb.insert(pb.end(), {280, 295});
+  EXPECT_LE(gpu_shared_vs_unshared(w, DType::F32, 4, pa, pb, 12), 1e-5);
+}
+
+}  // namespace
+}  // namespace kvheap
