@@ -118,8 +118,10 @@ namespace cpu {
 /// \param out       [n, n_heads, head_dim] written
 ///
 /// Rows in no group go through attend_batch unchanged, so a plan without groups gives bitwise
-/// attend_batch's result. The work items are (group, KV head) for the prefixes and (row, KV head)
-/// for the suffixes, all of them independent; the merge of the two partial states follows.
+/// attend_batch's result. The work items, all independent, are chunks of kAttendChunk positions
+/// of each prefix (for all the group's rows) and each grouped row's own positions, split into
+/// head ranges only when there are too few to keep the threads busy; the merge of the partial
+/// states follows.
 template <class T, class RowsOf, class CtxOf>
 void attend_batch_shared_prefix(const ModelConfig& c, int n, const RowsOf& rows_of,
                                 const CtxOf& n_ctx_of, const SharedPrefixPlan& plan, const float* q,
@@ -149,11 +151,10 @@ void attend_batch_shared_prefix(const ModelConfig& c, int n, const RowsOf& rows_
   // The prefix pass sees a group of r rows as one row with r x group query heads per KV head:
   // wide head h * (r * group) + m * group + j is head h * group + j of the group's m-th row.
   const int G = plan.groups();
-  std::vector<long> wide_at(G + 1, 0);  // offset of each group's wide arrays, in heads
+  std::vector<long> wide_at(G + 1, 0);  // offset of each group's wide queries, in heads
   for (int g = 0; g < G; ++g)
     wide_at[g + 1] = wide_at[g] + static_cast<long>(plan.indptr[g + 1] - plan.indptr[g]) * n_heads;
-  std::vector<float> wide_q(wide_at[G] * hd), wide_acc(wide_at[G] * hd);
-  std::vector<float> wide_max(wide_at[G]), wide_sum(wide_at[G]);
+  std::vector<float> wide_q(wide_at[G] * hd);
   for (int g = 0; g < G; ++g) {
     const int r = plan.indptr[g + 1] - plan.indptr[g];
     for (int m = 0; m < r; ++m)
@@ -165,56 +166,86 @@ void attend_batch_shared_prefix(const ModelConfig& c, int n, const RowsOf& rows_
           std::copy_n(src, hd, &wide_q[wide * hd]);
         }
   }
-  // Suffix states per grouped row: [rows in groups, n_heads]; the accumulators go to `out`.
+  // Work items read whole cache rows (every KV head of a position), as attend_batch's do: items
+  // of one KV head would read a 1/n_kv_heads slice of each row, a strided pattern the hardware
+  // prefetchers follow badly. Prefixes go in chunks of kAttendChunk positions, each leaving a
+  // partial state per wide head; the rows' own positions are one item per row.
+  std::vector<int> first_chunk(G + 1, 0);
+  for (int g = 0; g < G; ++g)
+    first_chunk[g + 1] =
+        first_chunk[g] + std::max(1, (plan.prefix_len[g] + kAttendChunk - 1) / kAttendChunk);
+  const int chunks = first_chunk[G];
+  std::vector<long> part_at(chunks + 1, 0);  // offset of each chunk's partial state, in heads
+  for (int g = 0; g < G; ++g)
+    for (int ch = first_chunk[g]; ch < first_chunk[g + 1]; ++ch)
+      part_at[ch + 1] = part_at[ch] + (wide_at[g + 1] - wide_at[g]);
+  std::vector<float> part_acc(part_at[chunks] * hd), part_max(part_at[chunks]),
+      part_sum(part_at[chunks]);
+  std::vector<int> group_of_chunk(chunks);
+  for (int g = 0; g < G; ++g)
+    for (int ch = first_chunk[g]; ch < first_chunk[g + 1]; ++ch) group_of_chunk[ch] = g;
+  // Each grouped row's own positions: states [rows in groups, n_heads]; accumulators in `out`.
   const int R = static_cast<int>(plan.rows.size());
-  std::vector<float> suf_max(static_cast<long>(R) * n_heads), suf_sum(suf_max.size());
+  std::vector<float> own_max(static_cast<long>(R) * n_heads), own_sum(own_max.size());
   std::vector<int> group_of(R);
   for (int g = 0; g < G; ++g)
     for (int k = plan.indptr[g]; k < plan.indptr[g + 1]; ++k) group_of[k] = g;
   int widest = 0;
   for (int g = 0; g < G; ++g) widest = std::max(widest, plan.indptr[g + 1] - plan.indptr[g]);
 
-  const long prefix_items = static_cast<long>(G) * kvh, items = prefix_items + long{R} * kvh;
   long work = 0;
   for (int k = 0; k < R; ++k) work += 2L * n_ctx_of(plan.rows[k]) * q_dim;
-#pragma omp parallel if (work >= (1L << 16))
+  const bool parallel = work >= (1L << 16);
+  // Head ranges per item, as in attend_batch: the fewest that give every thread the same number of
+  // items, so that each item reads as wide a part of each row as it can.
+  const long items = chunks + R;
+  const long threads = parallel ? omp_get_max_threads() : 1;
+  int ranges = 1;
+  while (ranges < kvh &&
+         (kvh % ranges != 0 || items * ranges < threads || items * ranges % threads != 0))
+    ++ranges;
+  const int per_range = kvh / ranges;
+#pragma omp parallel if (parallel)
   {
-    std::vector<float> scratch(attend_span_scratch_floats(std::max(widest, 1) * group, hd));
-    std::vector<float> suffix(hd);
+    std::vector<float> scratch(attend_span_scratch_floats(per_range * widest * group, hd));
+    std::vector<float> own(hd);
 #pragma omp for schedule(dynamic)
-    for (long item = 0; item < items; ++item) {
-      if (item < prefix_items) {  // group g's prefix, KV head h, for all its rows at once
-        const int g = static_cast<int>(item / kvh), h = static_cast<int>(item % kvh);
+    for (long item = 0; item < items * ranges; ++item) {
+      const long unit = item / ranges;
+      const int h0 = static_cast<int>(item % ranges) * per_range;
+      if (unit < chunks) {  // a chunk of a group's prefix, for all the group's rows at once
+        const int ch = static_cast<int>(unit), g = group_of_chunk[ch];
         const int r = plan.indptr[g + 1] - plan.indptr[g];
-        const AttendShape wide{kvh, r * group, hd};
-        const long at = wide_at[g];
-        attend_span<T>(&wide_q[at * hd], rows_of(plan.rows[plan.indptr[g]]), 0, plan.prefix_len[g],
-                       wide, h, h + 1, &wide_acc[at * hd],
-                       &wide_max[at + static_cast<long>(h) * r * group],
-                       &wide_sum[at + static_cast<long>(h) * r * group], scratch.data());
-      } else {  // grouped row k's own positions past the prefix, KV head h
-        const long s = item - prefix_items;
-        const int k = static_cast<int>(s / kvh), h = static_cast<int>(s % kvh);
-        const int i = plan.rows[k];
-        const AttendShape sh{kvh, group, hd};
+        const int t0 = (ch - first_chunk[g]) * kAttendChunk;
+        const long at = part_at[ch] + static_cast<long>(h0) * r * group;
+        attend_span<T>(&wide_q[wide_at[g] * hd], rows_of(plan.rows[plan.indptr[g]]), t0,
+                       std::min(plan.prefix_len[g], t0 + kAttendChunk),
+                       AttendShape{kvh, r * group, hd}, h0, h0 + per_range,
+                       &part_acc[part_at[ch] * hd], &part_max[at], &part_sum[at], scratch.data());
+      } else {  // a grouped row's own positions past the prefix
+        const int k = static_cast<int>(unit - chunks), i = plan.rows[k];
+        const long at = static_cast<long>(k) * n_heads + static_cast<long>(h0) * group;
         attend_span<T>(q + static_cast<long>(i) * q_dim, rows_of(i), plan.prefix_len[group_of[k]],
-                       n_ctx_of(i), sh, h, h + 1, out + static_cast<long>(i) * q_dim,
-                       &suf_max[static_cast<long>(k) * n_heads + h * group],
-                       &suf_sum[static_cast<long>(k) * n_heads + h * group], scratch.data());
+                       n_ctx_of(i), AttendShape{kvh, group, hd}, h0, h0 + per_range,
+                       out + static_cast<long>(i) * q_dim, &own_max[at], &own_sum[at],
+                       scratch.data());
       }
     }
-    // Merge: prefix state first, then the row's suffix, per (grouped row, query head).
+    // Merge per (grouped row, query head): the prefix's chunks in order, then the row's own.
 #pragma omp for schedule(static)
     for (long kh = 0; kh < static_cast<long>(R) * n_heads; ++kh) {
       const int k = static_cast<int>(kh / n_heads), qh = static_cast<int>(kh % n_heads);
       const int g = group_of[k], m = k - plan.indptr[g], r = plan.indptr[g + 1] - plan.indptr[g];
-      const int h = qh / group, j = qh % group;
-      const long wide = wide_at[g] + static_cast<long>(h) * r * group + m * group + j;
+      const long wide = static_cast<long>(qh / group) * r * group + m * group + qh % group;
       float* o = out + static_cast<long>(plan.rows[k]) * q_dim + static_cast<long>(qh) * hd;
-      std::copy_n(o, hd, suffix.data());
-      SoftmaxState state{wide_max[wide], wide_sum[wide]};
-      std::copy_n(&wide_acc[wide * hd], hd, o);
-      merge_partial(state, o, SoftmaxState{suf_max[kh], suf_sum[kh]}, suffix.data(), hd);
+      std::copy_n(o, hd, own.data());
+      std::fill(o, o + hd, 0.0f);
+      SoftmaxState state;
+      for (int ch = first_chunk[g]; ch < first_chunk[g + 1]; ++ch) {
+        const long p = part_at[ch] + wide;
+        merge_partial(state, o, SoftmaxState{part_max[p], part_sum[p]}, &part_acc[p * hd], hd);
+      }
+      merge_partial(state, o, SoftmaxState{own_max[kh], own_sum[kh]}, own.data(), hd);
       finish_head(o, state.sum, hd);
     }
   }
