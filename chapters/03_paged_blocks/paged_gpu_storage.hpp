@@ -32,10 +32,12 @@ class PagedGpuStorage {
   /// returns the device address of the first extra int.
   const int* upload(const PagedBatch& pages, const std::vector<int>& extra = {});
   /// \brief Stores the last uploaded batch's K and V rows of `layer` at their slots.
+  /// \param layer which transformer block, 0-based
   /// \param k [rows, kv_dim] fp32 device memory
   /// \param v [rows, kv_dim] fp32 device memory
   void write(int layer, const float* k, const float* v);
   /// \brief Paged decode attention of the last uploaded batch's rows (cuda::paged_attention).
+  /// \param layer which transformer block, 0-based
   /// \param q   [rows, q_dim] fp32 device memory
   /// \param out [rows, q_dim] fp32 device memory, written
   void attend(int layer, const float* q, float* out);

@@ -20,6 +20,9 @@ class PagedHostStorage {
   PagedHostStorage(const ModelConfig& config, DType kv, int num_blocks, int block_size);
 
   /// \brief Stores row i's K and V at `pages.slot_mapping[i]` of `layer`.
+  /// \param layer which transformer block, 0-based
+  /// \param batch the rows being run
+  /// \param pages the batch's page tables and slot mapping
   /// \param k [batch.size(), kv_dim] fp32
   /// \param v [batch.size(), kv_dim] fp32
   void write(int layer, const Batch& batch, const PagedBatch& pages, const float* k,
@@ -27,8 +30,12 @@ class PagedHostStorage {
   /// \brief Causal attention of every row over its sequence's blocks (chapter 1's arithmetic
   /// through a page-table accessor, so only addresses differ from it). With a `shared` plan
   /// (chapter 4), each group of rows reads its shared prefix once for all of them.
-  /// \param q   [batch.size(), q_dim] fp32
-  /// \param out [batch.size(), q_dim] fp32, written
+  /// \param layer  which transformer block, 0-based
+  /// \param batch  the rows being run
+  /// \param pages  the batch's page tables
+  /// \param q      [batch.size(), q_dim] fp32
+  /// \param out    [batch.size(), q_dim] fp32, written
+  /// \param shared rows that share a prefix, or nullptr to read every context whole
   void attend(int layer, const Batch& batch, const PagedBatch& pages, const float* q, float* out,
               const SharedPrefixPlan* shared = nullptr) const;
   /// \brief Copies the first `slots` slots of block `src` into block `dst`, K and V of every

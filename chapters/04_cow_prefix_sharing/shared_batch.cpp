@@ -40,9 +40,9 @@ SharedBatch build_shared_batch(SharedBlockManager& blocks, const Batch& batch) {
   for (const auto& [block, n] : appenders) need += std::min(n, blocks.pool().ref_count(block) - 1);
   if (need > blocks.num_available())
     throw ResourceError(fmt::format(
-        "block pool exhausted: the batch needs {} new or copied blocks of {} slots and {} of {} "
-        "are free or only cached; no sequence was grown",
-        need, bs, blocks.num_available(), blocks.pool().num_blocks()));
+        "block pool exhausted: the batch needs {} block{} of {} slots (new, or copies of shared "
+        "ones) and {} of {} are free or only cached; no sequence was grown",
+        need, need == 1 ? "" : "s", bs, blocks.num_available(), blocks.pool().num_blocks()));
 
   SharedBatch sb;
   sb.pages.slot_mapping.resize(batch.size());
