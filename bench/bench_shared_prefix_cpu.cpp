@@ -27,8 +27,7 @@
 
 #include "bench/cpu_caches.hpp"
 #include "bench/failures.hpp"
-#include "chapters/04_cow_prefix_sharing/shared_batch.hpp"
-#include "chapters/04_cow_prefix_sharing/shared_block_manager.hpp"
+#include "bench/shared_prefix_step.hpp"
 #include "common/bandwidth.hpp"
 #include "common/host_buffer.hpp"
 #include "kernels/attention_batch.hpp"
@@ -39,61 +38,38 @@ namespace kvheap {
 namespace {
 
 using T = cpu::BF16Bits;
-constexpr int kBlockSize = 16;
-constexpr int kOwn = 256;  // positions each sample has generated
+using bench::kOwnPositions;
+using bench::kSharedBlockSize;
 
 const ModelConfig& heads() {
   static const ModelConfig c = preset("llama-3-8b");  // 32 query heads, 8 KV heads, head_dim 128
   return c;
 }
 long kv_dim() { return heads().kv_dim(); }
+double row_bytes() { return 2.0 * static_cast<double>(kv_dim()) * sizeof(T); }
 
-/// One decode step over forked samples, and its pool.
-struct Step {
-  int groups = 0, samples = 0, prefix = 0;
-  std::unique_ptr<ch04::SharedBlockManager> blocks;
-  ch04::SharedBatch batch;
+/// The step, its pool in host memory and its queries.
+struct Step : bench::SharedPrefixStep {
   HostBuffer k, v;       // [num_blocks * block_size, kv_dim]
   std::vector<float> q;  // [rows, q_dim]
 
-  [[nodiscard]] int rows() const { return static_cast<int>(batch.pages.n_ctx.size()); }
   [[nodiscard]] auto rows_of() const {
     return [this](int i) {
       const ch03::PagedBatch& p = batch.pages;
       return cpu::PagedRows<T>{k.as<T>(), v.as<T>(), p.indices.data() + p.indptr[p.row_seq[i]],
-                               kBlockSize, kv_dim()};
+                               kSharedBlockSize, kv_dim()};
     };
   }
   [[nodiscard]] auto n_ctx_of() const {
     return [this](int i) { return batch.pages.n_ctx[i]; };
   }
-  [[nodiscard]] double bytes(bool read_once) const {
-    return static_cast<double>(ch04::positions_read(batch, read_once)) * 2.0 * kv_dim() * sizeof(T);
-  }
 };
 
 Step make_step(int groups, int samples, int prefix) {
   Step s;
-  s.groups = groups;
-  s.samples = samples;
-  s.prefix = prefix;
-  const long per_group = prefix / kBlockSize + 1 + samples * ((kOwn + 1) / kBlockSize + 2);
-  const int num_blocks = static_cast<int>(groups * per_group);
-  s.blocks = std::make_unique<ch04::SharedBlockManager>(num_blocks, kBlockSize, 11);
-  Batch step;
-  for (int g = 0; g < groups; ++g) {
-    const int parent = s.blocks->allocate();
-    for (int t = 0; t < prefix; ++t) (void)s.blocks->append_slot(parent, g * 1000003 + t);
-    std::vector<int> seqs = {parent};
-    for (int k = 1; k < samples; ++k) seqs.push_back(s.blocks->fork(parent));
-    for (int seq : seqs) {
-      for (int t = 0; t < kOwn - 1; ++t) (void)s.blocks->append_slot(seq, seq * 7 + t);
-      step.rows.push_back({1, seq, prefix + kOwn - 1, true});  // this step's token
-    }
-  }
-  (void)s.blocks->take_copies();  // contents are synthetic: nothing to copy
-  s.batch = ch04::build_shared_batch(*s.blocks, step);
-  const std::size_t elems = static_cast<std::size_t>(num_blocks) * kBlockSize * kv_dim();
+  static_cast<bench::SharedPrefixStep&>(s) =
+      bench::make_shared_prefix_step(groups, samples, prefix);
+  const std::size_t elems = static_cast<std::size_t>(s.num_blocks()) * kSharedBlockSize * kv_dim();
   s.k = HostBuffer(elems * sizeof(T));
   s.v = HostBuffer(elems * sizeof(T));
   T* kp = s.k.as<T>();
@@ -161,11 +137,11 @@ void shared_prefix(benchmark::State& state, int groups, int samples, int prefix)
   const double p_ms = *std::min_element(tp.begin(), tp.end());
   const double o_ms = *std::min_element(to.begin(), to.end());
   state.counters["speedup"] = p_ms / o_ms;
-  const std::string config =
-      fmt::format("{} prompts x {} samples, prefix {}, own {}", groups, samples, prefix, kOwn);
-  const double stored =
-      static_cast<double>(s.blocks->slots_stored()) * 2.0 * kv_dim() * sizeof(T) / 1e6;
-  const Row r{config, stored, s.bytes(false) / 1e6, s.bytes(true) / 1e6, p_ms, o_ms};
+  const std::string config = fmt::format("{} prompts x {} samples, prefix {}, own {}", groups,
+                                         samples, prefix, kOwnPositions);
+  const double stored = static_cast<double>(s.blocks->slots_stored()) * row_bytes() / 1e6;
+  const Row r{config, stored, s.bytes(false, row_bytes()) / 1e6, s.bytes(true, row_bytes()) / 1e6,
+              p_ms,   o_ms};
   std::erase_if(g_rows, [&](const Row& x) { return x.config == config; });
   g_rows.push_back(r);
 }

@@ -7,7 +7,8 @@
 //   1 append a token to live sequence arg, 2 free live sequence arg, 3 misuse (free or append to a
 //   sequence that is not live, which must be refused with an InputError and change nothing).
 //
-// Chapter 4's fork will join the operations when it exists.
+// Chapter 4's sharing (fork, copy-on-write, prefix reuse) has its own target,
+// fuzz/entry_shared_blocks.cpp.
 #include <map>
 #include <set>
 #include <stdexcept>

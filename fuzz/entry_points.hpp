@@ -65,6 +65,14 @@ FuzzOutcome fuzz_block_pool(std::span<const std::uint8_t> input, std::string* wh
 
 /// \brief libFuzzer-shaped wrapper of fuzz_block_pool; always returns 0.
 int fuzz_block_pool_one(const std::uint8_t* data, std::size_t size);
+
+/// \brief Input: a pool shape, then (operation, argument) byte pairs run against chapter 4's
+/// SharedBlockManager (admit with prefix reuse, fork, append, free, batches, misuse), every
+/// position read back through a storage stand-in after every step (see
+/// fuzz/entry_shared_blocks.cpp).
+FuzzOutcome fuzz_shared_blocks(std::span<const std::uint8_t> input, std::string* why = nullptr);
+/// \brief libFuzzer-shaped wrapper of fuzz_shared_blocks; always returns 0.
+int fuzz_shared_blocks_one(const std::uint8_t* data, std::size_t size);
 /// \brief libFuzzer-shaped wrapper of fuzz_llama2c_loader; always returns 0.
 int fuzz_llama2c_loader_one(const std::uint8_t* data, std::size_t size);
 /// \brief libFuzzer-shaped wrapper of fuzz_safetensors; always returns 0.

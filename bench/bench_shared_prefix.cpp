@@ -1,0 +1,254 @@
+// bench_shared_prefix: what reading a shared prefix once buys decode attention on a GPU.
+//
+// The step of bench_shared_prefix_cpu (bench/shared_prefix_step.hpp): `groups` prompts of
+// `prefix` positions, each forked into `samples` sequences with 256 positions of their own, laid
+// out by chapter 4's allocator in a shuffled pool. It is timed two ways over the same device pool:
+// every row reading its whole context (cuda::paged_attention, chapter 3) and each group reading
+// its prefix once for all its rows (cuda::shared_prefix_attention, chapter 4). The outputs must
+// agree within 1e-5 relative before anything is timed.
+//
+// Napkin math: plain attention reads sum(n_ctx) x 2 x kv_dim x 2 B (bf16) per layer; read-once
+// attention reads each prefix ceil(samples x group / 16) times (a kernel block holds at most 16
+// query heads; group = 4 here) plus every row's own positions. GB/s is each variant's bytes over
+// its time, against a device-to-device copy peak measured in the same process. L2 is flushed
+// before each timed call (L2Flush); the table reports medians of alternating pairs. Heads are
+// Llama-3-8B's (32 query, 8 KV, head_dim 128), one layer, block size 16.
+//
+// The simulator is not a performance model: in a KVHEAP_CUDA=sim build this program says so and
+// reports nothing. (bench_shared_prefix_cpu measures the CPU twin in every build.)
+#include <benchmark/benchmark.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench/block_sweep.hpp"
+#include "bench/failures.hpp"
+#include "bench/shared_prefix_step.hpp"
+#include "common/gpu/device_bandwidth.hpp"
+#include "common/gpu/l2_flush.hpp"
+#include "common/model_config.hpp"
+#include "device/buffers.hpp"
+#include "device/device.hpp"
+#include "kernels/decode_attention.hpp"
+#include "kernels/paged_attention.hpp"
+#include "kernels/shared_prefix_attention.hpp"
+
+namespace kvheap {
+namespace {
+
+constexpr int kHeads = 32, kKvHeads = 8, kHeadDim = 128, kGroup = kHeads / kKvHeads;
+constexpr std::size_t kRowBytes = static_cast<std::size_t>(kKvHeads) * kHeadDim * 2;  // bf16
+constexpr DType kKv = DType::BF16;
+
+double g_peak_gbps = 0.0;
+
+/// The step on the device: pool, page tables, plan and queries.
+struct Problem {
+  bench::SharedPrefixStep step;
+  cuda::AttentionShape shape;
+  DeviceBuffer<unsigned char> k, v;  // [num_blocks * block_size, kv_dim] bf16
+  DeviceBuffer<int> indptr, indices, last_page_len, row_seq, n_ctx;
+  DeviceBuffer<int> prefix_len, prefix_seq, group_rows, first, own_ctx, row_group, row_member;
+  PagedLocator loc;
+  SharedPrefixView view;
+  DeviceBuffer<float> q, out_plain, out_once, wide_q;
+};
+
+/// Builds the problem, or returns why it does not fit the free memory.
+std::string make_problem(Problem& p, int groups, int samples, int prefix) {
+  p.step = bench::make_shared_prefix_step(groups, samples, prefix);
+  const std::size_t pool =
+      static_cast<std::size_t>(p.step.num_blocks()) * bench::kSharedBlockSize * kRowBytes;
+  std::size_t free_bytes = 0, total_bytes = 0;
+  KVHEAP_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  if (2 * pool + (std::size_t{512} << 20) > free_bytes)
+    return fmt::format("needs {:.1f} GB of KV, {:.1f} GB free", 2 * pool / 1e9, free_bytes / 1e9);
+  const ch03::PagedBatch& pb = p.step.batch.pages;
+  const int n = p.step.rows();
+  p.shape = {n, kHeads, kKvHeads, kHeadDim, pb.max_ctx};
+  // Every slot holds finite bf16 values 0x3c00..0x3cff, in [0.0078, 0.0156), different per slot.
+  std::vector<std::uint16_t> pattern(pool / 2);
+  for (int kv = 0; kv < 2; ++kv) {
+    for (std::size_t e = 0; e < pattern.size(); ++e)
+      pattern[e] = static_cast<std::uint16_t>(0x3c00 | (((e * 2654435761u + kv) >> 7) & 0xff));
+    std::vector<unsigned char> bytes(pool);
+    std::memcpy(bytes.data(), pattern.data(), pool);
+    (kv == 0 ? p.k : p.v) = DeviceBuffer<unsigned char>::from_host(bytes);
+  }
+  p.indptr = DeviceBuffer<int>::from_host(pb.indptr);
+  p.indices = DeviceBuffer<int>::from_host(pb.indices);
+  p.last_page_len = DeviceBuffer<int>::from_host(pb.last_page_len);
+  p.row_seq = DeviceBuffer<int>::from_host(pb.row_seq);
+  p.n_ctx = DeviceBuffer<int>::from_host(pb.n_ctx);
+  p.loc = PagedLocator{p.indptr.data(), p.indices.data(), p.last_page_len.data(), p.row_seq.data(),
+                       bench::kSharedBlockSize};
+  const SharedPrefixArrays a(p.step.batch.prefixes, pb.row_seq, pb.n_ctx);
+  p.prefix_len = DeviceBuffer<int>::from_host(a.prefix_len);
+  p.prefix_seq = DeviceBuffer<int>::from_host(a.prefix_seq);
+  p.group_rows = DeviceBuffer<int>::from_host(a.group_rows);
+  p.first = DeviceBuffer<int>::from_host(a.first);
+  p.own_ctx = DeviceBuffer<int>::from_host(a.own_ctx);
+  p.row_group = DeviceBuffer<int>::from_host(a.row_group);
+  p.row_member = DeviceBuffer<int>::from_host(a.row_member);
+  p.view.groups = p.step.batch.prefixes.groups();
+  p.view.widest = a.widest;
+  p.view.max_prefix =
+      a.prefix_len.empty() ? 0 : *std::max_element(a.prefix_len.begin(), a.prefix_len.end());
+  p.view.max_own = *std::max_element(a.own_ctx.begin(), a.own_ctx.end());
+  p.view.prefix_len = p.prefix_len.data();
+  p.view.prefix_seq = p.prefix_seq.data();
+  p.view.group_rows = p.group_rows.data();
+  p.view.first = p.first.data();
+  p.view.own_ctx = p.own_ctx.data();
+  p.view.row_group = p.row_group.data();
+  p.view.row_member = p.row_member.data();
+  const std::size_t q_elems = static_cast<std::size_t>(n) * kHeads * kHeadDim;
+  std::vector<float> q(q_elems);
+  for (std::size_t j = 0; j < q.size(); ++j) q[j] = 0.02f * static_cast<float>(j % 11) - 0.1f;
+  p.q = DeviceBuffer<float>::from_host(q);
+  p.out_plain = DeviceBuffer<float>(q_elems);
+  p.out_once = DeviceBuffer<float>(q_elems);
+  p.wide_q = DeviceBuffer<float>(std::max<std::size_t>(
+      1, cuda::shared_prefix_wide_q_floats(p.view.groups, p.view.widest, kHeads, kHeadDim)));
+  return {};
+}
+
+/// Bytes read-once attention reads: each prefix once per 16-head slice of its wide row, plus
+/// every row's own positions.
+double read_once_bytes(const Problem& p) {
+  const SharedPrefixPlan& plan = p.step.batch.prefixes;
+  double positions = 0;
+  std::vector<char> grouped(p.step.rows(), 0);
+  for (int g = 0; g < plan.groups(); ++g) {
+    const int r = plan.indptr[g + 1] - plan.indptr[g];
+    positions += static_cast<double>(plan.prefix_len[g]) * ((r * kGroup + 15) / 16);
+    for (int k = plan.indptr[g]; k < plan.indptr[g + 1]; ++k) grouped[plan.rows[k]] = 1;
+  }
+  const ch03::PagedBatch& pb = p.step.batch.pages;
+  for (int i = 0; i < p.step.rows(); ++i)
+    positions += pb.n_ctx[i] - (grouped[i] ? p.step.prefix : 0);
+  return positions * kRowBytes * 2;
+}
+
+struct Row {
+  std::string config;
+  double plain_mb, once_mb, plain_ms, once_ms;
+};
+std::vector<Row> g_rows;
+
+void shared_prefix(benchmark::State& state, int groups, int samples, int prefix) {
+  static std::unique_ptr<Problem> kept;  // Google Benchmark calls this more than once per config
+  if (!kept || kept->step.groups != groups || kept->step.samples != samples ||
+      kept->step.prefix != prefix) {
+    kept.reset();
+    auto p = std::make_unique<Problem>();
+    if (const std::string err = make_problem(*p, groups, samples, prefix); !err.empty()) {
+      bench::fail(state, err);
+      return;
+    }
+    kept = std::move(p);
+  }
+  Problem& p = *kept;
+  cuda::AttentionWorkspace ws, prefix_ws, own_ws;
+  Stream stream;
+  auto plain = [&] {
+    cuda::paged_attention(kKv, p.q.data(), p.k.data(), p.v.data(), p.n_ctx.data(), p.loc, p.shape,
+                          p.out_plain.data(), ws, stream);
+  };
+  auto once = [&] {
+    cuda::shared_prefix_attention(kKv, p.q.data(), p.k.data(), p.v.data(), p.loc, p.view, p.shape,
+                                  p.out_once.data(), p.wide_q.data(), prefix_ws, own_ws, stream);
+  };
+  plain();  // also the warm-up: grows the workspaces, loads the modules
+  once();
+  const std::vector<float> a = p.out_plain.to_host(stream), b = p.out_once.to_host(stream);
+  double worst = 0.0, scale = 0.0;
+  for (std::size_t j = 0; j < a.size(); ++j) {
+    worst = std::max(worst, static_cast<double>(std::fabs(a[j] - b[j])));
+    scale = std::max(scale, static_cast<double>(std::fabs(a[j])));
+  }
+  if (!(worst <= 1e-5 * scale)) {
+    bench::fail(state, fmt::format("read-once output differs from plain by {:.3g} relative",
+                                   worst / scale));
+    return;
+  }
+  L2Flush flush(device_l2_bytes());
+  Event start, stop;
+  auto timed = [&](auto&& fn) {
+    flush(stream);
+    start.record(stream);
+    fn();
+    stop.record(stream);
+    return static_cast<double>(elapsed_ms(start, stop));
+  };
+  std::vector<double> tp, to;
+  long pair = 0;
+  for (auto _ : state) {
+    const bool once_first = pair++ % 2 == 1;
+    if (once_first) to.push_back(timed(once));
+    tp.push_back(timed(plain));
+    if (!once_first) to.push_back(timed(once));
+    state.SetIterationTime((tp.back() + to.back()) * 1e-3);
+  }
+  const double p_ms = bench::median(tp), o_ms = bench::median(to);
+  state.counters["speedup"] = p_ms / o_ms;
+  const Row row{fmt::format("{} prompts x {} samples, prefix {}, own {}", groups, samples, prefix,
+                            bench::kOwnPositions),
+                p.step.bytes(false, 2.0 * kRowBytes) / 1e6, read_once_bytes(p) / 1e6, p_ms, o_ms};
+  bench::keep_last(g_rows, row, [](const Row& x, const Row& y) { return x.config == y.config; });
+}
+
+}  // namespace
+}  // namespace kvheap
+
+int main(int argc, char** argv) {
+  using namespace kvheap;
+  benchmark::Initialize(&argc, argv);
+  if (is_simulator()) {
+    fmt::print(
+        "bench_shared_prefix: KVHEAP_CUDA=sim runs kernels on the CPU simulator, which is not a "
+        "performance model; no timings are reported. Build with KVHEAP_CUDA=real and run on a "
+        "GPU (bench_shared_prefix_cpu measures the CPU twin).\n");
+    return 0;
+  }
+  if (auto why = device_unavailable_reason()) {
+    fmt::print("bench_shared_prefix: skipped, {}\n", *why);
+    return 0;
+  }
+  const DeviceInfo info = device_info();
+  const BandwidthSample peak = measure_copy_bandwidth();
+  g_peak_gbps = peak.gbps;
+  for (int samples : {1, 2, 8, 32}) {
+    const int groups = 4, prefix = 16384;
+    benchmark::RegisterBenchmark(
+        fmt::format("shared_prefix/bf16/prompts{}/samples{}/prefix{}", groups, samples, prefix)
+            .c_str(),
+        [=](benchmark::State& s) { shared_prefix(s, groups, samples, prefix); })
+        ->UseManualTime()
+        ->Unit(benchmark::kMicrosecond)
+        ->MinTime(0.2);
+  }
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  fmt::print(
+      "\nShared-prefix attention, {} ({} SMs), one layer, bf16, block size {}. Device-to-device "
+      "copy peak: {:.0f} GB/s.\n\n"
+      "| config | plain reads MB | read-once reads MB | plain us | read-once us | speedup | plain "
+      "GB/s | read-once GB/s | read-once % of copy peak |\n"
+      "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+      info.name, info.sm_count, bench::kSharedBlockSize, g_peak_gbps);
+  for (const Row& r : g_rows) {
+    const double once_gbps = r.once_mb / r.once_ms;  // MB per ms = GB/s
+    fmt::print("| {} | {:.1f} | {:.1f} | {:.1f} | {:.1f} | {:.2f} | {:.0f} | {:.0f} | {:.1f} |\n",
+               r.config, r.plain_mb, r.once_mb, 1e3 * r.plain_ms, 1e3 * r.once_ms,
+               r.plain_ms / r.once_ms, r.plain_mb / r.plain_ms, once_gbps,
+               100.0 * once_gbps / g_peak_gbps);
+  }
+  return bench::exit_status("bench_shared_prefix");
+}
