@@ -15,7 +15,8 @@
 // Llama-3-8B's (32 query, 8 KV, head_dim 128), one layer, block size 16.
 //
 // The simulator is not a performance model: in a KVHEAP_CUDA=sim build this program says so and
-// reports nothing. (bench_shared_prefix_cpu measures the CPU twin in every build.)
+// reports nothing. (bench_shared_prefix_cpu measures the CPU twin in every build.) --smoke runs
+// the harness on a tiny step without timing it, in any build; the test suite does that.
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
@@ -136,6 +137,53 @@ double read_once_bytes(const Problem& p) {
   return positions * kRowBytes * 2;
 }
 
+/// Both attentions over one problem, with their workspaces, on one stream.
+struct Kernels {
+  Problem& p;
+  cuda::AttentionWorkspace ws, prefix_ws, own_ws;
+  Stream stream;
+  explicit Kernels(Problem& problem) : p(problem) {}
+  void plain() {
+    cuda::paged_attention(kKv, p.q.data(), p.k.data(), p.v.data(), p.n_ctx.data(), p.loc, p.shape,
+                          p.out_plain.data(), ws, stream);
+  }
+  void once() {
+    cuda::shared_prefix_attention(kKv, p.q.data(), p.k.data(), p.v.data(), p.loc, p.view, p.shape,
+                                  p.out_once.data(), p.wide_q.data(), prefix_ws, own_ws, stream);
+  }
+  /// Runs both (also the warm-up: grows the workspaces, loads the modules) and returns the
+  /// largest difference relative to the plain output's largest magnitude.
+  double max_rel_diff() {
+    plain();
+    once();
+    const std::vector<float> a = p.out_plain.to_host(stream), b = p.out_once.to_host(stream);
+    double worst = 0.0, scale = 0.0;
+    for (std::size_t j = 0; j < a.size(); ++j) {
+      worst = std::max(worst, static_cast<double>(std::fabs(a[j] - b[j])));
+      scale = std::max(scale, static_cast<double>(std::fabs(a[j])));
+    }
+    return scale > 0.0 ? worst / scale : worst;
+  }
+};
+
+/// --smoke: the harness on a tiny step (2 prompts of 64 positions, 3 samples each), checked and
+/// not timed, so that it runs in the simulator build's tests too.
+int smoke() {
+  Problem p;
+  if (const std::string err = make_problem(p, 2, 3, 64); !err.empty()) {
+    fmt::print(stderr, "bench_shared_prefix --smoke: {}\n", err);
+    return 1;
+  }
+  Kernels k(p);
+  const double diff = k.max_rel_diff();
+  const double plain = p.step.bytes(false, 2.0 * kRowBytes), once = read_once_bytes(p);
+  fmt::print(
+      "bench_shared_prefix --smoke: {} groups, outputs agree within {:.3g} relative; "
+      "{:.0f} bytes read plain, {:.0f} read once\n",
+      p.view.groups, diff, plain, once);
+  return diff <= 1e-5 && p.view.groups == 2 && once < plain ? 0 : 1;
+}
+
 struct Row {
   std::string config;
   double plain_mb, once_mb, plain_ms, once_ms;
@@ -155,29 +203,14 @@ void shared_prefix(benchmark::State& state, int groups, int samples, int prefix)
     kept = std::move(p);
   }
   Problem& p = *kept;
-  cuda::AttentionWorkspace ws, prefix_ws, own_ws;
-  Stream stream;
-  auto plain = [&] {
-    cuda::paged_attention(kKv, p.q.data(), p.k.data(), p.v.data(), p.n_ctx.data(), p.loc, p.shape,
-                          p.out_plain.data(), ws, stream);
-  };
-  auto once = [&] {
-    cuda::shared_prefix_attention(kKv, p.q.data(), p.k.data(), p.v.data(), p.loc, p.view, p.shape,
-                                  p.out_once.data(), p.wide_q.data(), prefix_ws, own_ws, stream);
-  };
-  plain();  // also the warm-up: grows the workspaces, loads the modules
-  once();
-  const std::vector<float> a = p.out_plain.to_host(stream), b = p.out_once.to_host(stream);
-  double worst = 0.0, scale = 0.0;
-  for (std::size_t j = 0; j < a.size(); ++j) {
-    worst = std::max(worst, static_cast<double>(std::fabs(a[j] - b[j])));
-    scale = std::max(scale, static_cast<double>(std::fabs(a[j])));
-  }
-  if (!(worst <= 1e-5 * scale)) {
-    bench::fail(state, fmt::format("read-once output differs from plain by {:.3g} relative",
-                                   worst / scale));
+  Kernels k(p);
+  if (const double diff = k.max_rel_diff(); !(diff <= 1e-5)) {
+    bench::fail(state, fmt::format("read-once output differs from plain by {:.3g} relative", diff));
     return;
   }
+  Stream& stream = k.stream;
+  auto plain = [&] { k.plain(); };
+  auto once = [&] { k.once(); };
   L2Flush flush(device_l2_bytes());
   Event start, stop;
   auto timed = [&](auto&& fn) {
@@ -209,6 +242,8 @@ void shared_prefix(benchmark::State& state, int groups, int samples, int prefix)
 
 int main(int argc, char** argv) {
   using namespace kvheap;
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "--smoke") return smoke();
   benchmark::Initialize(&argc, argv);
   if (is_simulator()) {
     fmt::print(
