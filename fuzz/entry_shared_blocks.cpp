@@ -39,7 +39,9 @@ struct World {
   std::map<int, std::vector<int>> seq;  // live sequence -> its tokens
 
   World(int num_blocks, int bs, std::uint8_t shuffle)
-      : m(num_blocks, bs, shuffle), block_size(bs), storage(static_cast<std::size_t>(num_blocks) * bs, -1) {}
+      : m(num_blocks, bs, shuffle),
+        block_size(bs),
+        storage(static_cast<std::size_t>(num_blocks) * bs, -1) {}
 
   /// Makes the copies the manager asked for, as a cache does before a batch's writes.
   void copy() {
@@ -93,7 +95,8 @@ FuzzOutcome fuzz_shared_blocks(std::span<const std::uint8_t> input, std::string*
   // Three prompts over a three-token alphabet that share their first block or two.
   std::vector<std::vector<int>> prompts(3, std::vector<int>(4 * bs));
   for (int p = 0; p < 3; ++p)
-    for (int t = 0; t < 4 * bs; ++t) prompts[p][t] = t < (p + 1) * bs / 2 ? t % 3 : (t * (p + 2)) % 3;
+    for (int t = 0; t < 4 * bs; ++t)
+      prompts[p][t] = t < (p + 1) * bs / 2 ? t % 3 : (t * (p + 2)) % 3;
   for (std::size_t i = 3; i + 1 < input.size(); i += 2) {
     const std::uint8_t op = input[i] % 6, arg = input[i + 1];
     if (op == 0) {
