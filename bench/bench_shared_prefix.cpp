@@ -55,7 +55,8 @@ struct Problem {
   cuda::AttentionShape shape;
   DeviceBuffer<unsigned char> k, v;  // [num_blocks * block_size, kv_dim] bf16
   DeviceBuffer<int> indptr, indices, last_page_len, row_seq, n_ctx;
-  DeviceBuffer<int> prefix_len, prefix_seq, group_rows, first, own_ctx, row_group, row_member;
+  DeviceBuffer<int> prefix_len, prefix_seq, group_rows, group_size, first, own_ctx, row_group,
+      row_member;
   PagedLocator loc;
   SharedPrefixView view;
   DeviceBuffer<float> q, out_plain, out_once, wide_q;
@@ -93,6 +94,7 @@ std::string make_problem(Problem& p, int groups, int samples, int prefix) {
   p.prefix_len = DeviceBuffer<int>::from_host(a.prefix_len);
   p.prefix_seq = DeviceBuffer<int>::from_host(a.prefix_seq);
   p.group_rows = DeviceBuffer<int>::from_host(a.group_rows);
+  p.group_size = DeviceBuffer<int>::from_host(a.group_size);
   p.first = DeviceBuffer<int>::from_host(a.first);
   p.own_ctx = DeviceBuffer<int>::from_host(a.own_ctx);
   p.row_group = DeviceBuffer<int>::from_host(a.row_group);
@@ -105,6 +107,7 @@ std::string make_problem(Problem& p, int groups, int samples, int prefix) {
   p.view.prefix_len = p.prefix_len.data();
   p.view.prefix_seq = p.prefix_seq.data();
   p.view.group_rows = p.group_rows.data();
+  p.view.group_size = p.group_size.data();
   p.view.first = p.first.data();
   p.view.own_ctx = p.own_ctx.data();
   p.view.row_group = p.row_group.data();
@@ -123,18 +126,9 @@ std::string make_problem(Problem& p, int groups, int samples, int prefix) {
 /// Bytes read-once attention reads: each prefix once per 16-head slice of its wide row, plus
 /// every row's own positions.
 double read_once_bytes(const Problem& p) {
-  const SharedPrefixPlan& plan = p.step.batch.prefixes;
-  double positions = 0;
-  std::vector<char> grouped(p.step.rows(), 0);
-  for (int g = 0; g < plan.groups(); ++g) {
-    const int r = plan.indptr[g + 1] - plan.indptr[g];
-    positions += static_cast<double>(plan.prefix_len[g]) * ((r * kGroup + 15) / 16);
-    for (int k = plan.indptr[g]; k < plan.indptr[g + 1]; ++k) grouped[plan.rows[k]] = 1;
-  }
-  const ch03::PagedBatch& pb = p.step.batch.pages;
-  for (int i = 0; i < p.step.rows(); ++i)
-    positions += pb.n_ctx[i] - (grouped[i] ? p.step.prefix : 0);
-  return positions * kRowBytes * 2;
+  return static_cast<double>(p.step.batch.prefixes.positions_read(p.step.batch.pages.n_ctx, kGroup,
+                                                                  kGpuHeadsPerBlock)) *
+         2.0 * kRowBytes;
 }
 
 /// Both attentions over one problem, with their workspaces, on one stream.

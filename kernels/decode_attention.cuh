@@ -120,7 +120,14 @@ __global__ void decode_attention_kernel(const float* q, const T* k_cache, const 
   const int i = item / (d.chunks * d.n_kv_heads);
   const int split = static_cast<int>(blockIdx.y);
   const int head0 = g * d.group + chunk * d.heads_per_block;
-  const int heads = min(d.heads_per_block, d.group - chunk * d.heads_per_block);
+  int heads = min(d.heads_per_block, d.group - chunk * d.heads_per_block);
+  // A locator may say that only a row's first heads_of(i) heads of each group are real (chapter
+  // 4's wide rows are padded to the widest group): a slice of padding only returns, before any
+  // barrier, so the block reads nothing.
+  if constexpr (requires { loc.heads_of(0); }) {
+    heads = min(heads, loc.heads_of(item / (d.chunks * d.n_kv_heads)) - chunk * d.heads_per_block);
+    if (heads <= 0) return;
+  }
   const int ctx = n_ctx[i];
   const int t0 = static_cast<int>(static_cast<long long>(ctx) * split / d.splits);
   const int t1 = static_cast<int>(static_cast<long long>(ctx) * (split + 1) / d.splits);

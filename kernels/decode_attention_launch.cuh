@@ -121,15 +121,15 @@ void launch_decode_attention(DType kv, const float* q, const void* k_cache, cons
 
 /// \brief Like launch_decode_attention, but leaves every (split, row, head) unnormalised in
 /// `workspace` (acc and state, [splits, n, n_heads]) for the caller to merge with other partials.
-/// Returns the number of splits.
+/// Returns the number of splits (`force_splits` as in launch_decode_attention).
 template <class Locator>
 int launch_decode_attention_partials(DType kv, const float* q, const void* k_cache,
                                      const void* v_cache, const int* n_ctx, Locator loc,
                                      const AttentionShape& shape, AttentionWorkspace& workspace,
-                                     StreamHandle stream) {
+                                     StreamHandle stream, int force_splits = 0) {
   const std::size_t rows = static_cast<std::size_t>(shape.n) * shape.n_heads;
   AttentionLaunch<Locator> l =
-      prepare_launch(q, k_cache, v_cache, n_ctx, loc, shape, nullptr, stream, 0);
+      prepare_launch(q, k_cache, v_cache, n_ctx, loc, shape, nullptr, stream, force_splits);
   if (shape.n == 0) return l.d.splits;
   workspace.reserve(rows * l.d.splits, shape.head_dim);
   l.d.keep_partials = true;

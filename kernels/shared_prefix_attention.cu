@@ -8,6 +8,7 @@
 // Two small kernels gather the wide queries and merge the partial states.
 #include "device/cuda_compat.hpp"
 
+#include <climits>
 #include <string>
 
 #include "common/error.hpp"
@@ -19,6 +20,18 @@
 namespace kvheap::cuda {
 namespace {
 
+static_assert(kGpuHeadsPerBlock == 16, "decode_attention.cuh holds at most 16 heads per block");
+
+/// Group g's wide row through the page table of its first sequence; only its first
+/// group_size[g] x group heads of each KV head are real, the rest pad it to the widest group.
+struct WideLocator {
+  PagedLocator pages;
+  const int* group_size;  // [G] rows in each group
+  int group;              // query heads per KV head of one row
+  KVHEAP_HD std::int64_t row(int g, int t) const { return pages.row(g, t); }
+  KVHEAP_HD int heads_of(int g) const { return group_size[g] * group; }
+};
+
 /// Positions [first[i], first[i] + n_ctx) of row i's sequence, seen as [0, n_ctx).
 struct OffsetLocator {
   PagedLocator pages;
@@ -27,18 +40,20 @@ struct OffsetLocator {
 };
 
 /// wide_q [G, n_heads * widest, head_dim]: wide head h * (widest * group) + m * group + j of group
-/// g is head h * group + j of the group's m-th row (zeros past the group's size). Grid: (G, wide
-/// heads), threads: head_dim.
+/// g is head h * group + j of the group's m-th row (zeros past the group's size). Grid: one block
+/// per (g, wide head), flattened (a y dimension would cap the wide heads at 65535); threads:
+/// head_dim.
 __global__ void gather_wide_q_kernel(const float* q, SharedPrefixView plan, int n_heads, int group,
                                      int head_dim, float* wide_q) {
-  const int g = static_cast<int>(blockIdx.x);
-  const int w = static_cast<int>(blockIdx.y);
+  const long long wide_heads = static_cast<long long>(n_heads) * plan.widest;
+  const int g = static_cast<int>(blockIdx.x / wide_heads);
+  const int w = static_cast<int>(blockIdx.x % wide_heads);
   const int d = static_cast<int>(threadIdx.x);
   if (d >= head_dim) return;
   const int per_kv = plan.widest * group;
   const int h = w / per_kv, m = (w % per_kv) / group, j = w % group;
   const int row = plan.group_rows[g * plan.widest + m];
-  const long long dst = (static_cast<long long>(g) * n_heads * plan.widest + w) * head_dim + d;
+  const long long dst = (static_cast<long long>(g) * wide_heads + w) * head_dim + d;
   wide_q[dst] =
       row < 0 ? 0.0f : q[(static_cast<long long>(row) * n_heads + h * group + j) * head_dim + d];
 }
@@ -79,7 +94,7 @@ void shared_prefix_attention(DType kv, const float* q, const void* k_cache, cons
                              const PagedLocator& pages, const SharedPrefixView& plan,
                              const AttentionShape& shape, float* out, float* wide_q,
                              AttentionWorkspace& prefix_ws, AttentionWorkspace& own_ws,
-                             StreamHandle stream) {
+                             StreamHandle stream, int force_splits) {
   if (shape.n == 0) return;
   if (pages.block_size <= 0)
     throw InputError("shared_prefix_attention: block_size = " + std::to_string(pages.block_size) +
@@ -91,10 +106,12 @@ void shared_prefix_attention(DType kv, const float* q, const void* k_cache, cons
 
   int prefix_splits = 0;
   if (plan.groups > 0) {
-    launch<gather_wide_q_kernel>(dim3(static_cast<unsigned>(plan.groups),
-                                      static_cast<unsigned>(shape.n_heads * plan.widest)),
-                                 dim3(threads), 0, stream, q, plan, shape.n_heads, group,
-                                 shape.head_dim, wide_q);
+    const long long blocks = static_cast<long long>(plan.groups) * shape.n_heads * plan.widest;
+    if (blocks > INT_MAX)
+      throw InputError("shared_prefix_attention: " + std::to_string(blocks) +
+                       " wide query heads exceed the grid limit");
+    launch<gather_wide_q_kernel>(dim3(static_cast<unsigned>(blocks)), dim3(threads), 0, stream, q,
+                                 plan, shape.n_heads, group, shape.head_dim, wide_q);
     AttentionShape wide = shape;
     wide.n = plan.groups;
     wide.n_heads = shape.n_heads * plan.widest;
@@ -102,12 +119,14 @@ void shared_prefix_attention(DType kv, const float* q, const void* k_cache, cons
     PagedLocator by_group = pages;
     by_group.row_seq = plan.prefix_seq;
     prefix_splits = detail::launch_decode_attention_partials(
-        kv, wide_q, k_cache, v_cache, plan.prefix_len, by_group, wide, prefix_ws, stream);
+        kv, wide_q, k_cache, v_cache, plan.prefix_len,
+        WideLocator{by_group, plan.group_size, group}, wide, prefix_ws, stream, force_splits);
   }
   AttentionShape own = shape;
   own.max_n_ctx = plan.max_own;
   const int own_splits = detail::launch_decode_attention_partials(
-      kv, q, k_cache, v_cache, plan.own_ctx, OffsetLocator{pages, plan.first}, own, own_ws, stream);
+      kv, q, k_cache, v_cache, plan.own_ctx, OffsetLocator{pages, plan.first}, own, own_ws, stream,
+      force_splits);
   launch<merge_shared_prefix_kernel>(
       dim3(static_cast<unsigned>(shape.n * shape.n_heads)), dim3(threads), 0, stream,
       plan.groups > 0 ? prefix_ws.states() : nullptr, plan.groups > 0 ? prefix_ws.acc() : nullptr,

@@ -31,6 +31,10 @@
 
 namespace kvheap {
 
+/// \brief Query heads one block of the GPU decode-attention kernel holds (decode_attention.cuh):
+/// a wider group is cut into slices that each read the cache rows again.
+inline constexpr int kGpuHeadsPerBlock = 16;
+
 /// \brief Which batch rows share a prefix, and how long it is (host arrays; CSR over groups).
 ///
 /// Group g is rows[indptr[g] .. indptr[g+1]), all of which read the same physical blocks for
@@ -44,12 +48,18 @@ struct SharedPrefixPlan {
   /// \brief Number of groups.
   [[nodiscard]] int groups() const { return static_cast<int>(prefix_len.size()); }
   /// \brief Positions attention reads for a batch whose row i attends n_ctx[i] positions: each
-  /// group's prefix once, plus every row's positions outside its group's prefix.
-  [[nodiscard]] long positions_read(const std::vector<int>& n_ctx) const {
+  /// group's prefix once, plus every row's positions outside its group's prefix. With
+  /// `heads_per_pass` > 0 (the GPU kernel's limit, kGpuHeadsPerBlock), a group of r rows of
+  /// `group` query heads per KV head reads its prefix ceil(r x group / heads_per_pass) times.
+  [[nodiscard]] long positions_read(const std::vector<int>& n_ctx, int group = 1,
+                                    int heads_per_pass = 0) const {
     long total = 0;
     for (int c : n_ctx) total += c;
-    for (int g = 0; g < groups(); ++g)
-      total -= static_cast<long>(indptr[g + 1] - indptr[g] - 1) * prefix_len[g];
+    for (int g = 0; g < groups(); ++g) {
+      const long r = indptr[g + 1] - indptr[g];
+      const long reads = heads_per_pass > 0 ? (r * group + heads_per_pass - 1) / heads_per_pass : 1;
+      total -= (r - reads) * prefix_len[g];
+    }
     return total;
   }
 };
@@ -64,6 +74,7 @@ struct SharedPrefixView {
   const int* prefix_len = nullptr;  ///< [G] positions of each group's prefix
   const int* prefix_seq = nullptr;  ///< [G] the sequence whose page table the prefix pass reads
   const int* group_rows = nullptr;  ///< [G, widest] each group's batch rows, -1 past its size
+  const int* group_size = nullptr;  ///< [G] rows in each group
   const int* first = nullptr;       ///< [n] first position of each row's own pass
   const int* own_ctx = nullptr;     ///< [n] positions of each row's own pass: n_ctx - first
   const int* row_group = nullptr;   ///< [n] each row's group, -1 for none
@@ -77,6 +88,7 @@ struct SharedPrefixArrays {
   std::vector<int> prefix_len;  ///< [G]
   std::vector<int> prefix_seq;  ///< [G]
   std::vector<int> group_rows;  ///< [G * widest]
+  std::vector<int> group_size;  ///< [G]
   std::vector<int> first;       ///< [n]
   std::vector<int> own_ctx;     ///< [n]
   std::vector<int> row_group;   ///< [n]
@@ -94,6 +106,7 @@ struct SharedPrefixArrays {
     row_member.assign(n, 0);
     for (int g = 0; g < G; ++g) {
       prefix_seq.push_back(row_seq[plan.rows[plan.indptr[g]]]);
+      group_size.push_back(plan.indptr[g + 1] - plan.indptr[g]);
       for (int k = plan.indptr[g]; k < plan.indptr[g + 1]; ++k) {
         const int i = plan.rows[k], m = k - plan.indptr[g];
         group_rows[static_cast<std::size_t>(g) * widest + m] = i;
@@ -275,8 +288,10 @@ inline std::size_t shared_prefix_wide_q_floats(int groups, int widest, int n_hea
 /// every row's positions [first, n_ctx) through a locator that offsets positions; both leave
 /// unnormalised partial states, which the merge combines per (row, head). A group wider than 16
 /// query heads per KV head is cut into slices that each read the prefix (see
-/// decode_attention.cuh), so r rows of group size g read it ceil(r g / 16) times, not r times.
+/// decode_attention.cuh), so r rows of group size g read it ceil(r g / 16) times, not r times;
+/// wide rows are padded to the widest group, and a slice that is all padding reads nothing.
 ///
+/// \param kv      element type of the pool
 /// \param q       [n, n_heads, head_dim] fp32 (device)
 /// \param k_cache [num_blocks, block_size, n_kv_heads, head_dim] one layer, in `kv` (device)
 /// \param v_cache same layout (device)
@@ -286,11 +301,15 @@ inline std::size_t shared_prefix_wide_q_floats(int groups, int widest, int n_hea
 ///                themselves from plan)
 /// \param out     [n, n_heads, head_dim] fp32, written (device)
 /// \param wide_q  shared_prefix_wide_q_floats(...) floats of device scratch
+/// \param prefix_ws scratch of the prefix pass's partial states, grown when needed
+/// \param own_ws  scratch of the rows' own pass's partial states, grown when needed
+/// \param stream  stream to run on
+/// \param force_splits > 0: split both passes' contexts into exactly this many chunks (tests)
 void shared_prefix_attention(DType kv, const float* q, const void* k_cache, const void* v_cache,
                              const PagedLocator& pages, const SharedPrefixView& plan,
                              const AttentionShape& shape, float* out, float* wide_q,
                              AttentionWorkspace& prefix_ws, AttentionWorkspace& own_ws,
-                             StreamHandle stream = nullptr);
+                             StreamHandle stream = nullptr, int force_splits = 0);
 
 }  // namespace cuda
 }  // namespace kvheap

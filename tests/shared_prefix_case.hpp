@@ -23,7 +23,8 @@ struct SharedPrefixShape {
   int n_kv_heads, group, head_dim, block_size;
 };
 
-/// Sequences: for each entry of `prefix_blocks` (one per group), `members` sequences whose page
+/// Sequences: for each entry of `prefix_blocks` (one per group), `members` sequences (or
+/// `members_of[g]` for group g when given) whose page
 /// tables start with that many common blocks and go on with 0..private_positions positions of
 /// their own; then one sequence that shares nothing. The plan is built by chapter 4's
 /// plan_shared_prefixes, and checked to find exactly those groups.
@@ -38,14 +39,16 @@ struct SharedPrefixCase {
   std::vector<float> q;  // [n, q_dim]
 
   SharedPrefixCase(const SharedPrefixShape& s, const std::vector<int>& prefix_blocks, int members,
-                   int private_positions, unsigned seed)
+                   int private_positions, unsigned seed, std::vector<int> members_of = {})
       : block_size(s.block_size) {
     config.n_kv_heads = s.n_kv_heads;
     config.n_heads = s.n_kv_heads * s.group;
     config.head_dim = s.head_dim;
     const int bs = s.block_size;
+    if (members_of.empty()) members_of.assign(prefix_blocks.size(), members);
     num_blocks = 64;
-    for (int p : prefix_blocks) num_blocks += p + members * ((private_positions + bs - 1) / bs + 1);
+    for (std::size_t g = 0; g < prefix_blocks.size(); ++g)
+      num_blocks += prefix_blocks[g] + members_of[g] * ((private_positions + bs - 1) / bs + 1);
     std::mt19937 rng(seed);
     std::normal_distribution<float> nd(0.0f, 1.0f);
     k.resize(static_cast<std::size_t>(num_blocks) * bs * config.kv_dim());
@@ -71,10 +74,11 @@ struct SharedPrefixCase {
       pages.n_ctx.push_back(length);
       pages.max_ctx = std::max(pages.max_ctx, length);
     };
-    for (int prefix : prefix_blocks) {
+    for (std::size_t g = 0; g < prefix_blocks.size(); ++g) {
+      const int prefix = prefix_blocks[g];
       std::vector<int> shared;
       for (int b = 0; b < prefix; ++b) shared.push_back(take());
-      for (int m = 0; m < members; ++m) {
+      for (int m = 0; m < members_of[g]; ++m) {
         const int extra = static_cast<int>(rng() % (private_positions + 1));  // 0: no own part
         std::vector<int> table = shared;
         for (int b = 0; b < (extra + bs - 1) / bs; ++b) table.push_back(take());

@@ -45,8 +45,9 @@ DeviceBuffer<unsigned char> upload_bytes(const std::vector<T>& v) {
 /// The device result for a case, against plain CPU attention: the largest relative difference.
 template <class T>
 double gpu_vs_plain(DType kv, const test::SharedPrefixShape& s, const std::vector<int>& prefixes,
-                    int members, int private_positions, unsigned seed) {
-  const test::SharedPrefixCase<T> c(s, prefixes, members, private_positions, seed);
+                    int members, int private_positions, unsigned seed, int force_splits = 0,
+                    std::vector<int> members_of = {}) {
+  const test::SharedPrefixCase<T> c(s, prefixes, members, private_positions, seed, members_of);
   std::vector<float> want(c.q.size());
   c.attend_plain(want.data());
 
@@ -60,6 +61,7 @@ double gpu_vs_plain(DType kv, const test::SharedPrefixShape& s, const std::vecto
   const auto prefix_len = DeviceBuffer<int>::from_host(a.prefix_len);
   const auto prefix_seq = DeviceBuffer<int>::from_host(a.prefix_seq);
   const auto group_rows = DeviceBuffer<int>::from_host(a.group_rows);
+  const auto group_size = DeviceBuffer<int>::from_host(a.group_size);
   const auto first = DeviceBuffer<int>::from_host(a.first);
   const auto own_ctx = DeviceBuffer<int>::from_host(a.own_ctx);
   const auto row_group = DeviceBuffer<int>::from_host(a.row_group);
@@ -72,6 +74,7 @@ double gpu_vs_plain(DType kv, const test::SharedPrefixShape& s, const std::vecto
   view.prefix_len = prefix_len.data();
   view.prefix_seq = prefix_seq.data();
   view.group_rows = group_rows.data();
+  view.group_size = group_size.data();
   view.first = first.data();
   view.own_ctx = own_ctx.data();
   view.row_group = row_group.data();
@@ -85,7 +88,7 @@ double gpu_vs_plain(DType kv, const test::SharedPrefixShape& s, const std::vecto
                                                              c.config.n_heads, c.config.head_dim));
   cuda::AttentionWorkspace prefix_ws, own_ws;
   cuda::shared_prefix_attention(kv, q.data(), k.data(), v.data(), loc, view, shape, out.data(),
-                                wide.data(), prefix_ws, own_ws);
+                                wide.data(), prefix_ws, own_ws, nullptr, force_splits);
   return test::rel_inf_error(out.to_host(), want);
 }
 
@@ -106,11 +109,19 @@ TEST(Ch04SharedPrefixGpu, HalfPrecisionCaches) {
   EXPECT_LE(gpu_vs_plain<cpu::F16Bits>(DType::F16, {2, 2, 128, 16}, {3}, 3, 30, 10), 1e-5);
 }
 
-// One group over 2560 positions on 2 KV heads: too few blocks for the device, so the prefix pass
-// is split across blocks, and the merge folds its partials before the rows' own.
+// A prefix of 2560 positions split across 3 blocks per KV head, then merged: the merge folds the
+// prefix's partials before the rows' own (which are split too).
 TEST(Ch04SharedPrefixGpu, LongPrefixesSplitAcrossBlocks) {
   KVHEAP_REQUIRE_DEVICE();
-  EXPECT_LE(gpu_vs_plain<float>(DType::F32, {2, 4, 64, 16}, {160}, 3, 100, 11), 1e-5);
+  EXPECT_LE(gpu_vs_plain<float>(DType::F32, {2, 4, 64, 16}, {160}, 3, 100, 11, 3), 1e-5);
+}
+
+// Groups of different sizes in one batch: the wide rows are padded to the widest group (6 rows x
+// 4 heads = 24 per KV head, two 16-head slices), and the smaller group's all-padding slice must
+// return without writing anything the merge reads.
+TEST(Ch04SharedPrefixGpu, GroupsOfDifferentSizes) {
+  KVHEAP_REQUIRE_DEVICE();
+  EXPECT_LE(gpu_vs_plain<float>(DType::F32, {2, 4, 64, 16}, {3, 2}, 0, 20, 12, 0, {6, 2}), 1e-5);
 }
 
 /// Chapter 4 over device memory against chapter 3 over device memory, one GpuForward for both.

@@ -63,6 +63,9 @@ TEST(SharedPrefixAttention, PositionsReadCountEachPrefixOnce) {
   const std::vector<int> n_ctx = {40, 33, 32, 10, 20, 17};
   EXPECT_EQ(plan.positions_read(n_ctx), 40 + 33 + 32 + 10 + 20 + 17 - 2 * 32 - 1 * 16);
   EXPECT_EQ(SharedPrefixPlan{}.positions_read(n_ctx), 40 + 33 + 32 + 10 + 20 + 17);
+  // The GPU kernel holds 16 query heads per block: 3 rows x 8 heads read their prefix twice.
+  EXPECT_EQ(plan.positions_read(n_ctx, 8, kGpuHeadsPerBlock),
+            40 + 33 + 32 + 10 + 20 + 17 - 1 * 32 - 1 * 16);
 }
 
 // Rows group by their first block, share the run of blocks all their tables begin with, and only

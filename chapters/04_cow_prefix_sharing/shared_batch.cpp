@@ -57,8 +57,8 @@ SharedBatch build_shared_batch(SharedBlockManager& blocks, const Batch& batch) {
   return sb;
 }
 
-long positions_read(const SharedBatch& batch, bool read_once) {
-  if (read_once) return batch.prefixes.positions_read(batch.pages.n_ctx);
+long positions_read(const SharedBatch& batch, bool read_once, int group, int heads_per_pass) {
+  if (read_once) return batch.prefixes.positions_read(batch.pages.n_ctx, group, heads_per_pass);
   long total = 0;
   for (int c : batch.pages.n_ctx) total += c;
   return total;

@@ -20,8 +20,10 @@ struct SharedBatch {
 };
 
 /// \brief Positions one layer's attention reads for `batch`: each shared prefix once when
-/// `read_once`, else every row's whole context.
-[[nodiscard]] long positions_read(const SharedBatch& batch, bool read_once);
+/// `read_once` (or once per slice of `heads_per_pass` query heads, see
+/// SharedPrefixPlan::positions_read), else every row's whole context.
+[[nodiscard]] long positions_read(const SharedBatch& batch, bool read_once, int group = 1,
+                                  int heads_per_pass = 0);
 
 /// \brief Groups the rows of `pages` whose sequences hold the same physical first blocks.
 ///

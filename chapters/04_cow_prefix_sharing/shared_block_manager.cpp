@@ -117,6 +117,10 @@ void SharedBlockManager::index_full_block(Sequence& s) {
   const std::span<const int> content(s.tokens.data() + i * bs, bs);
   // Another sequence may have computed the same content into its own block; this one then stays
   // private, and the chain continues under the indexed block's name (their contents are equal).
+  // Known limit: if that twin is later evicted while this sequence lives on, the blocks it fills
+  // afterwards are indexed under a chain no lookup can reach again; they hold no one's data and
+  // are evicted in their turn. It cannot happen in this chapter's program, which frees nothing
+  // while it runs; a scheduler that does (chapter 5) would re-point the chain at this block.
   if (const auto hit = index_.find(s.chain, content)) {
     s.chain = hit->chain;
     return;

@@ -38,8 +38,8 @@ void SharedGpuCache::prepare(const Batch& batch) {
   // The plan's arrays travel in the same upload as the page tables, packed in this order.
   const SharedPrefixArrays a(plan, current_.pages.row_seq, current_.pages.n_ctx);
   std::vector<int> extra;
-  const std::vector<int>* parts[] = {&a.prefix_len, &a.prefix_seq, &a.group_rows, &a.first,
-                                     &a.own_ctx,    &a.row_group,  &a.row_member};
+  const std::vector<int>* parts[] = {&a.prefix_len, &a.prefix_seq, &a.group_rows, &a.group_size,
+                                     &a.first,      &a.own_ctx,    &a.row_group,  &a.row_member};
   std::vector<std::size_t> at;
   for (const std::vector<int>* p : parts) {
     at.push_back(extra.size());
@@ -54,10 +54,11 @@ void SharedGpuCache::prepare(const Batch& batch) {
   v.prefix_len = base + at[0];
   v.prefix_seq = base + at[1];
   v.group_rows = base + at[2];
-  v.first = base + at[3];
-  v.own_ctx = base + at[4];
-  v.row_group = base + at[5];
-  v.row_member = base + at[6];
+  v.group_size = base + at[3];
+  v.first = base + at[4];
+  v.own_ctx = base + at[5];
+  v.row_group = base + at[6];
+  v.row_member = base + at[7];
   const std::size_t wide =
       cuda::shared_prefix_wide_q_floats(v.groups, v.widest, config_.n_heads, config_.head_dim);
   if (dev_->wide_q.size() < wide) {
@@ -86,7 +87,10 @@ void SharedGpuCache::attend(int layer, const float* q, float* out) {
                                 dev_->prefix_ws, dev_->own_ws);
 }
 
-long SharedGpuCache::positions_read() const { return ch04::positions_read(current_, read_once_); }
+long SharedGpuCache::positions_read() const {
+  // The kernel reads a prefix once per slice of 16 query heads per KV head.
+  return ch04::positions_read(current_, read_once_, config_.group_size(), kGpuHeadsPerBlock);
+}
 
 std::size_t SharedGpuCache::bytes_reserved() const {
   return blocks_.slots_in_use() * bytes_per_token_;

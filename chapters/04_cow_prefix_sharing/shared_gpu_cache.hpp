@@ -38,7 +38,9 @@ class SharedGpuCache final : public DeviceKVCache {
   [[nodiscard]] std::size_t bytes_reserved() const override;
   /// \brief Slots that hold a position, each shared slot once.
   [[nodiscard]] std::size_t bytes_used() const override;
-  /// \brief Positions the last batch's attention read per layer (see SharedHostCache).
+  /// \brief Positions the last batch's attention read per layer: as SharedHostCache counts them,
+  /// except that a group of more than 16 query heads per KV head reads its prefix once per
+  /// 16-head slice (kGpuHeadsPerBlock).
   [[nodiscard]] long positions_read() const;
 
  private:
