@@ -3,9 +3,10 @@
 #
 #   1. configure a real CUDA build for the local GPU (preset cuda-native) and build it, all cores
 #   2. run the whole test suite on the GPU (tests that CI runs in the simulator run here for real)
-#   3. compute-sanitizer: memcheck on a small end-to-end case, racecheck on the attention kernel
+#   3. compute-sanitizer: memcheck on small end-to-end cases (chapters 2 and 4), racecheck on the
+#      attention kernels
 #   4. the GPU benchmarks, each under a time cap
-#   5. end-to-end decode runs of chapter 2 on a Llama-3-8B-shaped model
+#   5. end-to-end decode runs of chapters 2 and 4 on a Llama-3-8B-shaped model
 #   6. every result as JSON plus a markdown summary in OUTDIR (OUTDIR/summary.md first)
 #
 # Every step after the build runs even when an earlier one failed, so that one failing test does
@@ -145,6 +146,15 @@ if command -v compute-sanitizer > /dev/null; then
   step "3b. compute-sanitizer racecheck (decode attention)" sanitize racecheck "$out/racecheck.log" \
     "$bin/tests/test_decode_attention" --gtest_brief=1 \
     --gtest_filter='DecodeAttention.MatchesTwinAcrossBatchesAndContextsFp32:DecodeAttention.SplitKEqualsSinglePass'
+  # Chapter 4: forks that copy on write and share a prefix read once, end to end; then the
+  # shared-prefix kernels' launches (gather, both passes with padding slices, merge).
+  step "3c. compute-sanitizer memcheck (chapter 4 end to end)" sanitize memcheck \
+    "$out/memcheck-ch04.log" "$bin/bin/ch04_cow_prefix_sharing" --model tiny \
+    --prompt-ids 1,5,9,2,77,31,4,8,3,12,40,7,6,5,4,3,2 --samples 3 --block-size 4 \
+    --max-new-tokens 8 --device cuda --no-peak --json
+  step "3d. compute-sanitizer racecheck (shared-prefix attention)" sanitize racecheck \
+    "$out/racecheck-ch04.log" "$bin/tests/test_ch04_shared_gpu" --gtest_brief=1 \
+    --gtest_filter='Ch04SharedPrefixGpu.GroupsOfDifferentSizes'
 else
   log "compute-sanitizer not found: step 3 skipped"
 fi
@@ -175,6 +185,18 @@ decode() {  # decode DTYPE: weights and cache in DTYPE
     > "$out/ch02-llama-3-8b-4l-$1.json"
 }
 for wt in fp32 bf16; do step "5. chapter 2 end to end, $wt" decode "$wt"; done
+
+# Chapter 4 end to end: 16 samples of one 2048-token prompt, the shared prefix read once and not.
+prompt_ids=$(seq -s, 1 2048)
+shared() {  # shared NAME FLAGS...
+  local name=$1
+  shift
+  capped 90 "$bin/bin/ch04_cow_prefix_sharing" --model llama-3-8b-4l --prompt-ids "$prompt_ids" \
+    --samples 16 --max-new-tokens 64 --ignore-eos --weight-dtype bf16 --kv-dtype bf16 \
+    --device cuda --json "$@" > "$out/ch04-llama-3-8b-4l-$name.json"
+}
+step "5. chapter 4 end to end, read once" shared read-once
+step "5. chapter 4 end to end, every row reads its context" shared per-row --no-read-once
 
 {
   echo "# gpu-check on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
