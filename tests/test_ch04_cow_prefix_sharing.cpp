@@ -153,6 +153,43 @@ TEST(Ch04CowPrefixSharing, CachedBlocksOutliveTheirSequenceAndAreEvictedTailFirs
   EXPECT_EQ(m.pool().num_used(), static_cast<int>(m.index().size()));
 }
 
+TEST(Ch04CowPrefixSharing, AnEvictedBlockHandsItsIndexEntryToALiveTwin) {
+  // Two prompts that begin alike, prefilled side by side: both compute their first block, the
+  // first to fill it is indexed and the other's is its twin.
+  SharedBlockManager m(5, 2, 0);
+  const int a = m.allocate();
+  const int b = m.allocate();
+  append_all(m, a, {1, 2});
+  append_all(m, b, {1, 2});
+  const int original = m.page_table(a)[0];
+  const int twin = m.page_table(b)[0];
+  ASSERT_NE(original, twin);
+  EXPECT_TRUE(m.index().contains(original));
+  EXPECT_FALSE(m.index().contains(twin));
+  m.free(a);  // the original is now only cached
+  append_all(m, b, {3, 4});  // indexed after the twin's chain
+  m.check_invariants();
+
+  // Fill the pool so the original is evicted; b still lives and holds the same content.
+  const int c = m.allocate();
+  append_all(m, c, {9, 9, 9, 9, 9, 9});
+  EXPECT_EQ(m.counters().evictions, 1);
+  const std::vector<int> first = {1, 2};
+  ASSERT_TRUE(m.index().find(ch04::PrefixIndex::kRoot, first));
+  EXPECT_EQ(m.index().find(ch04::PrefixIndex::kRoot, first)->block, twin)
+      << "the entry moved to the twin (block " << original << " went back to the pool)";
+  m.check_invariants();
+  EXPECT_EQ(m.cached_blocks(std::vector<int>{1, 2, 3, 4, 5}), 2)
+      << "the chain through the evicted block is still reachable";
+  const int d = m.allocate(std::vector<int>{1, 2, 3, 4, 5});
+  EXPECT_EQ(m.page_table(d), m.page_table(b));
+  m.free(b);
+  m.free(c);
+  m.free(d);
+  m.check_invariants();
+  EXPECT_EQ(m.pool().num_used(), static_cast<int>(m.index().size()));
+}
+
 TEST(Ch04CowPrefixSharing, ExhaustionIsAnErrorThatChangesNothing) {
   SharedBlockManager m(3, 2, 1);
   const int a = m.allocate();
@@ -275,6 +312,15 @@ TEST(Ch04CowPrefixSharing, RandomOperationsReadBackEveryTokenAndAccountForEveryB
               << " reads another token at position " << p;
       }
       ASSERT_LE(m.slots_stored(), static_cast<std::size_t>(m.pool().num_used()) * bs);
+      // Every full block a live sequence holds can be found again from its tokens, whoever
+      // computed it first and whatever was evicted since.
+      for (const auto& [s, tokens] : model) {
+        std::vector<int> next = tokens;
+        next.push_back(0);
+        ASSERT_EQ(m.cached_blocks(next), static_cast<long>(tokens.size()) / bs)
+            << "block size " << bs << ", operation " << op << ": sequence " << s
+            << " holds full blocks the prefix index cannot reach";
+      }
     }
     EXPECT_EQ(m.counters().tokens_reused, reused);
     if (bs > 1) {  // blocks of one position are never shared partly filled

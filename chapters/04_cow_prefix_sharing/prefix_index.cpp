@@ -34,6 +34,18 @@ void PrefixIndex::erase(int block) {
   if (is_evictable(block)) remove_evictable(block);
 }
 
+void PrefixIndex::move_block(int from, int to) {
+  const auto it = key_of_.find(from);
+  if (it == key_of_.end() || contains(to))
+    throw std::logic_error(fmt::format(
+        "prefix index: cannot move block {} to block {} (not indexed, or the target is)", from, to));
+  blocks_.at(it->second).block = to;
+  auto node = key_of_.extract(it);
+  node.key() = to;
+  key_of_.insert(std::move(node));
+  if (is_evictable(from)) remove_evictable(from);
+}
+
 void PrefixIndex::push_evictable(int block) {
   if (!contains(block) || is_evictable(block))
     throw std::logic_error(fmt::format(

@@ -53,6 +53,11 @@ class PrefixIndex {
   /// \brief Removes `block` from the index (and from the evictable list). Throws std::logic_error
   /// when it is not indexed.
   void erase(int block);
+  /// \brief Re-points the entry of indexed `from` at `to`, which holds the same content after the
+  /// same prefix (the same key, so the same chain id: everything indexed after it stays reachable).
+  /// `from` leaves the index and the evictable list; `to` must not be indexed. Throws
+  /// std::logic_error otherwise.
+  void move_block(int from, int to);
   /// \brief True when `block` is indexed.
   [[nodiscard]] bool contains(int block) const { return key_of_.count(block) != 0; }
   /// \brief Blocks indexed.

@@ -115,14 +115,15 @@ void SharedBlockManager::index_full_block(Sequence& s) {
   const int bs = pool_.block_size();
   const std::size_t i = s.tokens.size() / bs - 1;
   const std::span<const int> content(s.tokens.data() + i * bs, bs);
-  // Another sequence may have computed the same content into its own block; this one then stays
-  // private, and the chain continues under the indexed block's name (their contents are equal).
-  // Known limit: if that twin is later evicted while this sequence lives on, the blocks it fills
-  // afterwards are indexed under a chain no lookup can reach again; they hold no one's data and
-  // are evicted in their turn. It cannot happen in this chapter's program, which frees nothing
-  // while it runs; a scheduler that does (chapter 5) would re-point the chain at this block.
+  // Another sequence may have computed the same content into its own block (two prompts that
+  // begin alike, prefilled side by side). This one then stays private, a twin of the indexed
+  // block, and the chain continues under the indexed block's name. Should the indexed block be
+  // evicted while the twin lives, the index entry moves to the twin (take_block), so the chain
+  // and everything indexed after it stay reachable.
   if (const auto hit = index_.find(s.chain, content)) {
     s.chain = hit->chain;
+    twins_.emplace(hit->block, s.blocks[i]);
+    twin_of_.emplace(s.blocks[i], hit->block);
     return;
   }
   s.chain = index_.insert(s.chain, content, s.blocks[i]);
@@ -151,7 +152,23 @@ void SharedBlockManager::free(int seq) {
 int SharedBlockManager::take_block() {
   if (pool_.num_free() == 0) {
     const int victim = index_.oldest_evictable();  // callers checked num_available()
-    index_.erase(victim);
+    const auto twin = twins_.find(victim);
+    if (twin == twins_.end()) {
+      index_.erase(victim);
+    } else {
+      // A live sequence holds the same content: the entry moves to its block, and the victim's
+      // other twins become that block's.
+      const int heir = twin->second;
+      twins_.erase(twin);
+      twin_of_.erase(heir);
+      index_.move_block(victim, heir);
+      pool_.retain(heir);  // the index's reference; a sequence holds it, so it is not evictable
+      for (auto it = twins_.find(victim); it != twins_.end(); it = twins_.find(victim)) {
+        twin_of_[it->second] = heir;
+        twins_.emplace(heir, it->second);
+        twins_.erase(it);
+      }
+    }
     pool_.release(victim);
     ++counters_.evictions;
   }
@@ -166,6 +183,19 @@ void SharedBlockManager::retain(int block) {
 void SharedBlockManager::release(int block) {
   pool_.release(block);
   if (index_.contains(block) && pool_.ref_count(block) == 1) index_.push_evictable(block);
+  if (pool_.ref_count(block) == 0) forget_twin(block);
+}
+
+void SharedBlockManager::forget_twin(int block) {
+  const auto it = twin_of_.find(block);
+  if (it == twin_of_.end()) return;
+  const auto [first, last] = twins_.equal_range(it->second);
+  for (auto t = first; t != last; ++t)
+    if (t->second == block) {
+      twins_.erase(t);
+      break;
+    }
+  twin_of_.erase(it);
 }
 
 bool SharedBlockManager::is_live(int seq) const {
@@ -274,6 +304,18 @@ void SharedBlockManager::check_invariants() const {
                       should_be_evictable ? "only the index holds it" : "a sequence holds it"));
     evictable += should_be_evictable ? 1 : 0;
   }
+  for (const auto& [indexed, twin] : twins_) {
+    const auto back = twin_of_.find(twin);
+    if (!index_.contains(indexed) || index_.contains(twin) || owners[twin] == 0 ||
+        back == twin_of_.end() || back->second != indexed)
+      throw std::logic_error(fmt::format(
+          "block {} is listed as a twin of block {} but is not a held, unindexed block whose "
+          "indexed original is {}",
+          twin, indexed, indexed));
+  }
+  if (twins_.size() != twin_of_.size())
+    throw std::logic_error(fmt::format("{} twins listed one way, {} the other", twins_.size(),
+                                       twin_of_.size()));
   if (evictable != index_.num_evictable())
     throw std::logic_error(fmt::format("{} blocks are evictable but the list holds {}", evictable,
                                        index_.num_evictable()));

@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "chapters/03_paged_blocks/block_pool.hpp"
@@ -113,7 +114,8 @@ class SharedBlockManager {
 
   /// \brief Throws std::logic_error unless every block's reference count equals its page-table
   /// entries plus one if indexed, the evictable blocks are exactly the indexed ones no sequence
-  /// holds, only full blocks are indexed, and every sequence's table covers its length exactly.
+  /// holds, only full blocks are indexed, every twin (a held block with content the index holds
+  /// elsewhere) is held and unindexed, and every sequence's table covers its length exactly.
   void check_invariants() const;
 
  private:
@@ -129,6 +131,7 @@ class SharedBlockManager {
   int take_block();
   void retain(int block);
   void release(int block);
+  void forget_twin(int block);
   void index_full_block(Sequence& s);
 
   ch03::BlockPool pool_;
@@ -136,6 +139,10 @@ class SharedBlockManager {
   std::vector<Sequence> seqs_;  // indexed by sequence id
   std::vector<BlockCopy> copies_;
   SharingCounters counters_;
+  // Full blocks a sequence filled with content the index already held in another block: indexed
+  // block -> its twins, and back. An evicted indexed block hands its entry to a twin.
+  std::unordered_multimap<int, int> twins_;
+  std::unordered_map<int, int> twin_of_;
 };
 
 }  // namespace kvheap::ch04
