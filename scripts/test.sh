@@ -3,7 +3,9 @@
 #
 #   1. the simulator build (preset sim): every test, the CUDA kernels running on kvheap's CPU
 #      simulator, and the docs (Doxygen warnings are errors)
-#   2. the sanitizer build (preset asan): every test again under AddressSanitizer and UBSan
+#   2. the sanitizer build (preset asan): every test again under AddressSanitizer and UBSan, at -O1
+#      with line tables only (-g1), which compiles in half the time of -O2 -g and reports the same
+#      file:line stacks
 #   3. the real CUDA build (preset cuda): compiles and links with nvcc
 #   4. the CPU-only build (preset cpu): the programs without any CUDA code, and their CLI tests
 #   5. the fuzz targets, each for a bounded time (scripts/fuzz.sh)
