@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
-#include <functional>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -20,22 +19,13 @@
 #include "chapters/03_paged_blocks/paged_host_cache.hpp"
 #include "chapters/03_paged_blocks/prompt_list.hpp"
 #include "chapters/04_cow_prefix_sharing/admission.hpp"
-#include "chapters/04_cow_prefix_sharing/shared_host_cache.hpp"
-#include "common/bandwidth.hpp"
+#include "chapters/04_cow_prefix_sharing/shared_backend.hpp"
 #include "common/cli.hpp"
 #include "common/error.hpp"
-#include "common/forward_cpu.hpp"
 #include "common/generate.hpp"
 #include "common/model_loader.hpp"
 #include "common/report.hpp"
 #include "common/tokenizer.hpp"
-
-#if KVHEAP_HAS_CUDA
-#include "chapters/04_cow_prefix_sharing/shared_gpu_cache.hpp"
-#include "common/gpu/device_bandwidth.hpp"
-#include "common/gpu/forward_gpu.hpp"
-#include "device/device.hpp"
-#endif
 
 using namespace kvheap;
 using namespace kvheap::ch04;
@@ -114,11 +104,6 @@ int main(int argc, char** argv) {
     const std::size_t budget_cap = kv_budget_bytes(o);
     const DType kv = parse_dtype(o.kv_dtype);
     const DType wt = parse_dtype(p.weight_dtype);
-    if (o.device == "cpu" && wt != DType::F32)
-      throw UsageError(
-          fmt::format("--weight-dtype {} needs --device cuda: the CPU backend computes "
-                      "with fp32 weights",
-                      p.weight_dtype));
     const int threads = apply_threads(o);
     const ModelWeights weights = load_model(o.model, o.model_seed);
     const ModelConfig& c = weights.config;
@@ -149,53 +134,20 @@ int main(int argc, char** argv) {
     rep.weight_dtype = wt;
 
     // The backend: a sharing cache and a forward pass over it, in host or device memory.
-    std::function<std::span<const float>(const Batch&)> forward;
-    std::function<long()> positions_read;  // per layer, by the last batch's attention
-    std::function<std::size_t()> bytes_reserved, bytes_used;
-    SharedBlockManager* manager = nullptr;
-    std::unique_ptr<SharedHostCache> host_cache;
-    std::unique_ptr<CpuForward> cpu_fwd;
-#if KVHEAP_HAS_CUDA
-    std::unique_ptr<SharedGpuCache> gpu_cache;
-    std::unique_ptr<GpuForward> gpu_fwd;
-#endif
-    if (o.device == "cpu") {
-      rep.device = fmt::format("cpu ({} threads)", threads);
-      if (!p.no_peak) {
-        rep.peak_gbps = measure_read_bandwidth().gbps;
-        rep.peak_kind = "STREAM-like read";
-      }
-      host_cache = std::make_unique<SharedHostCache>(c, kv, num_blocks, p.block_size,
-                                                     p.shuffle_seed, !p.no_read_once);
-      cpu_fwd = std::make_unique<CpuForward>(weights);
-      manager = &host_cache->blocks();
-      bytes_reserved = [&] { return host_cache->bytes_reserved(); };
-      bytes_used = [&] { return host_cache->bytes_used(); };
-      forward = [&](const Batch& b) { return cpu_fwd->forward(b, *host_cache); };
-      positions_read = [&] { return host_cache->positions_read(); };
-    } else {
-#if KVHEAP_HAS_CUDA
-      const DeviceInfo info = require_cuda_device();
-      rep.device = info.is_simulator ? info.name + " (not a performance model)" : info.name;
-      if (!p.no_peak && !info.is_simulator) {
-        rep.peak_gbps = measure_copy_bandwidth().gbps;
-        rep.peak_kind = "device-to-device copy";
-      }
-      gpu_cache = std::make_unique<SharedGpuCache>(c, kv, num_blocks, p.block_size, p.shuffle_seed,
-                                                   !p.no_read_once);
-      gpu_fwd = std::make_unique<GpuForward>(weights, wt);
-      manager = &gpu_cache->blocks();
-      bytes_reserved = [&] { return gpu_cache->bytes_reserved(); };
-      bytes_used = [&] { return gpu_cache->bytes_used(); };
-      forward = [&](const Batch& b) { return gpu_fwd->forward(b, *gpu_cache); };
-      positions_read = [&] { return gpu_cache->positions_read(); };
-#else
-      throw ResourceError(
-          "--device cuda: this build has no CUDA support (configured with KVHEAP_CUDA=off); "
-          "rebuild with the cuda or sim preset, or use --device cpu");
-#endif
-    }
-    SharedBlockManager& blocks = *manager;
+    SharedBackend backend(weights, {.device = o.device,
+                                    .kv = kv,
+                                    .weights = wt,
+                                    .num_blocks = num_blocks,
+                                    .block_size = p.block_size,
+                                    .shuffle_seed = p.shuffle_seed,
+                                    .read_once = !p.no_read_once,
+                                    .measure_peak = !p.no_peak,
+                                    .threads = threads});
+    rep.device = backend.device_name();
+    rep.peak_gbps = backend.peak_gbps();
+    rep.peak_kind = backend.peak_kind();
+    const auto forward = [&](const Batch& b) { return backend.forward(b); };
+    SharedBlockManager& blocks = backend.blocks();
 
     // Admission: a request is admitted only if the pool can hold its worst case on top of those
     // already admitted, counting the prompt blocks it will find in the prefix index.
@@ -275,7 +227,7 @@ int main(int argc, char** argv) {
       decode_rows += batch.size();
       const std::span<const float> logits = forward(batch);
       // What attention read: with read-once, each shared prefix once for all its rows.
-      kv_bytes_total += static_cast<double>(positions_read()) * bpt;
+      kv_bytes_total += static_cast<double>(backend.positions_read()) * bpt;
       for (const auto& r : batch.rows) kv_bytes_unshared += static_cast<double>(r.pos + 1) * bpt;
       ++rep.run.decode_steps;
       Batch next;
@@ -302,8 +254,8 @@ int main(int argc, char** argv) {
     // the last free, only the prefix index may hold blocks.
     const long blocks_held = blocks.blocks_held();
     const long blocks_referenced = blocks.blocks_referenced();
-    rep.kv_reserved_bytes = bytes_reserved();
-    rep.kv_used_bytes = bytes_used();
+    rep.kv_reserved_bytes = backend.bytes_reserved();
+    rep.kv_used_bytes = backend.bytes_used();
     const SharingCounters counters = blocks.counters();
     std::size_t generated = 0;
     for (Sample& s : samples) {

@@ -19,17 +19,27 @@ long SharedBlockManager::num_available() const {
   return pool_.num_free() + static_cast<long>(index_.num_evictable());
 }
 
-long SharedBlockManager::cached_blocks(std::span<const int> prompt) const {
+std::vector<int> SharedBlockManager::cached_prefix(std::span<const int> prompt) const {
   const long bs = pool_.block_size();
   const long most = prompt.empty() ? 0 : static_cast<long>(prompt.size() - 1) / bs;
   std::uint64_t chain = PrefixIndex::kRoot;
-  long n = 0;
-  for (; n < most; ++n) {
+  std::vector<int> found;
+  for (long n = 0; n < most; ++n) {
     const auto hit = index_.find(chain, prompt.subspan(n * bs, bs));
     if (!hit) break;
+    found.push_back(hit->block);
     chain = hit->chain;
   }
-  return n;
+  return found;
+}
+
+long SharedBlockManager::cached_blocks(std::span<const int> prompt) const {
+  return static_cast<long>(cached_prefix(prompt).size());
+}
+
+long SharedBlockManager::cached_evictable_blocks(std::span<const int> prompt) const {
+  const std::vector<int> found = cached_prefix(prompt);
+  return std::count_if(found.begin(), found.end(), [&](int b) { return index_.is_evictable(b); });
 }
 
 int SharedBlockManager::new_sequence_id() {
@@ -314,8 +324,8 @@ void SharedBlockManager::check_invariants() const {
           twin, indexed, indexed));
   }
   if (twins_.size() != twin_of_.size())
-    throw std::logic_error(fmt::format("{} twins listed one way, {} the other", twins_.size(),
-                                       twin_of_.size()));
+    throw std::logic_error(
+        fmt::format("{} twins listed one way, {} the other", twins_.size(), twin_of_.size()));
   if (evictable != index_.num_evictable())
     throw std::logic_error(fmt::format("{} blocks are evictable but the list holds {}", evictable,
                                        index_.num_evictable()));

@@ -56,6 +56,9 @@ class SharedBlockManager {
   /// (prompt.size() - 1) / block_size of them: the last prompt token is always computed, because
   /// its logits are what the next token is sampled from.
   [[nodiscard]] long cached_blocks(std::span<const int> prompt) const;
+  /// \brief How many of the cached_blocks(prompt) only the index holds: allocate(prompt) takes
+  /// them off the evictable list, so num_available() drops by this many.
+  [[nodiscard]] long cached_evictable_blocks(std::span<const int> prompt) const;
 
   /// \brief Admits a sequence that will hold `prompt`. It takes every block of the longest cached
   /// prefix (cached_blocks) and starts with those positions filled: length() tells where the
@@ -133,6 +136,7 @@ class SharedBlockManager {
   void release(int block);
   void forget_twin(int block);
   void index_full_block(Sequence& s);
+  [[nodiscard]] std::vector<int> cached_prefix(std::span<const int> prompt) const;
 
   ch03::BlockPool pool_;
   PrefixIndex index_;
