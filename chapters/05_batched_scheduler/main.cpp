@@ -131,7 +131,7 @@ int main(int argc, char** argv) {
     const std::size_t bpt = kv_bytes_per_token(c, kv);
     const double weight_bytes = static_cast<double>(weight_bytes_per_decode_step(c, wt));
     double kv_bytes_read = 0;
-    std::size_t peak_kv_used = 0;
+    std::size_t peak_kv_used = 0, kv_reserved_at_peak = 0;  // after the pass that held the most
     int step = 0;
     std::size_t next = 0;  // next request to arrive
     const auto t0 = std::chrono::steady_clock::now();
@@ -156,7 +156,10 @@ int main(int argc, char** argv) {
       }
       const std::span<const float> logits = backend.forward(plan.batch);
       kv_bytes_read += static_cast<double>(backend.positions_read()) * bpt;
-      peak_kv_used = std::max(peak_kv_used, backend.bytes_used());
+      if (backend.bytes_used() > peak_kv_used) {
+        peak_kv_used = backend.bytes_used();
+        kv_reserved_at_peak = backend.bytes_reserved();
+      }
       for (std::size_t j = 0; j < plan.logit_requests.size(); ++j) {
         const int id = plan.logit_requests[j];
         Served& s = served[id];
@@ -187,10 +190,27 @@ int main(int argc, char** argv) {
     const SchedulerCounters& k = sched.counters();
     const long rows = k.decode_rows + k.prefill_rows;
     const double steps = static_cast<double>(k.steps);
-    const double bytes_per_step = steps > 0 ? (weight_bytes * steps + kv_bytes_read) / steps : 0;
-    const double gbps = seconds > 0 ? bytes_per_step * steps / seconds / 1e9 : 0;
+    // Passes mix prefill and decode rows, so the whole run counts as decoding: tokens/s is every
+    // generated token over the whole run's time, and bytes per step average over every pass.
+    DecodeReport rep;
+    rep.chapter = "05_batched_scheduler";
+    rep.model = c.name;
+    rep.device = backend.device_name();
+    rep.kv_dtype = kv;
+    rep.weight_dtype = wt;
+    rep.run.decode_steps = static_cast<int>(k.steps);
+    rep.run.decode_seconds = seconds;
+    rep.kv_reserved_bytes = kv_reserved_at_peak;
+    rep.kv_used_bytes = peak_kv_used;
+    rep.weight_bytes_per_step = weight_bytes;
+    rep.kv_bytes_per_step = steps > 0 ? kv_bytes_read / steps : 0;
+    rep.peak_gbps = backend.peak_gbps();
+    rep.peak_kind = backend.peak_kind();
+    const double gbps = rep.decode_gbps();
     const double gen_per_s = seconds > 0 ? generated_total / seconds : 0;
     const double rows_per_s = seconds > 0 ? rows / seconds : 0;
+    long prompt_total = 0;
+    for (const auto& pr : prompts) prompt_total += static_cast<long>(pr.size());
 
     if (o.json) {
       nlohmann::json seqs = nlohmann::json::array(), ids = nlohmann::json::array();
@@ -220,24 +240,20 @@ int main(int argc, char** argv) {
                                         {"max_running", p.max_running},
                                         {"block_size", p.block_size},
                                         {"blocks_total", pool.num_blocks}};
-      const nlohmann::json metrics = {{"device", backend.device_name()},
-                                      {"seconds", seconds},
-                                      {"generated_tokens", generated_total},
-                                      {"generated_tokens_per_s", gen_per_s},
-                                      {"rows_per_s", rows_per_s},
-                                      {"weight_bytes_per_step", weight_bytes},
-                                      {"kv_bytes_per_step", steps > 0 ? kv_bytes_read / steps : 0},
-                                      {"kv_budget_bytes", pool.budget_bytes},
-                                      {"kv_peak_used_bytes", peak_kv_used},
-                                      {"gbps", gbps},
-                                      {"peak_gbps", backend.peak_gbps()},
-                                      {"peak_kind", backend.peak_kind()}};
-      std::cout << json_line({{"chapter", "05_batched_scheduler"},
+      nlohmann::json m = metrics_json(rep);
+      for (const char* key : {"stop_reason", "prefill_seconds", "prefill_tokens_per_s"})
+        m.erase(key);
+      m["prompt_tokens"] = prompt_total;
+      m["generated_tokens"] = generated_total;
+      m["decode_tokens_per_s"] = gen_per_s;
+      m["rows_per_s"] = rows_per_s;
+      m["kv_budget_bytes"] = pool.budget_bytes;
+      std::cout << json_line({{"chapter", rep.chapter},
                               {"model", c.name},
                               {"generated_ids", ids},
                               {"sequences", seqs},
                               {"scheduler", scheduler},
-                              {"metrics", metrics}})
+                              {"metrics", m}})
                 << "\n";
       return;
     }
@@ -265,8 +281,10 @@ int main(int argc, char** argv) {
         "  admission : up to {} requests running at once (limit {}); {} admissions, {} "
         "preemptions; {} prompt positions taken from the prefix index\n",
         k.peak_running, p.max_running, k.admissions, k.preemptions, k.positions_reused);
-    fmt::print("  memory    : KV holding tokens at most {:.3f} MB of the {:.3f} MB budget\n",
-               peak_kv_used / 1e6, pool.budget_bytes / 1e6);
+    fmt::print(
+        "  memory    : KV holding tokens at most {:.3f} MB ({:.3f} MB of blocks in use then) "
+        "of the {:.3f} MB budget\n",
+        peak_kv_used / 1e6, kv_reserved_at_peak / 1e6, pool.budget_bytes / 1e6);
     fmt::print(
         "  weights   : {:.3f} MB read once per pass for all its rows = {:.3f} MB per "
         "generated token (one request at a time: {:.3f} MB or more)\n",
@@ -276,7 +294,7 @@ int main(int argc, char** argv) {
     fmt::print("  time      : {:.3f} s, {:.1f} generated tokens/s, {:.1f} rows/s\n", seconds,
                gen_per_s, rows_per_s);
     fmt::print("  bytes/pass: weights {:.3f} MB + KV {:.3f} MB\n", weight_bytes / 1e6,
-               steps > 0 ? kv_bytes_read / steps / 1e6 : 0.0);
+               rep.kv_bytes_per_step / 1e6);
     if (backend.peak_gbps() > 0)
       fmt::print("  achieved {:.2f} GB/s = {:.1f} % of the {} peak measured now ({:.2f} GB/s)\n",
                  gbps, 100.0 * gbps / backend.peak_gbps(), backend.peak_kind(),
