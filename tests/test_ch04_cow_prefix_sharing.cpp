@@ -166,7 +166,7 @@ TEST(Ch04CowPrefixSharing, AnEvictedBlockHandsItsIndexEntryToALiveTwin) {
   ASSERT_NE(original, twin);
   EXPECT_TRUE(m.index().contains(original));
   EXPECT_FALSE(m.index().contains(twin));
-  m.free(a);  // the original is now only cached
+  m.free(a);                 // the original is now only cached
   append_all(m, b, {3, 4});  // indexed after the twin's chain
   m.check_invariants();
 

@@ -18,6 +18,7 @@
 #include "chapters/03_paged_blocks/paged_host_cache.hpp"
 #include "chapters/03_paged_blocks/pool_report.hpp"
 #include "chapters/03_paged_blocks/prompt_list.hpp"
+#include "chapters/03_paged_blocks/serve_options.hpp"
 #include "common/bandwidth.hpp"
 #include "common/cli.hpp"
 #include "common/error.hpp"
@@ -39,15 +40,9 @@ using namespace kvheap::ch03;
 
 namespace {
 
-struct Options {
-  int block_size = 16;
-  int num_seqs = 4;
-  std::string prompts_file;
+struct Options : ServeOptions {
   std::string pool_map;
   int pool_map_every = 0;
-  std::string weight_dtype = "fp32";
-  bool no_peak = false;
-  std::uint64_t shuffle_seed = 1;
 };
 
 /// One sequence being served.
@@ -72,40 +67,19 @@ int main(int argc, char** argv) {
   o.device = "cpu";
   add_common_options(app, o);
   Options p;
-  app.add_option("--block-size", p.block_size, "Token slots per block")->capture_default_str();
-  app.add_option("--num-seqs", p.num_seqs, "Sequences to serve (copies of the prompt)")
-      ->capture_default_str();
-  // Flags that would be silently ignored together are refused together.
-  app.add_option("--prompts", p.prompts_file,
-                 "File with one prompt per line (ids, or text with --tokenizer)")
-      ->excludes(app.get_option("--num-seqs"))
-      ->excludes(app.get_option("--prompt"))
-      ->excludes(app.get_option("--prompt-ids"));
+  p.num_seqs = 4;
+  add_serve_options(app, p, "Sequences to serve (copies of the prompt)");
   CLI::Option* pool_map =
       app.add_option("--pool-map", p.pool_map, "Write an SVG map of the block pool to this file");
   app.add_option("--pool-map-every", p.pool_map_every, "Also write FILE.stepN.svg every N steps")
       ->needs(pool_map);
-  app.add_option("--weight-dtype", p.weight_dtype, "Weights on the device: fp32, fp16 or bf16")
-      ->capture_default_str();
-  app.add_option("--shuffle-seed", p.shuffle_seed,
-                 "Order of the free list; 0 hands out blocks in order")
-      ->capture_default_str();
-  app.add_flag("--no-peak", p.no_peak, "Skip measuring the bandwidth peak at start");
 
   return run_cli(app, argc, argv, [&] {
-    if (o.device != "cpu" && o.device != "cuda")
-      throw UsageError(fmt::format("--device {}: expected cpu or cuda", o.device));
-    if (p.block_size <= 0)
-      throw UsageError(fmt::format("--block-size must be positive, got {}", p.block_size));
+    check_serve_options(o, p);
     if (p.pool_map_every < 0) throw UsageError("--pool-map-every must be >= 0");
     const std::size_t budget_cap = kv_budget_bytes(o);
     const DType kv = parse_dtype(o.kv_dtype);
     const DType wt = parse_dtype(p.weight_dtype);
-    if (o.device == "cpu" && wt != DType::F32)
-      throw UsageError(
-          fmt::format("--weight-dtype {} needs --device cuda: the CPU backend computes "
-                      "with fp32 weights",
-                      p.weight_dtype));
     const int threads = apply_threads(o);
     const ModelWeights weights = load_model(o.model, o.model_seed);
     const ModelConfig& c = weights.config;

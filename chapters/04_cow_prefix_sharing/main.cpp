@@ -18,6 +18,7 @@
 
 #include "chapters/03_paged_blocks/paged_host_cache.hpp"
 #include "chapters/03_paged_blocks/prompt_list.hpp"
+#include "chapters/03_paged_blocks/serve_options.hpp"
 #include "chapters/04_cow_prefix_sharing/admission.hpp"
 #include "chapters/04_cow_prefix_sharing/shared_backend.hpp"
 #include "common/cli.hpp"
@@ -32,15 +33,9 @@ using namespace kvheap::ch04;
 
 namespace {
 
-struct Options {
-  int block_size = 16;
-  int num_seqs = 1;
-  std::string prompts_file;
+struct Options : ch03::ServeOptions {
   int samples = 4;
-  std::string weight_dtype = "fp32";
-  bool no_peak = false;
   bool no_read_once = false;
-  std::uint64_t shuffle_seed = 1;
 };
 
 /// One prompt being served.
@@ -73,31 +68,15 @@ int main(int argc, char** argv) {
   o.device = "cpu";
   add_common_options(app, o);
   Options p;
-  app.add_option("--block-size", p.block_size, "Token slots per block")->capture_default_str();
-  app.add_option("--num-seqs", p.num_seqs, "Prompts to serve (copies of the prompt)")
-      ->capture_default_str();
-  app.add_option("--prompts", p.prompts_file,
-                 "File with one prompt per line (ids, or text with --tokenizer)")
-      ->excludes(app.get_option("--num-seqs"))
-      ->excludes(app.get_option("--prompt"))
-      ->excludes(app.get_option("--prompt-ids"));
+  ch03::add_serve_options(app, p, "Prompts to serve (copies of the prompt)");
   app.add_option("--samples", p.samples, "Sequences forked from each prompt")
-      ->capture_default_str();
-  app.add_option("--weight-dtype", p.weight_dtype, "Weights on the device: fp32, fp16 or bf16")
-      ->capture_default_str();
-  app.add_option("--shuffle-seed", p.shuffle_seed,
-                 "Order of the free list; 0 hands out blocks in order")
       ->capture_default_str();
   app.add_flag(
       "--no-read-once", p.no_read_once,
       "Every row reads its whole context, shared prefixes included (chapter 3's attention)");
-  app.add_flag("--no-peak", p.no_peak, "Skip measuring the bandwidth peak at start");
 
   return run_cli(app, argc, argv, [&] {
-    if (o.device != "cpu" && o.device != "cuda")
-      throw UsageError(fmt::format("--device {}: expected cpu or cuda", o.device));
-    if (p.block_size <= 0)
-      throw UsageError(fmt::format("--block-size must be positive, got {}", p.block_size));
+    ch03::check_serve_options(o, p);
     if (p.samples <= 0 || p.samples > ch03::kMaxSeqs)
       throw UsageError(
           fmt::format("--samples must be from 1 to {}, got {}", ch03::kMaxSeqs, p.samples));

@@ -38,7 +38,8 @@ void PrefixIndex::move_block(int from, int to) {
   const auto it = key_of_.find(from);
   if (it == key_of_.end() || contains(to))
     throw std::logic_error(fmt::format(
-        "prefix index: cannot move block {} to block {} (not indexed, or the target is)", from, to));
+        "prefix index: cannot move block {} to block {} (not indexed, or the target is)", from,
+        to));
   blocks_.at(it->second).block = to;
   auto node = key_of_.extract(it);
   node.key() = to;

@@ -17,6 +17,7 @@
 
 #include "chapters/03_paged_blocks/paged_host_cache.hpp"
 #include "chapters/03_paged_blocks/prompt_list.hpp"
+#include "chapters/03_paged_blocks/serve_options.hpp"
 #include "chapters/04_cow_prefix_sharing/shared_backend.hpp"
 #include "chapters/05_batched_scheduler/scheduler.hpp"
 #include "common/cli.hpp"
@@ -31,17 +32,11 @@ using namespace kvheap::ch05;
 
 namespace {
 
-struct Options {
-  int block_size = 16;
-  int num_seqs = 1;
-  std::string prompts_file;
+struct Options : ch03::ServeOptions {
   int max_batch_tokens = 64;
   int max_running = 64;
   int arrival_interval = 0;
-  std::string weight_dtype = "fp32";
-  bool no_peak = false;
   bool no_read_once = false;
-  std::uint64_t shuffle_seed = 1;
 };
 
 /// What the program keeps per request beside the scheduler: its sampler and its output.
@@ -62,14 +57,7 @@ int main(int argc, char** argv) {
   o.device = "cpu";
   add_common_options(app, o);
   Options p;
-  app.add_option("--block-size", p.block_size, "Token slots per block")->capture_default_str();
-  app.add_option("--num-seqs", p.num_seqs, "Requests to serve (copies of the prompt)")
-      ->capture_default_str();
-  app.add_option("--prompts", p.prompts_file,
-                 "File with one prompt per line (ids, or text with --tokenizer)")
-      ->excludes(app.get_option("--num-seqs"))
-      ->excludes(app.get_option("--prompt"))
-      ->excludes(app.get_option("--prompt-ids"));
+  ch03::add_serve_options(app, p, "Requests to serve (copies of the prompt)");
   app.add_option("--max-batch-tokens", p.max_batch_tokens,
                  "Rows per forward pass: decode rows plus prefill chunks")
       ->capture_default_str();
@@ -78,20 +66,11 @@ int main(int argc, char** argv) {
   app.add_option("--arrival-interval", p.arrival_interval,
                  "Steps between two requests' arrivals; 0 submits them all at the start")
       ->capture_default_str();
-  app.add_option("--weight-dtype", p.weight_dtype, "Weights on the device: fp32, fp16 or bf16")
-      ->capture_default_str();
-  app.add_option("--shuffle-seed", p.shuffle_seed,
-                 "Order of the free list; 0 hands out blocks in order")
-      ->capture_default_str();
   app.add_flag("--no-read-once", p.no_read_once,
                "Every row reads its whole context, shared prefixes included");
-  app.add_flag("--no-peak", p.no_peak, "Skip measuring the bandwidth peak at start");
 
   return run_cli(app, argc, argv, [&] {
-    if (o.device != "cpu" && o.device != "cuda")
-      throw UsageError(fmt::format("--device {}: expected cpu or cuda", o.device));
-    if (p.block_size <= 0)
-      throw UsageError(fmt::format("--block-size must be positive, got {}", p.block_size));
+    ch03::check_serve_options(o, p);
     if (p.arrival_interval < 0)
       throw UsageError(
           fmt::format("--arrival-interval must be 0 or more, got {}", p.arrival_interval));
