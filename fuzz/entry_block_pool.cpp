@@ -17,13 +17,12 @@
 #include "chapters/03_paged_blocks/block_manager.hpp"
 #include "common/error.hpp"
 #include "fuzz/entry_points.hpp"
+#include "fuzz/fuzz_support.hpp"
 
 namespace kvheap {
 
 namespace {
-void require(bool ok, const std::string& what) {
-  if (!ok) throw std::logic_error("block pool: " + what);
-}
+using fuzz::require;
 
 // Every live position maps to a distinct physical slot, and the model's lengths hold.
 void check_against_model(const ch03::BlockManager& m, const std::map<int, int>& model) {

@@ -73,6 +73,13 @@ int fuzz_block_pool_one(const std::uint8_t* data, std::size_t size);
 FuzzOutcome fuzz_shared_blocks(std::span<const std::uint8_t> input, std::string* why = nullptr);
 /// \brief libFuzzer-shaped wrapper of fuzz_shared_blocks; always returns 0.
 int fuzz_shared_blocks_one(const std::uint8_t* data, std::size_t size);
+
+/// \brief Input: a pool shape and scheduler limits, then (operation, argument) byte pairs that
+/// submit requests and run steps of chapter 5's Scheduler (see entry_scheduler.cpp). Every batch
+/// must fit, every request must read back its own tokens, and every block must come back.
+FuzzOutcome fuzz_scheduler(std::span<const std::uint8_t> input, std::string* why = nullptr);
+/// \brief libFuzzer-shaped wrapper of fuzz_scheduler; always returns 0.
+int fuzz_scheduler_one(const std::uint8_t* data, std::size_t size);
 /// \brief libFuzzer-shaped wrapper of fuzz_llama2c_loader; always returns 0.
 int fuzz_llama2c_loader_one(const std::uint8_t* data, std::size_t size);
 /// \brief libFuzzer-shaped wrapper of fuzz_safetensors; always returns 0.

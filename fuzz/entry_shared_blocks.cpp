@@ -23,13 +23,12 @@
 #include "chapters/04_cow_prefix_sharing/shared_block_manager.hpp"
 #include "common/error.hpp"
 #include "fuzz/entry_points.hpp"
+#include "fuzz/fuzz_support.hpp"
 
 namespace kvheap {
 
 namespace {
-void require(bool ok, const std::string& what) {
-  if (!ok) throw std::logic_error("shared blocks: " + what);
-}
+using fuzz::require;
 
 /// The manager, the storage stand-in and the expected tokens of every live sequence.
 struct World {
@@ -63,6 +62,12 @@ struct World {
       for (int p = 0; p < static_cast<int>(tokens.size()); ++p)
         require(storage[m.slot_of(s, p)] == tokens[p],
                 "a position reads a token its sequence did not write there");
+      // Every full block it holds can be found again from its tokens, whoever computed it first
+      // and whatever was evicted since (a twin inherits an evicted block's index entry).
+      std::vector<int> next = tokens;
+      next.push_back(0);
+      require(m.cached_blocks(next) == static_cast<long>(tokens.size()) / block_size,
+              "a full block a live sequence holds cannot be found from its tokens");
     }
     require(m.live_sequences().size() == seq.size(), "live sequences differ from the model");
   }

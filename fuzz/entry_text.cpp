@@ -143,6 +143,7 @@ std::span<const FuzzTarget> fuzz_targets() {
       {"fuzz_llama2c_loader", fuzz_llama2c_loader}, {"fuzz_safetensors", fuzz_safetensors},
       {"fuzz_tokenizer", fuzz_tokenizer},           {"fuzz_cli", fuzz_cli},
       {"fuzz_block_pool", fuzz_block_pool},         {"fuzz_shared_blocks", fuzz_shared_blocks},
+      {"fuzz_scheduler", fuzz_scheduler},
   };
   return kTargets;
 }

@@ -16,7 +16,8 @@ if ! [[ "$seconds" =~ ^[0-9]+$ ]] || [ "$seconds" -eq 0 ]; then
   echo "usage: scripts/fuzz.sh [SECONDS_PER_TARGET]   (a positive integer; default 60)" >&2
   exit 2
 fi
-targets=(fuzz_llama2c_loader fuzz_safetensors fuzz_tokenizer fuzz_cli fuzz_block_pool fuzz_shared_blocks)
+targets=(fuzz_llama2c_loader fuzz_safetensors fuzz_tokenizer fuzz_cli fuzz_block_pool fuzz_shared_blocks
+  fuzz_scheduler)
 jobs="${KVHEAP_JOBS:-$(nproc)}"
 
 bash scripts/install-deps.sh

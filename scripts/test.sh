@@ -16,7 +16,7 @@
 #
 # KVHEAP_MODELS_DIR points the tests at a folder holding stories260K.bin and tokenizer.bin; tests
 # that need them skip without it (and fail instead when CI=true). KVHEAP_FUZZ_SECONDS sets the
-# time per fuzz target (default 40: six targets, and CI is kept under 30 minutes).
+# time per fuzz target (default 35: seven targets, and CI is kept under 30 minutes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -78,8 +78,8 @@ else
   build_and_test cpu docs
 fi
 
-step "5. fuzz targets, ${KVHEAP_FUZZ_SECONDS:-40} s each"
-bash scripts/fuzz.sh "${KVHEAP_FUZZ_SECONDS:-40}"
+step "5. fuzz targets, ${KVHEAP_FUZZ_SECONDS:-35} s each"
+bash scripts/fuzz.sh "${KVHEAP_FUZZ_SECONDS:-35}"
 echo "[$SECONDS s]"
 
 step "6. format and lint"
