@@ -30,8 +30,8 @@
 
 #include "bench/failures.hpp"
 #include "bench/block_sweep.hpp"
+#include "bench/gpu_pair_timing.hpp"
 #include "common/gpu/device_bandwidth.hpp"
-#include "common/gpu/l2_flush.hpp"
 #include "common/model_config.hpp"
 #include "device/buffers.hpp"
 #include "device/device.hpp"
@@ -177,25 +177,8 @@ Timing time_pair(benchmark::State& state, Problem& p) {
     bench::fail(state, "paged output differs from contiguous: not timing a wrong answer");
     return {};
   }
-  L2Flush flush(device_l2_bytes());
-  Event start, stop;
-  auto timed = [&](auto&& fn) {
-    flush(stream);
-    start.record(stream);
-    fn();
-    stop.record(stream);
-    return static_cast<double>(elapsed_ms(start, stop));
-  };
-  std::vector<double> tc, tp;
-  long iteration = 0;  // state.iterations() stays 0 inside the loop: count here
-  for (auto _ : state) {
-    const bool paged_first = iteration++ % 2 == 1;
-    if (paged_first) tp.push_back(timed(paged));
-    tc.push_back(timed(contiguous));
-    if (!paged_first) tp.push_back(timed(paged));
-    state.SetIterationTime((tc.back() + tp.back()) * 1e-3);
-  }
-  return {bench::median(tc), bench::median(tp), cuda::detail::plan_attention(p.shape, 0).splits};
+  const bench::PairTiming t = bench::timed_pair(state, stream, contiguous, paged);
+  return {t.a_ms, t.b_ms, cuda::detail::plan_attention(p.shape, 0).splits};
 }
 
 struct RatioRow {

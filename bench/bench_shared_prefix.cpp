@@ -29,10 +29,10 @@
 #include <vector>
 
 #include "bench/block_sweep.hpp"
+#include "bench/gpu_pair_timing.hpp"
 #include "bench/failures.hpp"
 #include "bench/shared_prefix_step.hpp"
 #include "common/gpu/device_bandwidth.hpp"
-#include "common/gpu/l2_flush.hpp"
 #include "common/model_config.hpp"
 #include "device/buffers.hpp"
 #include "device/device.hpp"
@@ -205,25 +205,8 @@ void shared_prefix(benchmark::State& state, int groups, int samples, int prefix)
   Stream& stream = k.stream;
   auto plain = [&] { k.plain(); };
   auto once = [&] { k.once(); };
-  L2Flush flush(device_l2_bytes());
-  Event start, stop;
-  auto timed = [&](auto&& fn) {
-    flush(stream);
-    start.record(stream);
-    fn();
-    stop.record(stream);
-    return static_cast<double>(elapsed_ms(start, stop));
-  };
-  std::vector<double> tp, to;
-  long pair = 0;
-  for (auto _ : state) {
-    const bool once_first = pair++ % 2 == 1;
-    if (once_first) to.push_back(timed(once));
-    tp.push_back(timed(plain));
-    if (!once_first) to.push_back(timed(once));
-    state.SetIterationTime((tp.back() + to.back()) * 1e-3);
-  }
-  const double p_ms = bench::median(tp), o_ms = bench::median(to);
+  const bench::PairTiming t = bench::timed_pair(state, stream, plain, once);
+  const double p_ms = t.a_ms, o_ms = t.b_ms;
   state.counters["speedup"] = p_ms / o_ms;
   const Row row{fmt::format("{} prompts x {} samples, prefix {}, own {}", groups, samples, prefix,
                             bench::kOwnPositions),

@@ -2,6 +2,8 @@
 // Compiled by the host compiler in both builds; only the simulator's extra error details differ.
 #include "device/device.hpp"
 
+#include <fmt/format.h>
+
 #include <cstdlib>
 #include <string>
 #include <utility>
@@ -120,6 +122,15 @@ DeviceInfo device_info(int device) {
 DeviceInfo require_cuda_device() {
   if (auto why = device_unavailable_reason()) throw ResourceError(*why);
   return device_info(0);
+}
+
+void require_free_device_memory(std::size_t bytes, const std::string& what) {
+  std::size_t free_bytes = 0, total_bytes = 0;
+  KVHEAP_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  if (bytes > free_bytes)
+    throw ResourceError(
+        fmt::format("{} = {:.3f} MB exceeds the device's free memory ({:.3f} MB of {:.3f} MB)",
+                    what, bytes / 1e6, free_bytes / 1e6, total_bytes / 1e6));
 }
 
 Stream::Stream() { KVHEAP_CUDA_CHECK(cudaStreamCreate(&stream_)); }

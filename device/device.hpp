@@ -79,6 +79,11 @@ DeviceInfo device_info(int device = 0);
 /// \brief device_info(0), or throws ResourceError("no CUDA device found: <reason>").
 DeviceInfo require_cuda_device();
 
+/// \brief Throws ResourceError("<what> = N MB exceeds the device's free memory (F MB of T MB)")
+/// when `bytes` is more than the current device has free now: a cache checks before it allocates,
+/// so the error names the cache instead of a failed cudaMalloc.
+void require_free_device_memory(std::size_t bytes, const std::string& what);
+
 /// \brief An owned CUDA stream (in the simulator every stream is synchronous).
 class Stream {
  public:

@@ -3,10 +3,11 @@
 #
 #   1. configure a real CUDA build for the local GPU (preset cuda-native) and build it, all cores
 #   2. run the whole test suite on the GPU (tests that CI runs in the simulator run here for real)
-#   3. compute-sanitizer: memcheck on small end-to-end cases (chapters 2 and 4), racecheck on the
-#      attention kernels
+#   3. compute-sanitizer: memcheck on small end-to-end cases (chapters 2, 4 and 5), racecheck on
+#      the attention kernels
 #   4. the GPU benchmarks, each under a time cap
-#   5. end-to-end decode runs of chapters 2 and 4 on a Llama-3-8B-shaped model
+#   5. end-to-end runs of chapters 2 and 4 on a Llama-3-8B-shaped model, and chapter 5's
+#      scheduling benchmark on it
 #   6. every result as JSON plus a markdown summary in OUTDIR (OUTDIR/summary.md first)
 #
 # Every step after the build runs even when an earlier one failed, so that one failing test does
@@ -155,6 +156,11 @@ if command -v compute-sanitizer > /dev/null; then
   step "3d. compute-sanitizer racecheck (shared-prefix attention)" sanitize racecheck \
     "$out/racecheck-ch04.log" "$bin/tests/test_ch04_shared_gpu" --gtest_brief=1 \
     --gtest_filter='Ch04SharedPrefixGpu.GroupsOfDifferentSizes'
+  # Chapter 5: mixed batches of prompt chunks and decode rows in a pool small enough to preempt.
+  step "3e. compute-sanitizer memcheck (chapter 5 end to end)" sanitize memcheck \
+    "$out/memcheck-ch05.log" "$bin/bin/ch05_batched_scheduler" --model tiny --num-seqs 4 \
+    --prompt-ids 1,2,3,4,5,6,7,8,9 --block-size 4 --max-batch-tokens 8 --kv-budget-mb 0.024 \
+    --max-new-tokens 20 --device cuda --no-peak --json
 else
   log "compute-sanitizer not found: step 3 skipped"
 fi
@@ -175,7 +181,8 @@ bench() {  # bench EXECUTABLE
 # spend the GPU machine's time.
 for b in "$bin"/bench/bench_*; do
   if [ ! -f "$b" ] || [ ! -x "$b" ]; then continue; fi  # the folder also holds CMake's files
-  case $(basename "$b") in *_cpu | bench_capacity) continue ;; esac
+  # bench_scheduler serves a whole workload; it runs as a step of its own below.
+  case $(basename "$b") in *_cpu | bench_capacity | bench_scheduler) continue ;; esac
   step "4. benchmark $(basename "$b")" bench "$b"
 done
 
@@ -197,6 +204,14 @@ shared() {  # shared NAME FLAGS...
 }
 step "5. chapter 4 end to end, read once" shared read-once
 step "5. chapter 4 end to end, every row reads its context" shared per-row --no-read-once
+
+# Chapter 5: one workload served one at a time, in static batches and continuously (checks that
+# all four generate the same ids before it prints).
+scheduler() {
+  capped 150 "$bin/bench/bench_scheduler" --device cuda --model llama-3-8b-4l --weight-dtype bf16 \
+    --kv-dtype bf16 > "$out/bench_scheduler.md" 2> "$out/bench_scheduler.err"
+}
+step "5. chapter 5: bench_scheduler on the device" scheduler
 
 {
   echo "# gpu-check on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"

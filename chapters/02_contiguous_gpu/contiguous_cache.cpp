@@ -52,14 +52,8 @@ ContiguousGpuCache::ContiguousGpuCache(const ModelConfig& config, DType kv, int 
       length_(checked_slots(max_slots), -1),
       dev_(std::make_unique<Device>()) {
   const std::size_t total = reservation_bytes(config, kv) * static_cast<std::size_t>(max_slots);
-  std::size_t free_bytes = 0, total_bytes = 0;
-  KVHEAP_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-  if (total > free_bytes)
-    throw ResourceError(fmt::format(
-        "KV reservation of {} slots x {:.3f} MB = {:.3f} MB exceeds the device's free memory "
-        "({:.3f} MB of {:.3f} MB)",
-        max_slots, reservation_bytes(config, kv) / 1e6, total / 1e6, free_bytes / 1e6,
-        total_bytes / 1e6));
+  require_free_device_memory(total, fmt::format("KV reservation of {} slots x {:.3f} MB", max_slots,
+                                                reservation_bytes(config, kv) / 1e6));
   dev_->k = DeviceBuffer<unsigned char>(total / 2);
   dev_->v = DeviceBuffer<unsigned char>(total / 2);
   // Zeroed so that a kernel reading past a sequence's length sees zeros, not stale keys.

@@ -46,13 +46,8 @@ PagedGpuStorage::PagedGpuStorage(const ModelConfig& config, DType kv, int num_bl
       block_size_(block_size),
       dev_(std::make_unique<Device>()) {
   const std::size_t total = pool_bytes();
-  std::size_t free_bytes = 0, total_bytes = 0;
-  KVHEAP_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-  if (total > free_bytes)
-    throw ResourceError(fmt::format(
-        "KV pool of {} blocks x {} tokens = {:.3f} MB exceeds the device's free memory ({:.3f} MB "
-        "of {:.3f} MB)",
-        num_blocks, block_size, total / 1e6, free_bytes / 1e6, total_bytes / 1e6));
+  require_free_device_memory(
+      total, fmt::format("KV pool of {} blocks x {} tokens", num_blocks, block_size));
   dev_->k = DeviceBuffer<unsigned char>(total / 2);
   dev_->v = DeviceBuffer<unsigned char>(total / 2);
   // Zeroed so that a kernel reading a slot nobody wrote sees zeros, not garbage.
