@@ -11,7 +11,8 @@
 // (seeded): uneven lengths are what leave a static batch half empty. Every policy is chapter 5's
 // Scheduler over chapter 4's cache; static batching is the same scheduler fed a batch at a time.
 // Budget: B requests at their longest (what a static batch needs). Greedy decoding; before any
-// figure is printed, every policy must have generated the same ids for every request.
+// figure is printed, every policy must have generated the same ids for every request (up to a
+// near tie, which is reported).
 //
 // Napkin math per pass: weights (weight_bytes_per_decode_step) + the KV its attention read
 // (positions read x kv_bytes_per_token). GB/s is that over the policy's wall time, against the
@@ -22,6 +23,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -67,7 +70,8 @@ struct Policy {
 };
 
 struct Outcome {
-  std::vector<std::vector<int>> ids;  // [request] generated
+  std::vector<std::vector<int>> ids;       // [request] generated
+  std::vector<std::vector<float>> margin;  // [request] each token's top-2 gap / max |logit|
   double seconds = 0;
   long passes = 0, rows = 0, generated = 0, preemptions = 0;
   double kv_bytes_read = 0;
@@ -80,6 +84,7 @@ Outcome serve(ch04::SharedBackend& backend, const std::vector<Request>& work, co
   ch05::Scheduler s(backend.blocks(), {max_batch_tokens, p.max_running});
   Outcome o;
   o.ids.resize(work.size());
+  o.margin.resize(work.size());
   std::size_t next = 0;
   const auto t0 = std::chrono::steady_clock::now();
   while (next < work.size() || !s.idle()) {
@@ -99,7 +104,13 @@ Outcome serve(ch04::SharedBackend& backend, const std::vector<Request>& work, co
       const int id = plan.logit_requests[j];
       const auto row = logits.subspan(j * c.vocab_size, c.vocab_size);
       const int token = static_cast<int>(std::max_element(row.begin(), row.end()) - row.begin());
+      float second = -std::numeric_limits<float>::infinity(), scale = 0.0f;
+      for (int v = 0; v < c.vocab_size; ++v) {
+        if (v != token) second = std::max(second, row[v]);
+        scale = std::max(scale, std::fabs(row[v]));
+      }
       o.ids[id].push_back(token);
+      o.margin[id].push_back(scale > 0 ? (row[token] - second) / scale : 0.0f);
       if (static_cast<int>(o.ids[id].size()) == work[id].max_new) {
         s.finish(id);
       } else {
@@ -175,13 +186,27 @@ int main(int argc, char** argv) {
       }
       out.push_back(serve(backend, work, p, max_batch_tokens, c, kv));
     }
-    // Verify before reporting: every policy generated the same ids for every request.
+    // Verify before reporting: every policy generated the same ids for every request, except
+    // after a near tie. Batches of different sizes round differently (a row alone is a
+    // matrix-vector product, rows together a matrix product), so where the best two logits are
+    // within rounding of each other greedy decoding may go either way; after that the two runs
+    // are different texts, both correct. Any other difference is a bug, and nothing is printed.
+    constexpr float kNearTie = 1e-4f;  // top-2 gap relative to the largest |logit|
+    int diverged = 0;
     for (std::size_t i = 1; i < out.size(); ++i)
-      for (std::size_t r = 0; r < work.size(); ++r)
-        if (out[i].ids[r] != out[0].ids[r])
+      for (std::size_t r = 0; r < work.size(); ++r) {
+        const auto& a = out[0].ids[r];
+        const auto& b = out[i].ids[r];
+        const auto at = std::mismatch(a.begin(), a.end(), b.begin()).first - a.begin();
+        if (at == static_cast<long>(a.size())) continue;
+        const float gap = std::min(out[0].margin[r][at], out[i].margin[r][at]);
+        if (!(gap < kNearTie))
           throw std::runtime_error(fmt::format(
-              "'{}' generated other ids than '{}' for request {}: not the same computation",
-              policies[i].name, policies[0].name, r));
+              "'{}' generated other ids than '{}' for request {} at token {}, where the top-2 "
+              "gap is {:.2g} of the largest logit: not the same computation",
+              policies[i].name, policies[0].name, r, at, gap));
+        ++diverged;
+      }
 
     const double w = static_cast<double>(weight_bytes_per_decode_step(c, wt));
     const double block_bytes =
@@ -192,7 +217,14 @@ int main(int argc, char** argv) {
         "tokens), at most {} rows per pass\n",
         c.name, device_name, dtype_name(kv), block_size, budget_mb, num_blocks, batch, requests,
         max_batch_tokens);
-    fmt::print("all policies generated the same ids for every request\n\n");
+    if (diverged == 0) {
+      fmt::print("all policies generated the same ids for every request\n\n");
+    } else {
+      fmt::print(
+          "all policies generated the same ids for every request until a near tie (top-2 "
+          "gap under {:g} of the largest logit); {} request runs went the other way there\n\n",
+          kNearTie, diverged);
+    }
     fmt::print(
         "| policy | passes | rows/pass | peak running | preemptions | KV held peak MB | weights "
         "MB/token | MB read/pass | time s | tokens/s | vs one at a time | GB/s | % of peak "

@@ -190,6 +190,37 @@ TEST(Ch04CowPrefixSharing, AnEvictedBlockHandsItsIndexEntryToALiveTwin) {
   EXPECT_EQ(m.pool().num_used(), static_cast<int>(m.index().size()));
 }
 
+TEST(Ch04CowPrefixSharing, AnEvictedBlockWithSeveralTwinsHandsItsEntryToOneAndKeepsTheOthers) {
+  // Three sequences compute the same first block; the first is indexed, the other two are twins,
+  // and one twin is forked (a twin held twice).
+  SharedBlockManager m(8, 2, 0);
+  const int a = m.allocate(), b = m.allocate(), c = m.allocate();
+  for (int s : {a, b, c}) append_all(m, s, {1, 2});
+  const int b2 = m.fork(b);
+  const int original = m.page_table(a)[0];
+  m.free(a);
+  m.check_invariants();
+  // Fill the rest of the pool so the original is evicted.
+  const int filler = m.allocate();
+  append_all(m, filler, std::vector<int>(12, 9));
+  EXPECT_EQ(m.counters().evictions, 1);
+  const std::vector<int> first = {1, 2};
+  const auto hit = m.index().find(ch04::PrefixIndex::kRoot, first);
+  ASSERT_TRUE(hit);
+  EXPECT_TRUE(hit->block == m.page_table(b)[0] || hit->block == m.page_table(c)[0])
+      << "the entry of block " << original << " moved to one of its twins";
+  m.check_invariants();
+  // The heir's holders finish; the entry stays (the index holds it), and the other twin can
+  // still inherit it later.
+  m.free(b);
+  m.free(b2);
+  m.free(c);
+  m.free(filler);
+  m.check_invariants();
+  EXPECT_EQ(m.cached_blocks(std::vector<int>{1, 2, 3}), 1);
+  EXPECT_EQ(m.pool().num_used(), static_cast<int>(m.index().size()));
+}
+
 TEST(Ch04CowPrefixSharing, ExhaustionIsAnErrorThatChangesNothing) {
   SharedBlockManager m(3, 2, 1);
   const int a = m.allocate();

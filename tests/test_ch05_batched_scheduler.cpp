@@ -112,6 +112,30 @@ TEST(Ch05BatchedScheduler, PreemptsTheNewestAndRecomputesItFromItsCachedBlocks) 
   EXPECT_EQ(m.pool().num_used(), static_cast<int>(m.index().size()));
 }
 
+TEST(Ch05BatchedScheduler, APromptChunkShrinksToTheSlotsThereAreBeforeAnyoneIsPreempted) {
+  // 5 blocks of 2, 5 rows per step. a (2 prompt tokens) decodes; b (8) is admitted with a chunk
+  // of 4. Next step b's chunk of 4 would need 2 blocks and 1 is left: it shrinks to 2 rows
+  // instead of preempting b (the newest) and throwing its work away.
+  SharedBlockManager m(5, 2, 0);
+  Scheduler s(m, {.max_batch_tokens = 5, .max_running = 4});
+  const int a = s.submit(iota_tokens(2), 8);
+  StepPlan p = s.schedule();
+  run(m, p);
+  s.append(a, 9);
+  const int b = s.submit(iota_tokens(8, 20), 2);
+  p = s.schedule();
+  ASSERT_EQ(p.prefill_rows, 4);
+  run(m, p);
+  s.append(a, 9);
+  p = s.schedule();
+  EXPECT_EQ(s.counters().preemptions, 0);
+  EXPECT_EQ(s.state(b), RequestState::Running);
+  EXPECT_EQ(p.decode_rows, 1);
+  EXPECT_EQ(p.prefill_rows, 2);
+  run(m, p);
+  m.check_invariants();
+}
+
 TEST(Ch05BatchedScheduler, MisuseIsAnErrorNamingTheRequest) {
   SharedBlockManager m(4, 2, 0);
   Scheduler s(m, {.max_batch_tokens = 4, .max_running = 2});

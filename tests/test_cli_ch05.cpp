@@ -57,6 +57,56 @@ TEST(Cli, Chapter5GeneratesChapter1sIdsForEveryRequestWhilePreempting) {
   }
 }
 
+// Without --ignore-eos, requests stop at the stop token at different steps, as chapter 1's do.
+TEST(Cli, Chapter5StopsEachRequestWhereChapter1Stops) {
+  KVHEAP_REQUIRE_MODEL(model, "stories260K.bin");
+  const std::vector<std::string> prompts = {"1,403,407,261,378", "1,403,407,261,378,271,420",
+                                            "1,330,331"};
+  const test::TempDir tmp;
+  const auto r =
+      run_program(kCh05, {"--model", model, "--prompts", prompts_file(tmp, prompts),
+                          "--max-new-tokens", "200", "--temperature", "0", "--block-size", "4",
+                          "--max-batch-tokens", "8", "--json", "--no-peak"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    const auto ref = run_program("ch01_cpu_reference",
+                                 {"--model", model, "--prompt-ids", prompts[i], "--max-new-tokens",
+                                  "200", "--temperature", "0", "--json", "--no-peak"});
+    ASSERT_EQ(ref.exit_code, 0) << ref.err;
+    const auto jr = nlohmann::json::parse(ref.out);
+    EXPECT_EQ(j["generated_ids"][i], jr["generated_ids"]) << "request " << i;
+    EXPECT_EQ(j["sequences"][i]["status"], jr["metrics"]["stop_reason"]) << "request " << i;
+  }
+}
+
+// Nothing to generate: every request is done at once, and nothing runs.
+TEST(Cli, Chapter5WithNoNewTokensRunsNothing) {
+  const auto r = run_program(kCh05, {"--model", "tiny", "--num-seqs", "3", "--max-new-tokens", "0",
+                                     "--json", "--no-peak"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["scheduler"]["steps"], 0);
+  for (const auto& s : j["sequences"]) {
+    EXPECT_EQ(s["status"], "max_new_tokens");
+    EXPECT_TRUE(s["generated_ids"].empty());
+  }
+}
+
+// The memory figures count what running requests hold; blocks the prefix index keeps of finished
+// requests are reported apart. Requests arriving 1000 steps apart run one at a time.
+TEST(Cli, Chapter5CountsRunningRequestsKvApartFromCachedBlocks) {
+  const auto r = run_program(kCh05, {"--model", "tiny", "--num-seqs", "3", "--max-new-tokens", "10",
+                                     "--temperature", "0", "--ignore-eos", "--block-size", "4",
+                                     "--arrival-interval", "1000", "--json", "--no-peak"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto m = nlohmann::json::parse(r.out)["metrics"];
+  // tiny: 512 B per position; one request holds 1 + 9 positions in 3 blocks of 4.
+  EXPECT_EQ(m["kv_used_bytes"], 10 * 512);
+  EXPECT_EQ(m["kv_reserved_bytes"], 3 * 4 * 512);
+  EXPECT_GE(m["kv_cached_peak_bytes"], 2 * 4 * 512) << "finished requests' full blocks stay cached";
+}
+
 // Admission by free blocks: a budget in which chapter 4, admitting each prompt's worst case,
 // turns requests away serves all of them here, some later than others.
 TEST(Cli, Chapter5ServesEveryRequestInABudgetWhereChapter4RefusesSome) {

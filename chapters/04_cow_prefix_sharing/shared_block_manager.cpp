@@ -173,10 +173,13 @@ int SharedBlockManager::take_block() {
       twin_of_.erase(heir);
       index_.move_block(victim, heir);
       pool_.retain(heir);  // the index's reference; a sequence holds it, so it is not evictable
-      for (auto it = twins_.find(victim); it != twins_.end(); it = twins_.find(victim)) {
-        twin_of_[it->second] = heir;
-        twins_.emplace(heir, it->second);
-        twins_.erase(it);
+      const auto [first, last] = twins_.equal_range(victim);
+      std::vector<int> others;
+      for (auto it = first; it != last; ++it) others.push_back(it->second);
+      twins_.erase(victim);
+      for (const int t : others) {
+        twin_of_[t] = heir;
+        twins_.emplace(heir, t);
       }
     }
     pool_.release(victim);

@@ -44,8 +44,8 @@ struct Served {
   std::unique_ptr<Sampler> sampler;
   std::vector<int> generated;  // every sampled token kept, the last one included
   std::string status = "waiting";
-  int arrival_step = 0;
-  int finish_step = 0;
+  long arrival_step = 0;
+  long finish_step = 0;
 };
 
 }  // namespace
@@ -110,14 +110,17 @@ int main(int argc, char** argv) {
     const std::size_t bpt = kv_bytes_per_token(c, kv);
     const double weight_bytes = static_cast<double>(weight_bytes_per_decode_step(c, wt));
     double kv_bytes_read = 0;
-    std::size_t peak_kv_used = 0, kv_reserved_at_peak = 0;  // after the pass that held the most
-    int step = 0;
+    // KV of the running requests at the pass that held the most (positions, each shared one once;
+    // and the blocks they held then), and the most the prefix index kept of finished ones.
+    const std::size_t block_bytes = static_cast<std::size_t>(p.block_size) * bpt;
+    std::size_t peak_kv_used = 0, kv_reserved_at_peak = 0, peak_cached = 0;
+    long step = 0;
     std::size_t next = 0;  // next request to arrive
     const auto t0 = std::chrono::steady_clock::now();
     while (o.max_new_tokens > 0) {
       // Arrivals: request i comes in before step i x interval; an idle server skips ahead to it.
       if (sched.idle() && next < prompts.size())
-        step = std::max(step, static_cast<int>(next) * p.arrival_interval);
+        step = std::max(step, static_cast<long>(next) * p.arrival_interval);
       for (; next < prompts.size() && static_cast<long>(next) * p.arrival_interval <= step;
            ++next) {
         const int id = sched.submit(prompts[next], o.max_new_tokens);
@@ -135,10 +138,13 @@ int main(int argc, char** argv) {
       }
       const std::span<const float> logits = backend.forward(plan.batch);
       kv_bytes_read += static_cast<double>(backend.positions_read()) * bpt;
-      if (backend.bytes_used() > peak_kv_used) {
-        peak_kv_used = backend.bytes_used();
-        kv_reserved_at_peak = backend.bytes_reserved();
+      const std::size_t cached = blocks.index().num_evictable() * block_bytes;
+      const std::size_t live = blocks.slots_stored() * bpt - cached;
+      if (live > peak_kv_used) {
+        peak_kv_used = live;
+        kv_reserved_at_peak = static_cast<std::size_t>(blocks.blocks_held()) * block_bytes;
       }
+      peak_cached = std::max(peak_cached, cached);
       for (std::size_t j = 0; j < plan.logit_requests.size(); ++j) {
         const int id = plan.logit_requests[j];
         Served& s = served[id];
@@ -227,6 +233,7 @@ int main(int argc, char** argv) {
       m["decode_tokens_per_s"] = gen_per_s;
       m["rows_per_s"] = rows_per_s;
       m["kv_budget_bytes"] = pool.budget_bytes;
+      m["kv_cached_peak_bytes"] = peak_cached;
       std::cout << json_line({{"chapter", rep.chapter},
                               {"model", c.name},
                               {"generated_ids", ids},
@@ -258,12 +265,13 @@ int main(int argc, char** argv) {
         steps > 0 ? rows / steps : 0.0);
     fmt::print(
         "  admission : up to {} requests running at once (limit {}); {} admissions, {} "
-        "preemptions; {} prompt positions taken from the prefix index\n",
+        "preemptions; {} positions taken from the prefix index\n",
         k.peak_running, p.max_running, k.admissions, k.preemptions, k.positions_reused);
     fmt::print(
-        "  memory    : KV holding tokens at most {:.3f} MB ({:.3f} MB of blocks in use then) "
-        "of the {:.3f} MB budget\n",
-        peak_kv_used / 1e6, kv_reserved_at_peak / 1e6, pool.budget_bytes / 1e6);
+        "  memory    : running requests' KV at most {:.3f} MB ({:.3f} MB of blocks held then) of "
+        "the {:.3f} MB budget; finished requests' blocks kept in the prefix index: up to {:.3f} "
+        "MB\n",
+        peak_kv_used / 1e6, kv_reserved_at_peak / 1e6, pool.budget_bytes / 1e6, peak_cached / 1e6);
     fmt::print(
         "  weights   : {:.3f} MB read once per pass for all its rows = {:.3f} MB per "
         "generated token (one request at a time: {:.3f} MB or more)\n",

@@ -102,11 +102,22 @@ StepPlan Scheduler::schedule() {
       if (r.state != RequestState::Running) continue;  // preempted during this step
       const int left = static_cast<int>(r.tokens.size()) - r.computed;
       if ((left == 1) != decode) continue;
-      const int rows = std::min(left, budget);
-      const long need = blocks_to_grow(r, rows);
+      int rows = std::min(left, budget);
+      long need = blocks_to_grow(r, rows);
+      if (!decode && !fits(need)) {
+        // A prompt chunk shrinks to the slots there are before anyone is preempted for it.
+        const long bs = blocks_.pool().block_size();
+        const long room = static_cast<long>(blocks_.page_table(r.seq).size()) * bs - r.computed +
+                          (blocks_.num_available() - reserved) * bs;
+        if (room >= 1) {
+          rows = static_cast<int>(std::min<long>(rows, room));
+          need = blocks_to_grow(r, rows);
+        }
+      }
       while (!fits(need) && r.state == RequestState::Running) {
         preempted_now.push_back(running_.back());
         preempt(running_.back(), plan, reserved, budget);
+        if (r.state == RequestState::Running) need = blocks_to_grow(r, rows);
       }
       if (r.state != RequestState::Running) continue;
       plan.push_back({id, rows, need});

@@ -48,10 +48,11 @@ struct SchedulerCounters {
   long steps = 0;             ///< batches planned
   long admissions = 0;        ///< times a request got a sequence (again after preemption)
   long preemptions = 0;       ///< sequences freed to make room
-  long decode_rows = 0;       ///< rows feeding a sampled token
+  long decode_rows = 0;       ///< rows of requests with one row left (a sampled token, mostly)
   long prefill_rows = 0;      ///< prompt rows, and rows of a preempted request computed again
   long recomputed_rows = 0;   ///< prefill rows for positions a request had computed before
-  long positions_reused = 0;  ///< positions taken from the prefix index at admission
+  long positions_reused = 0;  ///< positions taken from the prefix index at admission (prompts,
+                              ///< and a preempted request's own blocks when it comes back)
   int peak_running = 0;       ///< most requests running in one step
 };
 
@@ -88,7 +89,8 @@ class Scheduler {
   [[nodiscard]] bool idle() const { return waiting_.empty() && running_.empty(); }
   /// \brief Prompt then generated tokens of `request`.
   [[nodiscard]] const std::vector<int>& tokens(int request) const;
-  /// \brief Tokens `request` has generated.
+  /// \brief Tokens `request` has generated and been given back with append(): a request finished
+  /// at its limit was not given its last sampled token (the caller keeps it).
   [[nodiscard]] std::span<const int> generated(int request) const;
   /// \brief Where `request` is.
   [[nodiscard]] RequestState state(int request) const;
