@@ -136,6 +136,32 @@ TEST(Ch05BatchedScheduler, APromptChunkShrinksToTheSlotsThereAreBeforeAnyoneIsPr
   m.check_invariants();
 }
 
+TEST(Ch05BatchedScheduler, ARequestWaitsForAPrefixBlockBeingComputedInsteadOfComputingItTwice) {
+  // Blocks of 2, 4 rows per step. a's 6-token prompt takes two steps; b (a's prompt and two more
+  // tokens) arrives in the second, while a computes the block b would need next.
+  SharedBlockManager m(32, 2, 0);
+  Scheduler s(m, {.max_batch_tokens = 4, .max_running = 4});
+  const std::vector<int> pa = iota_tokens(6);
+  std::vector<int> pb = pa;
+  pb.insert(pb.end(), {40, 41});
+  const int a = s.submit(pa, 4);
+  StepPlan p = s.schedule();  // a: positions 0-3, its first two blocks
+  run(m, p);
+  const int b = s.submit(pb, 4);
+  p = s.schedule();  // a: positions 4-5; b would take 2 blocks from the index and compute 4-5
+  EXPECT_EQ(s.state(b), RequestState::Waiting) << "b waits for a's third block";
+  EXPECT_EQ(p.batch.size(), 2);
+  run(m, p);
+  s.append(a, 9);
+  p = s.schedule();
+  EXPECT_EQ(s.state(b), RequestState::Running);
+  EXPECT_EQ(s.counters().positions_reused, 6) << "b took all three of a's blocks";
+  ASSERT_EQ(p.batch.size(), 3);  // a's decode row, b's positions 6 and 7
+  EXPECT_EQ(p.batch.rows[1].pos, 6);
+  run(m, p);
+  m.check_invariants();
+}
+
 TEST(Ch05BatchedScheduler, MisuseIsAnErrorNamingTheRequest) {
   SharedBlockManager m(4, 2, 0);
   Scheduler s(m, {.max_batch_tokens = 4, .max_running = 2});

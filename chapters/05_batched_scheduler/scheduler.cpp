@@ -51,6 +51,22 @@ long Scheduler::blocks_to_grow(const Request& r, int rows) const {
   return need;
 }
 
+bool Scheduler::computing_next_block(const Request& r, long cached) const {
+  // The block after r's cached ones, if r's prompt can take it from the index at all (never the
+  // block of its last token), and a running request that holds the same tokens up to its end but
+  // has not computed it yet. Its K and V are the same, so r would compute a twin.
+  const long bs = blocks_.pool().block_size();
+  const long end = (cached + 1) * bs;
+  if (end > static_cast<long>(r.tokens.size()) - 1) return false;
+  for (const int id : running_) {
+    const Request& q = reqs_[id];
+    if (q.computed < end && static_cast<long>(q.tokens.size()) >= end &&
+        std::equal(r.tokens.begin(), r.tokens.begin() + end, q.tokens.begin()))
+      return true;
+  }
+  return false;
+}
+
 void Scheduler::enqueue(int id) {
   waiting_.insert(std::lower_bound(waiting_.begin(), waiting_.end(), id), id);
 }
@@ -127,12 +143,14 @@ StepPlan Scheduler::schedule() {
   }
 
   // Admissions, in arrival order, while the next request's first chunk fits. A request preempted
-  // in this step waits for the next, and so does everyone behind it (first come, first served).
+  // in this step waits for the next, and so does everyone behind it (first come, first served);
+  // so does a request whose next prompt block a running request is computing right now.
   while (budget > 0 && !waiting_.empty() && static_cast<int>(running_.size()) < cfg_.max_running) {
     const int id = waiting_.front();
     if (std::find(preempted_now.begin(), preempted_now.end(), id) != preempted_now.end()) break;
     Request& r = reqs_[id];
     const long cached = blocks_.cached_blocks(r.tokens);
+    if (computing_next_block(r, cached)) break;  // it will be cached: wait for it, not compute it
     const long retaken = blocks_.cached_evictable_blocks(r.tokens);
     const int start = static_cast<int>(cached * blocks_.pool().block_size());
     const int rows = std::min(static_cast<int>(r.tokens.size()) - start, budget);

@@ -4,7 +4,8 @@
 //
 //   1. decode rows: one row for each running request that has a sampled token to feed
 //   2. prefill chunks: the next prompt positions of running requests still prefilling
-//   3. admissions: waiting requests, in arrival order, while their first chunk fits
+//   3. admissions: waiting requests, in arrival order, while their first chunk fits (and no
+//      running request is computing the next block of their prompt: they wait for the index)
 //
 //   step 7, budget 8:  [A:41] [B:17] [C:9] | [D:12 13 14 15] | [E:0 1]   (E admitted, 2 of its
 //                       decode rows          prefill chunk      prompt's 5 positions)
@@ -124,6 +125,7 @@ class Scheduler {
   Request& req(int id, const char* what);
   [[nodiscard]] const Request& req(int id, const char* what) const;
   [[nodiscard]] long blocks_to_grow(const Request& r, int rows) const;
+  [[nodiscard]] bool computing_next_block(const Request& r, long cached) const;
   void preempt(int id, std::vector<Chunk>& plan, long& reserved, int& budget);
   void enqueue(int id);
 
