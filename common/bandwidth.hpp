@@ -22,20 +22,28 @@ std::size_t last_level_cache_bytes();
 ///
 /// The buffer (default: 8x the last-level cache, clamped to [256 MiB, 1 GiB]) is read by all
 /// OpenMP threads, summing floats so the loads cannot be optimised away. Each thread reads the
-/// slice it first touched, as the decode matmul does with its slice of every weight matrix.
+/// slice it first touched, as the decode matmul does with its slice of every weight matrix, once
+/// front to back and once as four parts side by side: some CPUs need several streams per core to
+/// reach their memory's bandwidth, and the peak is the better of the two.
 class ReadProbe {
  public:
   /// \brief Allocates and first-touches the buffer (`bytes` = 0: the default size).
   explicit ReadProbe(std::size_t bytes = 0);
 
-  /// \brief One timed read of the whole buffer, in 1e9 bytes per second.
+  /// \brief The better of two timed reads of the whole buffer (one stream and four streams per
+  /// thread), in 1e9 bytes per second.
   double pass();
   /// \brief Size of the buffer in bytes.
   [[nodiscard]] std::size_t bytes() const { return static_cast<std::size_t>(n_) * sizeof(float); }
+  /// \brief The sum of the floats the last read saw: a check that every float was read once.
+  [[nodiscard]] double last_sum() const { return last_sum_; }
 
  private:
+  double read(int streams);  // one timed read, each thread's slice as `streams` parts side by side
+
   std::unique_ptr<float[]> buf_;
   long n_;
+  double last_sum_ = 0.0;
   volatile float sink_ = 0.0f;  // the sums go here, so that no pass can be optimised away
 };
 

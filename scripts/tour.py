@@ -34,14 +34,18 @@ CHAPTERS = [
 
 
 def cpu_name():
+    """The CPU's model name without trademark signs, clock or the words CPU and Processor."""
+    name = platform.processor() or "cpu"
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
                 if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+                    name = line.split(":", 1)[1]
+                    break
     except OSError:
         pass
-    return platform.processor() or "cpu"
+    name = re.sub(r"\((R|TM)\)|@.*$|\b(CPU|Processor)\b", " ", name, flags=re.IGNORECASE)
+    return " ".join(name.split()) or "cpu"
 
 
 def main():
