@@ -4,6 +4,8 @@
 #
 #   scripts/fuzz.sh [SECONDS_PER_TARGET]      default 60; exits 1 when any target finds a crash
 #
+# Targets run side by side, as many at once as there are cores (KVHEAP_JOBS overrides it).
+#
 # A crash leaves its input in build/fuzz/findings/<target>/ (crash-*, leak-*, timeout-*, oom-*).
 # To run one target longer, or to replay one input, call its program directly, e.g.
 #   build/fuzz/fuzz/fuzz_safetensors -max_total_time=3600 build/fuzz/corpus/fuzz_safetensors
@@ -24,21 +26,41 @@ bash scripts/install-deps.sh
 cmake --preset fuzz
 cmake --build --preset fuzz -j "$jobs"
 
-failed=()
-for t in "${targets[@]}"; do
+# run_target T: fuzz one target on a scratch copy of its corpus; the log is build/fuzz/T.log.
+run_target() {
+  local t="$1"
   # Work on a copy: libFuzzer adds every input that reaches new coverage to the corpus folder.
-  work="build/fuzz/corpus/$t"
-  findings="build/fuzz/findings/$t"
+  local work="build/fuzz/corpus/$t" findings="build/fuzz/findings/$t"
   mkdir -p "$work" "$findings"
   cp -n "fuzz/corpus/$t"/* "$work"/ 2>/dev/null || true
-  dict=()
+  local dict=()
   if [ -f "fuzz/dict/$t.dict" ]; then dict=("-dict=fuzz/dict/$t.dict"); fi
-  printf '\n== %s: %s s ==\n' "$t" "$seconds"
   # -timeout: one input taking 10 s is a hang; -rss_limit_mb: an input that makes kvheap allocate
   # gigabytes is a finding too (a header that was trusted). Leaks are reported at exit.
-  if ! "build/fuzz/fuzz/$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
-      -print_final_stats=1 -artifact_prefix="$findings/" "${dict[@]}" "$work" \
-      > "build/fuzz/$t.log" 2>&1; then
+  "build/fuzz/fuzz/$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+    -print_final_stats=1 -artifact_prefix="$findings/" "${dict[@]}" "$work" \
+    > "build/fuzz/$t.log" 2>&1
+}
+
+# Each fuzzer runs on one core, so as many run at once as there are jobs: on two cores the seven
+# targets take four rounds instead of seven. Their reports follow in the targets' order.
+printf '\n== %s targets, %s s each, %s at a time ==\n' "${#targets[@]}" "$seconds" "$jobs"
+declare -A pid_of
+running=0
+for t in "${targets[@]}"; do
+  if [ "$running" -ge "$jobs" ]; then
+    wait -n || true
+    running=$((running - 1))
+  fi
+  run_target "$t" &
+  pid_of[$t]=$!
+  running=$((running + 1))
+done
+
+failed=()
+for t in "${targets[@]}"; do
+  printf '\n== %s ==\n' "$t"
+  if ! wait "${pid_of[$t]}"; then
     failed+=("$t")
     tail -n 40 "build/fuzz/$t.log"
   fi
