@@ -168,8 +168,9 @@ void attention_cpu(benchmark::State& state, const char* dtype, int batch, int ct
   // cores' speed by less, so the kernel is timed in rounds between passes of the read probe,
   // each round compared with the mean of the passes on either side of it: both sides are single
   // timings of the same moment. A shorter in-cache round follows each, for the compute ceiling of
-  // the moment. The medians over the rounds are reported; a round lasts about as long as a probe
-  // pass or longer.
+  // the moment. The medians over the rounds are reported. A probe pass is two reads of the probe's
+  // buffer (one and four streams per thread), so on a machine with a large LLC it lasts longer
+  // than a round: the probes still bracket each round within tens of milliseconds.
   const int calls = cold.calls_for(kRoundSeconds), hot_calls = hot.calls_for(kRoundSeconds / 3);
   const double bytes = cold.bytes();
   std::vector<double> per_call, probes, in_cache, ratios, bound_ratios;

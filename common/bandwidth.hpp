@@ -1,6 +1,7 @@
 // A STREAM-like read bandwidth probe: the peak that decode throughput is compared against.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <memory>
 
@@ -35,19 +36,22 @@ class ReadProbe {
   double pass();
   /// \brief Size of the buffer in bytes.
   [[nodiscard]] std::size_t bytes() const { return static_cast<std::size_t>(n_) * sizeof(float); }
-  /// \brief The sum of the floats the last read saw: a check that every float was read once.
-  [[nodiscard]] double last_sum() const { return last_sum_; }
+  /// \brief The sums of the floats that the last pass's two reads saw (one stream, four streams):
+  /// a test's check that each read saw every float once. The buffer holds i % 251, so the sums
+  /// are exact only while they stay below 2^24 (buffers of up to about 130,000 floats).
+  [[nodiscard]] std::array<double, 2> last_sums() const { return last_sums_; }
 
  private:
   double read(int streams);  // one timed read, each thread's slice as `streams` parts side by side
 
   std::unique_ptr<float[]> buf_;
   long n_;
-  double last_sum_ = 0.0;
-  volatile float sink_ = 0.0f;  // the sums go here, so that no pass can be optimised away
+  double last_sum_ = 0.0;              // of the last read
+  std::array<double, 2> last_sums_{};  // of the last pass's two reads
+  volatile float sink_ = 0.0f;         // the sums go here, so that no pass can be optimised away
 };
 
 /// \brief The best of `repeats` passes of a fresh ReadProbe of `bytes`.
-BandwidthSample measure_read_bandwidth(std::size_t bytes = 0, int repeats = 5);
+BandwidthSample measure_read_bandwidth(std::size_t bytes = 0, int repeats = 3);
 
 }  // namespace kvheap

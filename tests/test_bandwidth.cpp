@@ -23,9 +23,12 @@ TEST(ReadProbe, EveryPassReadsEveryFloatOnce) {
       ASSERT_EQ(probe.bytes(), static_cast<std::size_t>(n) * sizeof(float));
       const double gbps = probe.pass();
       EXPECT_TRUE(std::isfinite(gbps) && gbps > 0) << gbps;
-      double expected = 0;  // the buffer holds i & 7; these sums are exact in float
-      for (long i = 0; i < n; ++i) expected += static_cast<double>(i & 7);
-      EXPECT_EQ(probe.last_sum(), expected) << n << " floats, " << threads << " threads";
+      double expected = 0;  // the buffer holds i % 251; these sums are exact in float
+      for (long i = 0; i < n; ++i) expected += static_cast<double>(i % 251);
+      EXPECT_EQ(probe.last_sums()[0], expected)
+          << "one stream, " << n << " floats, " << threads << " threads";
+      EXPECT_EQ(probe.last_sums()[1], expected)
+          << "four streams, " << n << " floats, " << threads << " threads";
     }
   }
   omp_set_num_threads(threads_before);

@@ -136,6 +136,21 @@ TEST(Ch05BatchedScheduler, APromptChunkShrinksToTheSlotsThereAreBeforeAnyoneIsPr
   m.check_invariants();
 }
 
+// After b waited for a's block: a gets its next token `a_token`, and b must now be admitted with
+// its first `reused` positions taken from the index, computing its last two prompt positions
+// beside a's decode row.
+void expect_admitted_reusing(Scheduler& s, SharedBlockManager& m, int a, int a_token, int b,
+                             long reused) {
+  s.append(a, a_token);
+  const StepPlan p = s.schedule();
+  EXPECT_EQ(s.state(b), RequestState::Running);
+  EXPECT_EQ(s.counters().positions_reused, reused) << "b took a's blocks from the index";
+  ASSERT_EQ(p.batch.size(), 3);
+  EXPECT_EQ(p.batch.rows[1].pos, reused);
+  run(m, p);
+  m.check_invariants();
+}
+
 TEST(Ch05BatchedScheduler, ARequestWaitsForAPrefixBlockBeingComputedInsteadOfComputingItTwice) {
   // Blocks of 2, 4 rows per step. a's 6-token prompt takes two steps; b (a's prompt and two more
   // tokens) arrives in the second, while a computes the block b would need next.
@@ -152,14 +167,24 @@ TEST(Ch05BatchedScheduler, ARequestWaitsForAPrefixBlockBeingComputedInsteadOfCom
   EXPECT_EQ(s.state(b), RequestState::Waiting) << "b waits for a's third block";
   EXPECT_EQ(p.batch.size(), 2);
   run(m, p);
-  s.append(a, 9);
-  p = s.schedule();
-  EXPECT_EQ(s.state(b), RequestState::Running);
-  EXPECT_EQ(s.counters().positions_reused, 6) << "b took all three of a's blocks";
-  ASSERT_EQ(p.batch.size(), 3);  // a's decode row, b's positions 6 and 7
-  EXPECT_EQ(p.batch.rows[1].pos, 6);
+  expect_admitted_reusing(s, m, a, 9, b, 6);  // all three of a's blocks
+}
+
+TEST(Ch05BatchedScheduler, ARequestAlsoWaitsForABlockThatADecodingRequestIsFilling) {
+  // Blocks of 2. a's prompt is 3 tokens and it generates 50: its second block, [3, 50], is
+  // computed by its first decode row. b's prompt is a's tokens and two more, so b needs that block.
+  SharedBlockManager m(32, 2, 0);
+  Scheduler s(m, {.max_batch_tokens = 4, .max_running = 4});
+  const int a = s.submit(std::vector<int>{1, 2, 3}, 4);
+  StepPlan p = s.schedule();  // a: positions 0-2
   run(m, p);
-  m.check_invariants();
+  s.append(a, 50);
+  const int b = s.submit(std::vector<int>{1, 2, 3, 50, 60, 61}, 4);
+  p = s.schedule();  // a's decode row feeds 50 at position 3 and fills the block
+  EXPECT_EQ(s.state(b), RequestState::Waiting) << "b waits for a's decode row to fill the block";
+  EXPECT_EQ(p.batch.size(), 1);
+  run(m, p);
+  expect_admitted_reusing(s, m, a, 51, b, 4);  // both of a's blocks
 }
 
 TEST(Ch05BatchedScheduler, MisuseIsAnErrorNamingTheRequest) {
