@@ -11,6 +11,7 @@
 namespace kvheap {
 namespace {
 
+using test::expect_flags_refused;
 using test::expect_one_line_error;
 using test::run_program;
 
@@ -141,17 +142,11 @@ TEST(Cli, Chapter4OnTheDeviceGeneratesTheCpuIds) {
 }
 
 TEST(Cli, Chapter4RefusesBadCounts) {
-  for (const std::vector<std::string>& extra : {std::vector<std::string>{"--samples", "0"},
-                                                {"--samples", "70000"},
-                                                {"--block-size", "0"},
-                                                {"--num-seqs", "0"},
-                                                {"--kv-budget-mb", "nan"}}) {
-    std::vector<std::string> args = {"--model", "tiny", "--no-peak"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    const auto r = run_program(kCh04, args);
-    EXPECT_EQ(r.exit_code, 2) << extra[0] << " " << extra[1];
-    expect_one_line_error(r, extra[0]);
-  }
+  expect_flags_refused(kCh04, {{"--samples", "0"},
+                               {"--samples", "70000"},
+                               {"--block-size", "0"},
+                               {"--num-seqs", "0"},
+                               {"--kv-budget-mb", "nan"}});
 }
 
 }  // namespace

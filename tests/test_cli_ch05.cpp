@@ -12,6 +12,7 @@
 namespace kvheap {
 namespace {
 
+using test::expect_flags_refused;
 using test::expect_one_line_error;
 using test::run_program;
 
@@ -184,17 +185,11 @@ TEST(Cli, Chapter5OnTheDeviceGeneratesTheCpuIds) {
 }
 
 TEST(Cli, Chapter5RefusesBadLimitsAndRequestsThatCannotFit) {
-  for (const std::vector<std::string>& extra : {std::vector<std::string>{"--max-batch-tokens", "0"},
-                                                {"--max-running", "0"},
-                                                {"--arrival-interval", "-1"},
-                                                {"--block-size", "0"},
-                                                {"--num-seqs", "0"}}) {
-    std::vector<std::string> args = {"--model", "tiny", "--no-peak"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    const auto r = run_program(kCh05, args);
-    EXPECT_EQ(r.exit_code, 2) << extra[0] << " " << extra[1];
-    expect_one_line_error(r, extra[0]);
-  }
+  expect_flags_refused(kCh05, {{"--max-batch-tokens", "0"},
+                               {"--max-running", "0"},
+                               {"--arrival-interval", "-1"},
+                               {"--block-size", "0"},
+                               {"--num-seqs", "0"}});
   // 0.002 MB of tiny = 3 blocks of 1: a request of 1 + 7 positions can never fit.
   const auto r = run_program(kCh05, {"--model", "tiny", "--max-new-tokens", "8", "--block-size",
                                      "1", "--kv-budget-mb", "0.002", "--no-peak"});

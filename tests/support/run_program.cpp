@@ -24,6 +24,17 @@ void expect_one_line_error(const ProgramResult& r, const std::string& needle) {
   EXPECT_TRUE(r.out.empty()) << "stdout: " << r.out;
 }
 
+void expect_flags_refused(const std::string& program,
+                          const std::vector<std::vector<std::string>>& cases) {
+  for (const std::vector<std::string>& extra : cases) {
+    std::vector<std::string> args = {"--model", "tiny", "--no-peak"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const ProgramResult r = run_program(program, args);
+    EXPECT_EQ(r.exit_code, 2) << extra[0] << " " << extra[1];
+    expect_one_line_error(r, extra[0]);
+  }
+}
+
 namespace {
 std::string slurp(const std::string& path) {
   std::ifstream f(path, std::ios::binary);

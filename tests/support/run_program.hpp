@@ -21,4 +21,9 @@ ProgramResult run_program(const std::string& program, const std::vector<std::str
 /// stdout.
 void expect_one_line_error(const ProgramResult& r, const std::string& needle);
 
+/// \brief Runs `program` on the tiny model once per case of extra flags and expects each run to
+/// exit 2 with one line on stderr naming the case's first flag.
+void expect_flags_refused(const std::string& program,
+                          const std::vector<std::vector<std::string>>& cases);
+
 }  // namespace kvheap::test
