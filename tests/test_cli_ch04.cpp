@@ -12,7 +12,6 @@ namespace kvheap {
 namespace {
 
 using test::expect_flags_refused;
-using test::expect_one_line_error;
 using test::run_program;
 
 const char* kCh04 = "ch04_cow_prefix_sharing";
