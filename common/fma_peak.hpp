@@ -11,9 +11,10 @@ struct FmaSample {
   int threads = 0;  ///< OpenMP threads that computed
 };
 
-/// \brief Runs independent chains of 8-wide fp32 multiply-adds on every OpenMP thread (enough
-/// chains to hide the instruction's latency, so the rate is the units' throughput) and returns
-/// the best rate of `repeats` passes of a few tens of milliseconds each.
+/// \brief Runs independent chains of fp32 multiply-adds as wide as the CPU attention twin's widest
+/// vectors (16 floats with AVX-512, else 8) on every OpenMP thread, enough chains to hide the
+/// instruction's latency so that the rate is the units' throughput, and returns the best rate of
+/// `repeats` passes of a few tens of milliseconds each.
 ///
 /// With the read bandwidth it gives a kernel's roofline: a kernel doing F flops per byte it reads
 /// can reach at most min(bandwidth, gflops / F).
