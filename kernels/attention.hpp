@@ -82,9 +82,10 @@ inline int tile_stride(long row_bytes, int n_positions) {
 
 /// \brief Whether attend_span prefetches rows shorter than a page itself. On a 2-core AMD EPYC
 /// that made the bf16 twin about 12 % faster. On a 2-core Intel Xeon (Sapphire Rapids), whose
-/// hardware prefetchers follow the tile's page streams unaided, the 64 prefetch instructions of
-/// each tile and head only took issue slots and fill buffers: the bf16 twin streamed about 15 %
-/// faster without them (16.9 against 19.2 GB/s, side by side). Other CPUs keep them.
+/// hardware prefetchers follow the tile's page streams unaided, the prefetch instructions only
+/// got in their way (how, no counter on that VM could show): the bf16 twin streamed about 15 %
+/// faster without them (64-77 % of the read probe against 50-64 %, three runs each, side by
+/// side), and fewer prefetches (a line or two per row) were slower still. Other CPUs keep them.
 inline bool prefetch_helps() {
 #if defined(__x86_64__) && defined(__GNUC__)
   static const bool helps = !__builtin_cpu_is("intel");
