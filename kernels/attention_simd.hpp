@@ -16,10 +16,13 @@
 // Where the target has 512-bit vectors (AVX-512) the two hot loops, the dot products and the
 // weighted sum of V, run on 16-float vectors that hold two of the 8-float ones side by side: two
 // rows' accumulators, or sixteen consecutive outputs. Each lane still adds the same products in
-// the same order, so the scores and sums are bitwise those of the 8-float loops, at half the
-// instructions. (The softmax's exponentials, 16 at a time through Eigen, are the one part whose
-// last bits depend on the target.) On a 2-core Xeon, with its prefetches left to the hardware,
-// that took the bf16 twin from about half of the read probe (median 49 %) to two thirds (67 %).
+// the same order, so the scores and sums are bitwise those of the 8-float loops in the same build,
+// at half the instructions. What still depends on the target is what did before: whether a
+// multiply and an add fuse (FMA), and the last bits of the exponentials, which Eigen computes
+// with a different polynomial evaluation for 16-float vectors than for 8-float ones. On a 2-core
+// Xeon these loops, with their accumulators kept in registers and the prefetches left to the
+// hardware (kernels/attention.hpp), took the bf16 twin from about half of the read probe (median
+// 49 %) to two thirds (67 %).
 #pragma once
 
 #include <Eigen/Core>
@@ -221,9 +224,11 @@ inline Vec16 load_block16(const F16Bits* p) { return join(load8(p), load8(p + kL
 /// move each half's elements into the top of its words and clear the rest.
 inline Vec16 load_block16(const BF16Bits* p) {
 #if defined(__AVX512BW__)
-  // vpshufb picks bytes within each 16-byte lane; a byte index of -1 writes zero. Word i of a
-  // lane holds elements 2i and 2i + 1 of that lane's quarter: the low half keeps bytes 4i, 4i + 1
-  // (the even element), the high half bytes 4i + 2, 4i + 3 (the odd one), in the top two bytes.
+  // vpshufb picks bytes within each 16-byte lane; a byte index of -1 writes zero. The block's
+  // elements 0-7 sit in lanes 0 and 2, elements 8-15 in lanes 1 and 3, and 32-bit word i of a
+  // lane holds that lane's elements 2i and 2i + 1. Lanes 0-1 (the low half) keep bytes 4i and
+  // 4i + 1 of each word (its even element), lanes 2-3 bytes 4i + 2 and 4i + 3 (its odd one), in
+  // the top two bytes of the word.
 #pragma GCC diagnostic push  // GCC 12's own header trips its -Wuninitialized on this intrinsic
 #pragma GCC diagnostic ignored "-Wuninitialized"
   const __m512i x = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
@@ -302,19 +307,20 @@ inline Vec8 sum8_each4(const Vec8* a) {
 /// \brief Vector accumulators a score block of the 8-float loops keeps: 16 where the target has
 /// 32 vector registers (AVX-512), so that a block covers four heads by four rows and each loaded
 /// query vector serves four rows; else 8, which with the loaded operands still fits in 16
-/// registers. (The wide loops keep sixteen 16-float ones: four heads by eight rows.)
+/// registers. (The wide loops keep four per head, 16-float ones: a head's eight rows in pairs.)
 #if defined(__AVX512VL__)
 inline constexpr int kScoreAccumulators = 16;
 #else
 inline constexpr int kScoreAccumulators = kLanes;
 #endif
 
-/// \brief dot_block's multiply-adds for rows taken in pairs on 16-float vectors, from element 0
-/// as far as whole vectors go; returns the element where the 8-float loops go on.
+/// \brief The dot products' multiply-adds for rows taken in pairs on 16-float vectors, from
+/// element 0 as far as whole vectors go; returns the element where the 8-float loops (dot_from)
+/// go on.
 ///
-/// out[h * kPos / 2 + i] holds, in lanes 0-7, the accumulator dot_block keeps for head h and
-/// row 2i, and in lanes 8-15 that of row 2i + 1. Each lane adds the products
-/// dot_block's 8-float loops add, in the same order: the results are bitwise the same. A loaded
+/// out[h * kPos / 2 + i] holds, in lanes 0-7, the accumulator dot_from keeps for head h and row
+/// 2i, and in lanes 8-15 that of row 2i + 1. Each lane adds the products dot_from's 8-float loops
+/// add, in the same order: the results are bitwise the same. A loaded
 /// query vector serves both halves and each K load brings two rows. Always inlined, so that its
 /// caller's copy of the accumulators is the same registers, not a kilobyte copied through memory.
 template <int kHeads, int kPos, class T>
@@ -329,7 +335,7 @@ template <int kHeads, int kPos, class T>
     return in_register(twice(q + static_cast<long>(h) * head_dim + d));
   };
   int d = 0;
-  if constexpr (kInterleaved<T>) {  // whole blocks, as in dot_block
+  if constexpr (kInterleaved<T>) {  // whole blocks, as in dot_from
     for (; d + kBlock <= head_dim; d += kBlock) {
       Vec16 qa[kHeads], qb[kHeads];
       for (int h = 0; h < kHeads; ++h) {
@@ -361,7 +367,7 @@ template <int kHeads, int kPos, class T>
   return d;
 }
 
-/// \brief dot_pairs' accumulators as dot_block's: acc[h * kPos + p], one 8-float vector each.
+/// \brief dot_pairs' accumulators as dot_from's: acc[h * kPos + p], one 8-float vector each.
 template <int kHeads, int kPos>
 void split_pairs(const Vec16* wide, Vec8* acc) {
   for (int i = 0; i < kHeads * kPos / 2; ++i) {
@@ -382,19 +388,6 @@ inline Vec16 pair_sums(Vec16 a, Vec16 b) {
 inline Vec16 head_partials(const Vec16* wide) {
   return pair_sums(pair_sums(wide[0], wide[1]), pair_sums(wide[2], wide[3]));
 }
-
-/// \brief Dot products of kHeads query heads with kPos rows: lane j of out[i] is the product
-/// numbered 8 i + j, product h * kPos + p being q_h . k[p] (kHeads * kPos = 8 or 16).
-///
-/// \param q  [kHeads, head_dim] query heads, consecutive, in T's block order (to_block_order)
-/// \param k  kPos row pointers, each [head_dim] as stored (fp32, bf16 or fp16)
-/// Each loaded K vector serves kHeads heads and each loaded query vector kPos rows; the
-/// accumulators hide the multiply-add latency. Rows are widened as they are loaded: widening into
-/// a buffer first would store twice the bytes the cache holds, and those stores slow the stream
-/// of loads from memory.
-/// kWide runs the multiply-adds two rows at a time (dot_pairs), with bitwise the same results.
-template <int kHeads, int kPos, class T, bool kWide = kWideDefault>
-void dot_block(const float* q, const T* const* k, int head_dim, Vec8* out);
 
 /// \brief dot_block's 8-float loops from element d on, into its accumulators io[kHeads * kPos].
 /// Always inlined, as dot_pairs is: on AVX2 a call per block of the 8-float loops cost about a
@@ -448,18 +441,21 @@ template <int kHeads, int kPos, class T>
   std::copy(acc, acc + kHeads * kPos, io);
 }
 
-template <int kHeads, int kPos, class T, bool kWide>
+/// \brief Dot products of kHeads query heads with kPos rows: lane j of out[i] is the product
+/// numbered 8 i + j, product h * kPos + p being q_h . k[p] (kHeads * kPos = 8 or 16).
+///
+/// \param q  [kHeads, head_dim] query heads, consecutive, in T's block order (to_block_order)
+/// \param k  kPos row pointers, each [head_dim] as stored (fp32, bf16 or fp16)
+/// Each loaded K vector serves kHeads heads and each loaded query vector kPos rows; the
+/// accumulators hide the multiply-add latency. Rows are widened as they are loaded: widening into
+/// a buffer first would store twice the bytes the cache holds, and those stores slow the stream
+/// of loads from memory.
+template <int kHeads, int kPos, class T>
 void dot_block(const float* q, const T* const* k, int head_dim, Vec8* out) {
   constexpr int kN = kHeads * kPos;
   static_assert(kN % kLanes == 0, "each transpose sums exactly eight dot products");
   Vec8 acc[kN] = {};
-  int d = 0;
-  if constexpr (kWide) {
-    Vec16 wide[kN / 2];
-    d = dot_pairs<kHeads, kPos>(q, k, head_dim, wide);
-    split_pairs<kHeads, kPos>(wide, acc);
-  }
-  dot_from<kHeads, kPos>(q, k, head_dim, d, acc);
+  dot_from<kHeads, kPos>(q, k, head_dim, 0, acc);
   for (int i = 0; i < kN / kLanes; ++i) out[i] = sum8_each(acc + i * kLanes);
 }
 
@@ -497,8 +493,7 @@ void scores_tile(const float* q, const T* const* k, int head_dim, Vec8* s) {
   constexpr int kPos = std::min(kLanes, kScoreAccumulators / kHeads);  // rows per block
   constexpr int kBlocks = kLanes / kPos, kOut = kHeads * kPos / kLanes;
   Vec8 b[kBlocks][kOut];  // block c covers rows c * kPos onwards
-  for (int c = 0; c < kBlocks; ++c)
-    dot_block<kHeads, kPos, T, false>(q, k + c * kPos, head_dim, b[c]);
+  for (int c = 0; c < kBlocks; ++c) dot_block<kHeads, kPos>(q, k + c * kPos, head_dim, b[c]);
   if constexpr (kPos == kLanes) {  // one block: out[h] is already head h's tile
     for (int h = 0; h < kHeads; ++h) s[h] = b[0][h];
   } else if constexpr (kPos == 4) {  // out[i] = [head 2i: rows 0-3 | head 2i+1: rows 0-3]
@@ -607,9 +602,9 @@ void accumulate_block(const float* w, long w_stride, const T* const* v, int nt, 
   if constexpr (kInterleaved<T>)  // whole blocks left over load as blocks: their o is in order
     for (; d + kBlock <= head_dim; d += kBlock)
       accumulate_step<kHeads, kRows, 2>(w, w_stride, v, nt, head_dim, d, o);
-  // Then 8 at a time in natural order (what is left of a step, or half a bf16 block): every
-  // output the wide loops reach is then a vector lane here too, whose multiply-add may round
-  // differently from the scalar one below.
+  // Then 8 at a time in natural order (what is left of a step, or for bf16 the first 8 of a
+  // tail shorter than a block): every output the wide loops reach is then a vector lane here
+  // too, whose multiply-add may round differently from the scalar one below.
   for (; d + kLanes <= head_dim; d += kLanes)
     accumulate_step<kHeads, kRows, 1, T, false>(w, w_stride, v, nt, head_dim, d, o);
   if constexpr (kRows > 0) nt = kRows;

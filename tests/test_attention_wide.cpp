@@ -1,7 +1,9 @@
 // The 16-float loops of the CPU attention twin (kernels/attention_simd.hpp) against its 8-float
 // loops: bitwise the same scores and weighted sums of V for every element type, head count and
-// head_dim, tails included. A build for a target with AVX-512 runs the 16-float loops, so its
-// results equal a narrower build's only because of this; the test runs both kinds on any target.
+// head_dim, tails included. A build for a target with AVX-512 runs the 16-float loops; this is
+// what makes its scores and weighted sums those of the 8-float loops in the same build. Both kinds
+// compile for any target, so the test runs everywhere (without AVX-512, through the generic
+// forms of the 16-float loads).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -78,8 +80,9 @@ void expect_wide_equals_narrow(int head_dim) {
 
 template <class T>
 void expect_wide_equals_narrow_for_all_heads() {
-  // Multiples of 16 (whole wide steps), of 8 only (a bf16 half block left), and others (a tail).
-  for (int head_dim : {8, 12, 16, 24, 40, 64, 72, 128, 136, 256}) {
+  // Multiples of 16 (whole wide steps), of 8 only (8 left after the wide steps), and others: a
+  // tail alone or after 8 (6, 12), after wide steps (20, 44, 140), or after both (28).
+  for (int head_dim : {6, 8, 12, 16, 20, 24, 28, 40, 44, 64, 72, 128, 136, 140, 256}) {
     expect_wide_equals_narrow<1, T>(head_dim);
     expect_wide_equals_narrow<2, T>(head_dim);
     expect_wide_equals_narrow<4, T>(head_dim);
