@@ -81,11 +81,12 @@ inline int tile_stride(long row_bytes, int n_positions) {
 }
 
 /// \brief Whether attend_span prefetches rows shorter than a page itself. On a 2-core AMD EPYC
-/// that made the bf16 twin about 12 % faster. On a 2-core Intel Xeon (Sapphire Rapids), whose
-/// hardware prefetchers follow the tile's page streams unaided, the prefetch instructions only
-/// got in their way (how, no counter on that VM could show): the bf16 twin streamed about 15 %
-/// faster without them (64-77 % of the read probe against 50-64 %, three runs each, side by
-/// side), and fewer prefetches (a line or two per row) were slower still. Other CPUs keep them.
+/// (Zen 4) that made the bf16 twin about 12 % faster with the 8-float loops, 6 % with the 16-float
+/// ones. On a 2-core Intel Xeon (Sapphire Rapids), whose hardware prefetchers follow the tile's
+/// page streams unaided, the prefetch instructions only got in their way (how, no counter on
+/// that VM could show): the bf16 twin streamed about 15 % faster without them (64-77 % of the
+/// read probe against 50-64 %, three runs each, side by side), and fewer prefetches (a line or
+/// two per row) were slower still. Other CPUs keep them.
 inline bool prefetch_helps() {
 #if defined(__x86_64__) && defined(__GNUC__)
   static const bool helps = !__builtin_cpu_is("intel");
