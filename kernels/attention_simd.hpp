@@ -15,14 +15,18 @@
 //
 // Where the target has 512-bit vectors (AVX-512) the two hot loops, the dot products and the
 // weighted sum of V, run on 16-float vectors that hold two of the 8-float ones side by side: two
-// rows' accumulators, or sixteen consecutive outputs. Each lane still adds the same products in
-// the same order, so the scores and sums are bitwise those of the 8-float loops in the same build,
-// at half the instructions. What still depends on the target is what did before: whether a
-// multiply and an add fuse (FMA), and the last bits of the exponentials, which Eigen computes
-// with a different polynomial evaluation for 16-float vectors than for 8-float ones. On a 2-core
-// Xeon these loops, with their accumulators kept in registers and the prefetches left to the
-// hardware (kernels/attention.hpp), took the bf16 twin from about half of the read probe (median
-// 49 %) to two thirds (67 %).
+// rows' accumulators, or sixteen consecutive outputs, at half the instructions. Each lane is
+// written to add the same products in the same order as in the 8-float loops; what they give
+// still depends on the target and the compiler, as before: whether a multiply and an add fuse
+// (FMA), which the optimiser decides loop by loop, and the last bits of the exponentials, which
+// Eigen computes with a different polynomial evaluation for 16-float vectors than for 8-float
+// ones. Built for a Xeon the two loop widths gave the same bits; built for a Zen 4 GCC fused one
+// loop's multiply-adds and not the other's, and they differ in the last bit (forcing every one to
+// an FMA through intrinsics made the bf16 twin stream a third slower there). Every layout runs
+// the same loops, so the layouts of one build agree bit for bit either way. On a 2-core Xeon these
+// loops, with their accumulators kept in registers and the prefetches left to the hardware
+// (kernels/attention.hpp), took the bf16 twin from about half of the read probe (median 49 %) to
+// two thirds (67 %).
 #pragma once
 
 #include <Eigen/Core>
@@ -320,7 +324,7 @@ inline constexpr int kScoreAccumulators = kLanes;
 ///
 /// out[h * kPos / 2 + i] holds, in lanes 0-7, the accumulator dot_from keeps for head h and row
 /// 2i, and in lanes 8-15 that of row 2i + 1. Each lane adds the products dot_from's 8-float loops
-/// add, in the same order: the results are bitwise the same. A loaded
+/// add, in the same order (bitwise the same where the compiler fuses both alike). A loaded
 /// query vector serves both halves and each K load brings two rows. Always inlined, so that its
 /// caller's copy of the accumulators is the same registers, not a kilobyte copied through memory.
 template <int kHeads, int kPos, class T>
@@ -467,7 +471,7 @@ void dot_block(const float* q, const T* const* k, int head_dim, Vec8* out) {
 /// loaded K vector serves every head; a few shuffles then regroup the blocks' lanes by head.
 ///
 /// kWide takes all eight rows in one block of pairs (dot_pairs) and sums them on 16-float
-/// vectors, two heads at a time, when the pairs cover head_dim; bitwise the same either way.
+/// vectors, two heads at a time, when the pairs cover head_dim; the same sums either way.
 template <int kHeads, class T, bool kWide = kWideDefault>
 void scores_tile(const float* q, const T* const* k, int head_dim, Vec8* s) {
   static_assert(kHeads == 1 || kHeads == 2 || kHeads == 4, "query heads go 4, 2 or 1 at a time");
@@ -589,7 +593,7 @@ int accumulate_wide(const float* w, long w_stride, const T* const* v, int nt, in
 /// kRows > 0 fixes nt at compile time (a full tile, unrolled); 0 takes nt as given. Each loaded
 /// V vector serves kHeads heads. Every output element sums the same products in the same order
 /// whatever the block order, so the results do not depend on it. kWide first runs 16-float steps
-/// (accumulate_wide) with sixteen accumulators, bitwise the same.
+/// (accumulate_wide) with sixteen accumulators, the same products in the same order.
 template <int kHeads, int kRows, class T, bool kWide = kWideDefault>
 void accumulate_block(const float* w, long w_stride, const T* const* v, int nt, int head_dim,
                       float* o) {
