@@ -9,7 +9,6 @@
 // steps each. It prints a markdown table, and with --json-out=PATH writes the same rows as JSON.
 #include <fmt/format.h>
 
-#include <CLI/CLI.hpp>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -93,10 +92,11 @@ nlohmann::json run(const DeviceInfo& info) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"chapter 2's decode step on the GPU against its copy bandwidth", "bench_decode_gpu"};
+  CommandLine cli{"chapter 2's decode step on the GPU against its copy bandwidth",
+                  "bench_decode_gpu"};
   std::string json_out;
-  app.add_option("--json-out", json_out, "Also write the rows as JSON to this file");
-  return run_cli(app, argc, argv, [&] {
+  cli.option("--json-out", json_out, "Also write the rows as JSON to this file");
+  return run_cli(cli, argc, argv, [&] {
     const DeviceInfo info = require_cuda_device();
     if (info.is_simulator) {
       fmt::print("bench_decode_gpu: {} is not a performance model; run this on a GPU\n", info.name);

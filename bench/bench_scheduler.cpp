@@ -18,7 +18,6 @@
 // (positions read x kv_bytes_per_token). GB/s is that over the policy's wall time, against the
 // peak measured in the same process (a STREAM-like read on the CPU, a device-to-device copy on a
 // GPU; the simulator gets no peak and its times are not a GPU's).
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -129,25 +128,25 @@ Outcome serve(ch04::SharedBackend& backend, const std::vector<Request>& work, co
 
 int main(int argc, char** argv) {
   using namespace kvheap;
-  CLI::App app{
+  CommandLine cli{
       "bench_scheduler: one workload served one at a time, in static batches and "
       "continuously, in the same KV budget"};
   std::string model = "stories15m", device = "cpu", kv_name = "fp32", weight_name = "fp32";
   int requests = 32, batch = 8, block_size = 16, max_batch_tokens = 256;
   std::uint64_t seed = 7;
   bool no_peak = false;
-  app.add_option("--model", model, "Preset name or checkpoint")->capture_default_str();
-  app.add_option("--device", device, "cpu or cuda")->capture_default_str();
-  app.add_option("--kv-dtype", kv_name, "fp32, fp16 or bf16")->capture_default_str();
-  app.add_option("--weight-dtype", weight_name, "Weights on the device")->capture_default_str();
-  app.add_option("--requests", requests, "Requests in the workload")->capture_default_str();
-  app.add_option("--batch", batch, "B: requests per static batch and the continuous cap")
-      ->capture_default_str();
-  app.add_option("--block-size", block_size, "Token slots per block")->capture_default_str();
-  app.add_option("--max-batch-tokens", max_batch_tokens, "Rows per pass")->capture_default_str();
-  app.add_option("--seed", seed, "Workload seed")->capture_default_str();
-  app.add_flag("--no-peak", no_peak, "Skip measuring the bandwidth peak");
-  return run_cli(app, argc, argv, [&] {
+  cli.option("--model", model, "Preset name or checkpoint").show_default();
+  cli.option("--device", device, "cpu or cuda").show_default();
+  cli.option("--kv-dtype", kv_name, "fp32, fp16 or bf16").show_default();
+  cli.option("--weight-dtype", weight_name, "Weights on the device").show_default();
+  cli.option("--requests", requests, "Requests in the workload").show_default();
+  cli.option("--batch", batch, "B: requests per static batch and the continuous cap")
+      .show_default();
+  cli.option("--block-size", block_size, "Token slots per block").show_default();
+  cli.option("--max-batch-tokens", max_batch_tokens, "Rows per pass").show_default();
+  cli.option("--seed", seed, "Workload seed").show_default();
+  cli.flag("--no-peak", no_peak, "Skip measuring the bandwidth peak");
+  return run_cli(cli, argc, argv, [&] {
     if (requests < 1 || batch < 1 || block_size < 1)
       throw UsageError("--requests, --batch and --block-size must be at least 1");
     const int threads = apply_threads(CommonOptions{});

@@ -1,5 +1,6 @@
 #include "common/cli.hpp"
 
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <omp.h>
 
@@ -7,7 +8,9 @@
 #include <cstdint>
 #include <iostream>
 #include <limits>
+#include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <string_view>
 #include <utility>
 
@@ -59,44 +62,107 @@ CLI::Validator number_text(bool is_unsigned) {
       "");
 }
 
-}  // namespace
-
-void add_common_options(CLI::App& app, CommonOptions& o) {
-  app.add_option("--model", o.model,
-                 "Preset name (synthetic weights), llama2.c .bin file, or safetensors folder")
-      ->capture_default_str();
-  // Empty values are refused (see empty_value); for --prompt-ids the BOS-only default would
-  // otherwise stand in for an explicitly empty list.
-  app.add_option("--tokenizer", o.tokenizer, "llama2.c tokenizer.bin for --prompt and text output")
-      ->check(not_empty(false, "value", "a tokenizer.bin path"));
-  app.add_option("--prompt", o.prompt, "Prompt text (needs --tokenizer)")
-      ->check(not_empty(false, "value", "some prompt text"));
-  app.add_option("--prompt-ids", o.prompt_ids,
-                 "Prompt as comma-separated token ids, e.g. 1,403,407")
-      ->check(not_empty(true, "list", "comma-separated token ids like 1,2,3", "IDS"));
-  app.add_option("--max-new-tokens", o.max_new_tokens, "Tokens to generate at most")
-      ->capture_default_str();
-  app.add_option("--temperature", o.temperature, "Sampling temperature; 0 = greedy")
-      ->capture_default_str();
-  app.add_option("--top-p", o.top_p, "Nucleus sampling mass in (0, 1]")->capture_default_str();
-  app.add_option("--seed", o.seed, "Sampler seed")->capture_default_str();
-  app.add_option("--model-seed", o.model_seed, "Seed of synthetic weights for preset models")
-      ->capture_default_str();
-  app.add_option("--device", o.device, "Where to run: cpu or cuda")->capture_default_str();
-  app.add_option("--kv-dtype", o.kv_dtype, "KV cache element type: fp32, fp16 or bf16")
-      ->capture_default_str();
-  app.add_option("--kv-budget-mb", o.kv_budget_mb, "Cap on KV cache memory in MB; 0 = no cap")
-      ->capture_default_str();
-  app.add_option("--threads", o.threads, "CPU threads; 0 = all cores")->capture_default_str();
-  app.add_flag("--json", o.json, "Print one JSON object instead of the report");
-  app.add_flag("--ignore-eos", o.ignore_eos, "Do not stop at stop tokens (fixed-length runs)");
+// Registers `name VALUE` into `value`; a number's text is checked before CLI11 converts it.
+template <class T>
+CLI::Option* add_value(CLI::App& app, const std::string& name, T& value, const std::string& help) {
+  CLI::Option* option = app.add_option(name, value, help);
+  if constexpr (std::is_arithmetic_v<T>) option->check(number_text(std::is_unsigned_v<T>));
+  return option;
 }
 
-int run_cli(CLI::App& app, int argc, char** argv, const std::function<void()>& body) {
-  for (CLI::Option* opt : app.get_options()) {
-    const std::string type = opt->get_type_name();
-    if (type == "INT" || type == "UINT" || type == "FLOAT") opt->check(number_text(type == "UINT"));
+}  // namespace
+
+Flag& Flag::show_default() {
+  option_->capture_default_str();
+  return *this;
+}
+
+Flag& Flag::excludes(const Flag& other) {
+  option_->excludes(other.option_);
+  return *this;
+}
+
+Flag& Flag::needs(const Flag& other) {
+  option_->needs(other.option_);
+  return *this;
+}
+
+bool Flag::given() const { return option_->count() > 0; }
+
+CommandLine::CommandLine(const std::string& description, const std::string& program)
+    : app_(std::make_unique<CLI::App>(description, program)) {}
+
+CommandLine::~CommandLine() = default;
+
+Flag CommandLine::option(const std::string& name, std::string& value, const std::string& help) {
+  return Flag(add_value(*app_, name, value, help));
+}
+Flag CommandLine::option(const std::string& name, int& value, const std::string& help) {
+  return Flag(add_value(*app_, name, value, help));
+}
+Flag CommandLine::option(const std::string& name, long& value, const std::string& help) {
+  return Flag(add_value(*app_, name, value, help));
+}
+Flag CommandLine::option(const std::string& name, std::uint64_t& value, const std::string& help) {
+  return Flag(add_value(*app_, name, value, help));
+}
+Flag CommandLine::option(const std::string& name, float& value, const std::string& help) {
+  return Flag(add_value(*app_, name, value, help));
+}
+Flag CommandLine::option(const std::string& name, double& value, const std::string& help) {
+  return Flag(add_value(*app_, name, value, help));
+}
+
+Flag CommandLine::flag(const std::string& name, bool& value, const std::string& help) {
+  return Flag(app_->add_flag(name, value, help));
+}
+
+Flag CommandLine::get(const std::string& name) {
+  CLI::Option* option = app_->get_option_no_throw(name);
+  if (option == nullptr) throw std::logic_error("no flag " + name + " is registered");
+  return Flag(option);
+}
+
+void CommandLine::parse(int argc, const char* const* argv) {
+  try {
+    app_->parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    throw UsageError(e.what());
   }
+}
+
+void add_common_options(CommandLine& cli, CommonOptions& o) {
+  cli.option("--model", o.model,
+             "Preset name (synthetic weights), llama2.c .bin file, or safetensors folder")
+      .show_default();
+  // Empty values are refused (see empty_value); for --prompt-ids the BOS-only default would
+  // otherwise stand in for an explicitly empty list.
+  cli.option("--tokenizer", o.tokenizer, "llama2.c tokenizer.bin for --prompt and text output")
+      .cli11()
+      ->check(not_empty(false, "value", "a tokenizer.bin path"));
+  cli.option("--prompt", o.prompt, "Prompt text (needs --tokenizer)")
+      .cli11()
+      ->check(not_empty(false, "value", "some prompt text"));
+  cli.option("--prompt-ids", o.prompt_ids, "Prompt as comma-separated token ids, e.g. 1,403,407")
+      .cli11()
+      ->check(not_empty(true, "list", "comma-separated token ids like 1,2,3", "IDS"));
+  cli.option("--max-new-tokens", o.max_new_tokens, "Tokens to generate at most").show_default();
+  cli.option("--temperature", o.temperature, "Sampling temperature; 0 = greedy").show_default();
+  cli.option("--top-p", o.top_p, "Nucleus sampling mass in (0, 1]").show_default();
+  cli.option("--seed", o.seed, "Sampler seed").show_default();
+  cli.option("--model-seed", o.model_seed, "Seed of synthetic weights for preset models")
+      .show_default();
+  cli.option("--device", o.device, "Where to run: cpu or cuda").show_default();
+  cli.option("--kv-dtype", o.kv_dtype, "KV cache element type: fp32, fp16 or bf16").show_default();
+  cli.option("--kv-budget-mb", o.kv_budget_mb, "Cap on KV cache memory in MB; 0 = no cap")
+      .show_default();
+  cli.option("--threads", o.threads, "CPU threads; 0 = all cores").show_default();
+  cli.flag("--json", o.json, "Print one JSON object instead of the report");
+  cli.flag("--ignore-eos", o.ignore_eos, "Do not stop at stop tokens (fixed-length runs)");
+}
+
+int run_cli(CommandLine& cli, int argc, char** argv, const std::function<void()>& body) {
+  CLI::App& app = *cli.app_;
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

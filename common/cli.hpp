@@ -1,7 +1,11 @@
-// The command line every chapter shares (CLI11), and the mapping from errors to exit codes.
+// The command line every chapter shares, and the mapping from errors to exit codes.
+//
+// CLI11 parses it. Debian's CLI11 (2.1) is header-only, so every file that includes it compiles
+// its whole parser again: about 15 s of compiler time at -O3 for a program that registers a few
+// flags, in each of a dozen programs, benchmarks and fuzz entry points, in every build of the
+// test suite. So only cli.cpp includes CLI11, and a program declares its flags through the small
+// interface below (CommandLine, Flag), which hands each declaration to CLI11 unchanged.
 #pragma once
-
-#include <CLI/CLI.hpp>
 
 #include <cstdint>
 #include <functional>
@@ -12,9 +16,72 @@
 #include "common/model_config.hpp"
 #include "common/sampler.hpp"
 
+namespace CLI {
+class App;
+class Option;
+}  // namespace CLI
+
 namespace kvheap {
 
 class Tokenizer;
+
+/// \brief One flag of a CommandLine, as registered: what may still be said about it.
+class Flag {
+ public:
+  /// \brief Wraps CLI11's option (CommandLine makes these).
+  explicit Flag(CLI::Option* option) : option_(option) {}
+  /// \brief Shows the variable's value at registration in --help as the flag's default.
+  Flag& show_default();
+  /// \brief Refuses a command line that gives both this flag and `other` (exit code 2).
+  Flag& excludes(const Flag& other);
+  /// \brief Refuses a command line that gives this flag without `other` (exit code 2).
+  Flag& needs(const Flag& other);
+  /// \brief Whether the parsed command line gave this flag.
+  [[nodiscard]] bool given() const;
+  /// \brief CLI11's option, for code that includes CLI11 (cli.cpp).
+  [[nodiscard]] CLI::Option* cli11() const { return option_; }
+
+ private:
+  CLI::Option* option_;
+};
+
+/// \brief A program's flags: registered into the caller's variables, then parsed by run_cli.
+///
+/// A number flag refuses an empty value and, for an unsigned variable, a negative or overflowing
+/// one, which CLI11 would otherwise read as 0 or wrap around: silent wrong answers.
+class CommandLine {
+ public:
+  /// \brief A command line with --help; `program` names it in messages (argv[0] when empty).
+  explicit CommandLine(const std::string& description, const std::string& program = "");
+  ~CommandLine();
+  CommandLine(const CommandLine&) = delete;
+  CommandLine& operator=(const CommandLine&) = delete;
+
+  /// \brief Registers `name VALUE`, parsed into `value` when given.
+  Flag option(const std::string& name, std::string& value, const std::string& help);
+  /// \copydoc option(const std::string&, std::string&, const std::string&)
+  Flag option(const std::string& name, int& value, const std::string& help);
+  /// \copydoc option(const std::string&, std::string&, const std::string&)
+  Flag option(const std::string& name, long& value, const std::string& help);
+  /// \copydoc option(const std::string&, std::string&, const std::string&)
+  Flag option(const std::string& name, std::uint64_t& value, const std::string& help);
+  /// \copydoc option(const std::string&, std::string&, const std::string&)
+  Flag option(const std::string& name, float& value, const std::string& help);
+  /// \copydoc option(const std::string&, std::string&, const std::string&)
+  Flag option(const std::string& name, double& value, const std::string& help);
+  /// \brief Registers the switch `name`: `value` becomes true when given.
+  Flag flag(const std::string& name, bool& value, const std::string& help);
+  /// \brief The flag registered as `name`; throws std::logic_error when there is none.
+  [[nodiscard]] Flag get(const std::string& name);
+
+  /// \brief Parses argv into the registered variables. Throws UsageError with CLI11's message
+  /// for a malformed command line, and for --help (which run_cli answers with the usage text).
+  void parse(int argc, const char* const* argv);
+
+ private:
+  friend int run_cli(CommandLine& cli, int argc, char** argv, const std::function<void()>& body);
+  std::unique_ptr<CLI::App> app_;
+};
 
 /// \brief Flags common to every chapter's program.
 struct CommonOptions {
@@ -35,13 +102,13 @@ struct CommonOptions {
   bool ignore_eos = false;           ///< generate exactly max_new_tokens
 };
 
-/// \brief Registers the shared flags on `app`.
-void add_common_options(CLI::App& app, CommonOptions& o);
+/// \brief Registers the shared flags on `cli`.
+void add_common_options(CommandLine& cli, CommonOptions& o);
 
 /// \brief Parses argv and runs `body`, turning every failure into one line on stderr and an exit
 /// code: 0 success (or --help), 2 usage errors (unknown flag, malformed number, bad value),
 /// 1 input or resource errors (bad file, exhausted budget, no device).
-int run_cli(CLI::App& app, int argc, char** argv, const std::function<void()>& body);
+int run_cli(CommandLine& cli, int argc, char** argv, const std::function<void()>& body);
 
 /// \brief The tokenizer named by --tokenizer, checked against the model's vocabulary, or nullptr
 /// when the flag is not given.

@@ -2,10 +2,11 @@
 // by the regression test that replays the seed corpus and every crash found so far.
 //
 // Each function feeds one input through a piece of kvheap that reads untrusted bytes. A
-// kvheap::Error (or a CLI11 parse error, which the programs turn into exit code 2) is the expected
-// answer to a bad input and is swallowed; anything else escapes: another exception, a crash, a
-// sanitizer report, a hang. Oracles that go beyond "did not crash" (a loaded checkpoint tiles its
-// file exactly, decode(encode(text)) == text) throw std::logic_error, so they escape too.
+// kvheap::Error (a malformed command line included: CommandLine::parse throws UsageError, which
+// the programs turn into exit code 2) is the expected answer to a bad input and is swallowed;
+// anything else escapes: another exception, a crash, a sanitizer report, a hang. Oracles that go
+// beyond "did not crash" (a loaded checkpoint tiles its file exactly, decode(encode(text)) == text)
+// throw std::logic_error, so they escape too.
 #pragma once
 
 #include <cstddef>
@@ -53,8 +54,8 @@ FuzzOutcome fuzz_safetensors(std::span<const std::uint8_t> input, std::string* w
 /// after it is text to encode and decode with that vocabulary.
 FuzzOutcome fuzz_tokenizer(std::span<const std::uint8_t> input, std::string* why = nullptr);
 
-/// \brief Input: command-line tokens separated by newlines, parsed by a CLI11 app built with
-/// add_common_options; then the prompt is resolved (--prompt-ids through parse_token_ids,
+/// \brief Input: command-line tokens separated by newlines, parsed by a CommandLine (CLI11) built
+/// with add_common_options; then the prompt is resolved (--prompt-ids through parse_token_ids,
 /// --prompt through the built-in vocabulary) against a small config and checked with the same
 /// functions the chapter programs use. No model is run.
 FuzzOutcome fuzz_cli(std::span<const std::uint8_t> input, std::string* why = nullptr);

@@ -1,6 +1,5 @@
 // Fuzz entry points for text-shaped input: the tokenizer (its file format and its encoder) and
 // the shared command line. Also the table of targets and the libFuzzer-shaped wrappers.
-#include <CLI/CLI.hpp>
 #include <omp.h>
 
 #include <algorithm>
@@ -108,12 +107,12 @@ FuzzOutcome fuzz_cli(std::span<const std::uint8_t> input, std::string* why) {
   std::vector<const char*> argv = {"fuzz_cli"};
   for (const std::string& t : tokens) argv.push_back(t.c_str());
 
-  CLI::App app{"kvheap fuzz_cli", "fuzz_cli"};
+  CommandLine cli{"kvheap fuzz_cli", "fuzz_cli"};
   CommonOptions o;
-  add_common_options(app, o);
+  add_common_options(cli, o);
   try {
-    app.parse(static_cast<int>(argv.size()), argv.data());
-  } catch (const CLI::ParseError& e) {
+    cli.parse(static_cast<int>(argv.size()), argv.data());
+  } catch (const UsageError& e) {
     return fuzz::rejected(e, why);  // run_cli turns these into exit code 2 (or 0 for --help)
   }
   try {

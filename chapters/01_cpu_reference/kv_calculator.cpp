@@ -30,8 +30,8 @@ void check_memory_gb(double memory_gb) {
 
 // Without --context, a quarter of the context, but at least one token so that models with a
 // max_seq_len below 4 get a valid default too. An explicit --context is checked as given.
-long resolve_context(const CLI::Option& flag, long context, const ModelConfig& c) {
-  if (flag.count() == 0) return std::max(1, c.max_seq_len / 4);
+long resolve_context(const Flag& flag, long context, const ModelConfig& c) {
+  if (!flag.given()) return std::max(1, c.max_seq_len / 4);
   if (context < 1 || context > c.max_seq_len)
     throw UsageError(
         fmt::format("--context must be in [1, max_seq_len = {}], got {}", c.max_seq_len, context));
@@ -41,24 +41,23 @@ long resolve_context(const CLI::Option& flag, long context, const ModelConfig& c
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"kvheap KV-cache calculator", "ch01_kv_calculator"};
+  CommandLine cli{"kvheap KV-cache calculator", "ch01_kv_calculator"};
   std::string model = "llama-3-8b";
   std::string kv_dtype = "bf16";
   std::string weight_dtype = "bf16";
   long context = 0;
   double memory_gb = 80.0;
   bool list = false;
-  app.add_option("--model", model, "Preset name, llama2.c .bin file or safetensors folder")
-      ->capture_default_str();
-  app.add_option("--kv-dtype", kv_dtype, "fp32, fp16 or bf16")->capture_default_str();
-  app.add_option("--weight-dtype", weight_dtype, "fp32, fp16 or bf16")->capture_default_str();
-  const CLI::Option* context_flag = app.add_option(
+  cli.option("--model", model, "Preset name, llama2.c .bin file or safetensors folder")
+      .show_default();
+  cli.option("--kv-dtype", kv_dtype, "fp32, fp16 or bf16").show_default();
+  cli.option("--weight-dtype", weight_dtype, "fp32, fp16 or bf16").show_default();
+  const Flag context_flag = cli.option(
       "--context", context, "Tokens each sequence actually holds (default max_seq_len/4)");
-  app.add_option("--memory-gb", memory_gb, "Accelerator memory in GB (1e9 bytes)")
-      ->capture_default_str();
-  app.add_flag("--list-presets", list, "Print every preset's configuration and exit");
+  cli.option("--memory-gb", memory_gb, "Accelerator memory in GB (1e9 bytes)").show_default();
+  cli.flag("--list-presets", list, "Print every preset's configuration and exit");
 
-  return run_cli(app, argc, argv, [&] {
+  return run_cli(cli, argc, argv, [&] {
     if (list) {
       for (const auto& n : preset_names()) std::cout << describe(preset(n)) << "\n";
       return;
@@ -67,7 +66,7 @@ int main(int argc, char** argv) {
     const DType wt = parse_dtype(weight_dtype);
     check_memory_gb(memory_gb);
     const ModelConfig c = is_preset(model) ? preset(model) : load_model(model).config;
-    context = resolve_context(*context_flag, context, c);
+    context = resolve_context(context_flag, context, c);
 
     const double memory = memory_gb * 1e9;
     const double weights = static_cast<double>(weight_bytes(c, wt));

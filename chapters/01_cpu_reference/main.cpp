@@ -32,14 +32,14 @@ double host_memory_bytes() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"kvheap chapter 1: the CPU reference decoder with max_seq_len reservation",
-               "ch01_cpu_reference"};
+  CommandLine cli{"kvheap chapter 1: the CPU reference decoder with max_seq_len reservation",
+                  "ch01_cpu_reference"};
   CommonOptions o;
-  add_common_options(app, o);
+  add_common_options(cli, o);
   bool no_peak = false;
-  app.add_flag("--no-peak", no_peak, "Skip measuring the read-bandwidth peak at start");
+  cli.flag("--no-peak", no_peak, "Skip measuring the read-bandwidth peak at start");
 
-  return run_cli(app, argc, argv, [&] {
+  return run_cli(cli, argc, argv, [&] {
     if (o.device != "cpu")
       throw UsageError(
           fmt::format("--device {}: chapter 1 runs on the CPU only (cuda arrives in "

@@ -83,18 +83,18 @@ GenerationResult run_cuda(const ModelWeights& w, DType kv, DType wt, std::size_t
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"kvheap chapter 2: the contiguous per-sequence cache on the GPU",
-               "ch02_contiguous_gpu"};
+  CommandLine cli{"kvheap chapter 2: the contiguous per-sequence cache on the GPU",
+                  "ch02_contiguous_gpu"};
   CommonOptions o;
   o.device = "auto";
-  add_common_options(app, o);
+  add_common_options(cli, o);
   std::string weight_dtype = "fp32";
   bool no_peak = false;
-  app.add_option("--weight-dtype", weight_dtype, "Weights on the device: fp32, fp16 or bf16")
-      ->capture_default_str();
-  app.add_flag("--no-peak", no_peak, "Skip measuring the bandwidth peak at start");
+  cli.option("--weight-dtype", weight_dtype, "Weights on the device: fp32, fp16 or bf16")
+      .show_default();
+  cli.flag("--no-peak", no_peak, "Skip measuring the bandwidth peak at start");
 
-  return run_cli(app, argc, argv, [&] {
+  return run_cli(cli, argc, argv, [&] {
     const std::string device = resolve_device(o.device);
     const DType kv = parse_dtype(o.kv_dtype);
     const DType wt = parse_dtype(weight_dtype);

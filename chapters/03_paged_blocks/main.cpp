@@ -61,20 +61,20 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"kvheap chapter 3: paged blocks, page tables and paged attention",
-               "ch03_paged_blocks"};
+  CommandLine cli{"kvheap chapter 3: paged blocks, page tables and paged attention",
+                  "ch03_paged_blocks"};
   CommonOptions o;
   o.device = "cpu";
-  add_common_options(app, o);
+  add_common_options(cli, o);
   Options p;
   p.num_seqs = 4;
-  add_serve_options(app, p, "Sequences to serve (copies of the prompt)");
-  CLI::Option* pool_map =
-      app.add_option("--pool-map", p.pool_map, "Write an SVG map of the block pool to this file");
-  app.add_option("--pool-map-every", p.pool_map_every, "Also write FILE.stepN.svg every N steps")
-      ->needs(pool_map);
+  add_serve_options(cli, p, "Sequences to serve (copies of the prompt)");
+  const Flag pool_map =
+      cli.option("--pool-map", p.pool_map, "Write an SVG map of the block pool to this file");
+  cli.option("--pool-map-every", p.pool_map_every, "Also write FILE.stepN.svg every N steps")
+      .needs(pool_map);
 
-  return run_cli(app, argc, argv, [&] {
+  return run_cli(cli, argc, argv, [&] {
     check_serve_options(o, p);
     if (p.pool_map_every < 0) throw UsageError("--pool-map-every must be >= 0");
     const std::size_t budget_cap = kv_budget_bytes(o);

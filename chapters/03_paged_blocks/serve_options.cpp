@@ -7,20 +7,20 @@
 
 namespace kvheap::ch03 {
 
-void add_serve_options(CLI::App& app, ServeOptions& p, const std::string& num_seqs_help) {
-  app.add_option("--block-size", p.block_size, "Token slots per block")->capture_default_str();
-  app.add_option("--num-seqs", p.num_seqs, num_seqs_help)->capture_default_str();
-  app.add_option("--prompts", p.prompts_file,
-                 "File with one prompt per line (ids, or text with --tokenizer)")
-      ->excludes(app.get_option("--num-seqs"))
-      ->excludes(app.get_option("--prompt"))
-      ->excludes(app.get_option("--prompt-ids"));
-  app.add_option("--weight-dtype", p.weight_dtype, "Weights on the device: fp32, fp16 or bf16")
-      ->capture_default_str();
-  app.add_option("--shuffle-seed", p.shuffle_seed,
-                 "Order of the free list; 0 hands out blocks in order")
-      ->capture_default_str();
-  app.add_flag("--no-peak", p.no_peak, "Skip measuring the bandwidth peak at start");
+void add_serve_options(CommandLine& cli, ServeOptions& p, const std::string& num_seqs_help) {
+  cli.option("--block-size", p.block_size, "Token slots per block").show_default();
+  cli.option("--num-seqs", p.num_seqs, num_seqs_help).show_default();
+  cli.option("--prompts", p.prompts_file,
+             "File with one prompt per line (ids, or text with --tokenizer)")
+      .excludes(cli.get("--num-seqs"))
+      .excludes(cli.get("--prompt"))
+      .excludes(cli.get("--prompt-ids"));
+  cli.option("--weight-dtype", p.weight_dtype, "Weights on the device: fp32, fp16 or bf16")
+      .show_default();
+  cli.option("--shuffle-seed", p.shuffle_seed,
+             "Order of the free list; 0 hands out blocks in order")
+      .show_default();
+  cli.flag("--no-peak", p.no_peak, "Skip measuring the bandwidth peak at start");
 }
 
 void check_serve_options(const CommonOptions& o, const ServeOptions& p) {

@@ -2,8 +2,6 @@
 // block is, which prompts to serve, the weights' dtype on the device, and the pool's order.
 #pragma once
 
-#include <CLI/CLI.hpp>
-
 #include <cstdint>
 #include <string>
 
@@ -21,10 +19,10 @@ struct ServeOptions {
   bool no_peak = false;               ///< --no-peak: skip measuring the bandwidth peak
 };
 
-/// \brief Registers the serving flags on `app`; `--prompts` excludes --num-seqs, --prompt and
+/// \brief Registers the serving flags on `cli`; `--prompts` excludes --num-seqs, --prompt and
 /// --prompt-ids (flags that would be silently ignored together are refused together).
 /// `num_seqs_help` says what --num-seqs counts in this chapter.
-void add_serve_options(CLI::App& app, ServeOptions& p, const std::string& num_seqs_help);
+void add_serve_options(CommandLine& cli, ServeOptions& p, const std::string& num_seqs_help);
 
 /// \brief Checks what the parser cannot: --device is cpu or cuda, --block-size is positive, and
 /// weights other than fp32 are asked of the device only. Throws UsageError naming the flag.

@@ -62,20 +62,18 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"kvheap chapter 4: reference-counted blocks, fork, copy-on-write, prefix index",
-               "ch04_cow_prefix_sharing"};
+  CommandLine cli{"kvheap chapter 4: reference-counted blocks, fork, copy-on-write, prefix index",
+                  "ch04_cow_prefix_sharing"};
   CommonOptions o;
   o.device = "cpu";
-  add_common_options(app, o);
+  add_common_options(cli, o);
   Options p;
-  ch03::add_serve_options(app, p, "Prompts to serve (copies of the prompt)");
-  app.add_option("--samples", p.samples, "Sequences forked from each prompt")
-      ->capture_default_str();
-  app.add_flag(
-      "--no-read-once", p.no_read_once,
-      "Every row reads its whole context, shared prefixes included (chapter 3's attention)");
+  ch03::add_serve_options(cli, p, "Prompts to serve (copies of the prompt)");
+  cli.option("--samples", p.samples, "Sequences forked from each prompt").show_default();
+  cli.flag("--no-read-once", p.no_read_once,
+           "Every row reads its whole context, shared prefixes included (chapter 3's attention)");
 
-  return run_cli(app, argc, argv, [&] {
+  return run_cli(cli, argc, argv, [&] {
     ch03::check_serve_options(o, p);
     if (p.samples <= 0 || p.samples > ch03::kMaxSeqs)
       throw UsageError(

@@ -51,25 +51,24 @@ struct Served {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"kvheap chapter 5: continuous batching, chunked prefill and preemption",
-               "ch05_batched_scheduler"};
+  CommandLine cli{"kvheap chapter 5: continuous batching, chunked prefill and preemption",
+                  "ch05_batched_scheduler"};
   CommonOptions o;
   o.device = "cpu";
-  add_common_options(app, o);
+  add_common_options(cli, o);
   Options p;
-  ch03::add_serve_options(app, p, "Requests to serve (copies of the prompt)");
-  app.add_option("--max-batch-tokens", p.max_batch_tokens,
-                 "Rows per forward pass: decode rows plus prefill chunks")
-      ->capture_default_str();
-  app.add_option("--max-running", p.max_running, "Requests holding a sequence at once")
-      ->capture_default_str();
-  app.add_option("--arrival-interval", p.arrival_interval,
-                 "Steps between two requests' arrivals; 0 submits them all at the start")
-      ->capture_default_str();
-  app.add_flag("--no-read-once", p.no_read_once,
-               "Every row reads its whole context, shared prefixes included");
+  ch03::add_serve_options(cli, p, "Requests to serve (copies of the prompt)");
+  cli.option("--max-batch-tokens", p.max_batch_tokens,
+             "Rows per forward pass: decode rows plus prefill chunks")
+      .show_default();
+  cli.option("--max-running", p.max_running, "Requests holding a sequence at once").show_default();
+  cli.option("--arrival-interval", p.arrival_interval,
+             "Steps between two requests' arrivals; 0 submits them all at the start")
+      .show_default();
+  cli.flag("--no-read-once", p.no_read_once,
+           "Every row reads its whole context, shared prefixes included");
 
-  return run_cli(app, argc, argv, [&] {
+  return run_cli(cli, argc, argv, [&] {
     ch03::check_serve_options(o, p);
     if (p.arrival_interval < 0)
       throw UsageError(
