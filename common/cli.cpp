@@ -62,14 +62,6 @@ CLI::Validator number_text(bool is_unsigned) {
       "");
 }
 
-// Registers `name VALUE` into `value`; a number's text is checked before CLI11 converts it.
-template <class T>
-CLI::Option* add_value(CLI::App& app, const std::string& name, T& value, const std::string& help) {
-  CLI::Option* option = app.add_option(name, value, help);
-  if constexpr (std::is_arithmetic_v<T>) option->check(number_text(std::is_unsigned_v<T>));
-  return option;
-}
-
 }  // namespace
 
 Flag& Flag::show_default() {
@@ -94,24 +86,19 @@ CommandLine::CommandLine(const std::string& description, const std::string& prog
 
 CommandLine::~CommandLine() = default;
 
-Flag CommandLine::option(const std::string& name, std::string& value, const std::string& help) {
-  return Flag(add_value(*app_, name, value, help));
+// A number's text is checked before CLI11 converts it (see number_text).
+template <FlagValue T>
+Flag CommandLine::option(const std::string& name, T& value, const std::string& help) {
+  CLI::Option* option = app_->add_option(name, value, help);
+  if constexpr (std::is_arithmetic_v<T>) option->check(number_text(std::is_unsigned_v<T>));
+  return Flag(option);
 }
-Flag CommandLine::option(const std::string& name, int& value, const std::string& help) {
-  return Flag(add_value(*app_, name, value, help));
-}
-Flag CommandLine::option(const std::string& name, long& value, const std::string& help) {
-  return Flag(add_value(*app_, name, value, help));
-}
-Flag CommandLine::option(const std::string& name, std::uint64_t& value, const std::string& help) {
-  return Flag(add_value(*app_, name, value, help));
-}
-Flag CommandLine::option(const std::string& name, float& value, const std::string& help) {
-  return Flag(add_value(*app_, name, value, help));
-}
-Flag CommandLine::option(const std::string& name, double& value, const std::string& help) {
-  return Flag(add_value(*app_, name, value, help));
-}
+template Flag CommandLine::option(const std::string&, std::string&, const std::string&);
+template Flag CommandLine::option(const std::string&, int&, const std::string&);
+template Flag CommandLine::option(const std::string&, long&, const std::string&);
+template Flag CommandLine::option(const std::string&, std::uint64_t&, const std::string&);
+template Flag CommandLine::option(const std::string&, float&, const std::string&);
+template Flag CommandLine::option(const std::string&, double&, const std::string&);
 
 Flag CommandLine::flag(const std::string& name, bool& value, const std::string& help) {
   return Flag(app_->add_flag(name, value, help));

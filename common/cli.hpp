@@ -7,6 +7,7 @@
 // interface below (CommandLine, Flag), which hands each declaration to CLI11 unchanged.
 #pragma once
 
+#include <concepts>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -45,6 +46,11 @@ class Flag {
   CLI::Option* option_;
 };
 
+/// \brief The variable types a CommandLine option parses into (cli.cpp instantiates each).
+template <class T>
+concept FlagValue = std::same_as<T, std::string> || std::same_as<T, int> || std::same_as<T, long> ||
+    std::same_as<T, std::uint64_t> || std::same_as<T, float> || std::same_as<T, double>;
+
 /// \brief A program's flags: registered into the caller's variables, then parsed by run_cli.
 ///
 /// A number flag refuses an empty value and, for an unsigned variable, a negative or overflowing
@@ -58,17 +64,8 @@ class CommandLine {
   CommandLine& operator=(const CommandLine&) = delete;
 
   /// \brief Registers `name VALUE`, parsed into `value` when given.
-  Flag option(const std::string& name, std::string& value, const std::string& help);
-  /// \copydoc option(const std::string&, std::string&, const std::string&)
-  Flag option(const std::string& name, int& value, const std::string& help);
-  /// \copydoc option(const std::string&, std::string&, const std::string&)
-  Flag option(const std::string& name, long& value, const std::string& help);
-  /// \copydoc option(const std::string&, std::string&, const std::string&)
-  Flag option(const std::string& name, std::uint64_t& value, const std::string& help);
-  /// \copydoc option(const std::string&, std::string&, const std::string&)
-  Flag option(const std::string& name, float& value, const std::string& help);
-  /// \copydoc option(const std::string&, std::string&, const std::string&)
-  Flag option(const std::string& name, double& value, const std::string& help);
+  template <FlagValue T>
+  Flag option(const std::string& name, T& value, const std::string& help);
   /// \brief Registers the switch `name`: `value` becomes true when given.
   Flag flag(const std::string& name, bool& value, const std::string& help);
   /// \brief The flag registered as `name`; throws std::logic_error when there is none.
