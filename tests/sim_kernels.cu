@@ -148,6 +148,28 @@ __global__ void write_past_end_kernel(float* x, int n, int past_end) {
   if (threadIdx.x == 0) x[n + past_end] = 1.0f;
 }
 
+// Eight 64-bit values and a double per thread, more than the registers a switch saves, so some
+// of them live on the thread's own stack; a barrier and a shuffle each round switch threads.
+__global__ void carried_state_kernel(unsigned long long* out, int rounds) {
+  const unsigned t = threadIdx.x;
+  unsigned long long a = t + 1, b = 3ull * t + 7, c = t ^ 0x5555u, d = 0x9e3779b97f4a7c15ull * t;
+  unsigned long long e = ~0ull - t, f = t << 20, g = 11, h = t * t;
+  double x = t;
+  for (int r = 0; r < rounds; ++r) {
+    a = a * 6364136223846793005ull + b;
+    b ^= a >> 13;
+    c += static_cast<unsigned>(__shfl_xor_sync(kFull, static_cast<int>(a & 0xffff), 1));
+    __syncthreads();
+    d += c ^ (e >> 7);
+    e = e * 3 + f;
+    f ^= d + g;
+    g += h | 1;
+    h = (h >> 3) + a;
+    x += 0.5;  // integers and halves: exact in any evaluation order
+  }
+  out[t] = a ^ b ^ c ^ d ^ e ^ f ^ g ^ h ^ static_cast<unsigned long long>(2 * x);
+}
+
 __global__ void sync_in_first_warp_only_kernel(int* out) {
   if (threadIdx.x < 32) __syncthreads();  // the bug under test: threads 32-63 skip it
   out[threadIdx.x] = 1;
@@ -231,6 +253,11 @@ void fill(float* x, float value, int n, dim3 grid, dim3 block, cudaStream_t stre
 void write_past_end(float* x, int n, int past_end) {
   kvheap::launch<write_past_end_kernel>(dim3(1), dim3(32), 0, nullptr, x, n, past_end);
   KVHEAP_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+void carried_state(unsigned long long* out, int threads, int rounds) {
+  kvheap::launch<carried_state_kernel>(dim3(1), dim3(static_cast<unsigned>(threads)), 0, nullptr,
+                                       out, rounds);
 }
 
 void sync_in_first_warp_only(int* out) {

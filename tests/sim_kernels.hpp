@@ -56,6 +56,12 @@ void fill(float* x, float value, int n, dim3 grid, dim3 block, cudaStream_t stre
 /// \brief Writes x[n + past_end] from thread 0: an out-of-bounds write for the fault tests.
 void write_past_end(float* x, int n, int past_end);
 
+/// \brief One 1-D block of `threads` (a multiple of 32): each thread carries eight 64-bit values
+/// and a double through `rounds` rounds of arithmetic, a lane-pair shuffle and a __syncthreads,
+/// and writes their XOR to out[t]. test_simulator.cpp computes the same on the host.
+/// \param out [threads]
+void carried_state(unsigned long long* out, int threads, int rounds);
+
 /// \brief A 64-thread block whose first warp alone calls __syncthreads.
 void sync_in_first_warp_only(int* out);
 /// \brief Odd and even threads call two different __syncthreads.

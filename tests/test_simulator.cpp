@@ -201,6 +201,57 @@ TEST(SimKernels, BlockSumThroughShufflesIsExact) {
   }
 }
 
+// Threads switch at every barrier and shuffle; each must find its own registers and stack as it
+// left them. Computed here for all threads in step, round by round.
+TEST(SimKernels, EveryThreadKeepsItsStateAcrossSwitches) {
+  KVHEAP_REQUIRE_DEVICE();
+  constexpr int kThreads = 1024;
+  constexpr int kRounds = 40;
+  struct State {
+    unsigned long long a, b, c, d, e, f, g, h;
+    double x;
+  };
+  std::vector<State> s(kThreads);
+  for (unsigned t = 0; t < kThreads; ++t) {
+    s[t] = {t + 1,
+            3ull * t + 7,
+            t ^ 0x5555u,
+            0x9e3779b97f4a7c15ull * t,
+            ~0ull - t,
+            t << 20,
+            11,
+            static_cast<unsigned long long>(t) * t,
+            static_cast<double>(t)};
+  }
+  for (int r = 0; r < kRounds; ++r) {
+    for (State& v : s) {
+      v.a = v.a * 6364136223846793005ull + v.b;
+      v.b ^= v.a >> 13;
+    }
+    std::vector<unsigned> partner(kThreads);  // what lane ^ 1 shuffles over
+    for (int t = 0; t < kThreads; ++t) partner[t] = static_cast<unsigned>(s[t ^ 1].a & 0xffff);
+    for (int t = 0; t < kThreads; ++t) {
+      State& v = s[t];
+      v.c += partner[t];
+      v.d += v.c ^ (v.e >> 7);
+      v.e = v.e * 3 + v.f;
+      v.f ^= v.d + v.g;
+      v.g += v.h | 1;
+      v.h = (v.h >> 3) + v.a;
+      v.x += 0.5;
+    }
+  }
+  std::vector<unsigned long long> expected(kThreads);
+  for (int t = 0; t < kThreads; ++t) {
+    const State& v = s[t];
+    expected[t] =
+        v.a ^ v.b ^ v.c ^ v.d ^ v.e ^ v.f ^ v.g ^ v.h ^ static_cast<unsigned long long>(2 * v.x);
+  }
+  DeviceBuffer<unsigned long long> out(kThreads);
+  test::carried_state(out.data(), kThreads, kRounds);
+  EXPECT_EQ(out.to_host(), expected);
+}
+
 TEST(SimKernels, BallotAnyAllFollowLanePredicates) {
   KVHEAP_REQUIRE_DEVICE();
   for (const unsigned threads : {48u, 64u}) {  // 48: a partial second warp

@@ -2,10 +2,10 @@
 // per-OS-thread pool of guarded fiber stacks.
 #include "device/sim/fiber.hpp"
 
-#include <dlfcn.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -18,9 +18,55 @@
 #endif
 #endif
 
+#if !defined(KVHEAP_SIM_STACK_SWITCH)
+#include <dlfcn.h>  // glibc's own swapcontext, under ASan
+#endif
+
 #if defined(KVHEAP_SIM_ASAN)
 #include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
+#endif
+
+#if defined(KVHEAP_SIM_STACK_SWITCH)
+// kvheap_sim_switch_stack(save_sp, load_sp): pushes the registers the x86-64 System V ABI has a
+// callee preserve (rbp, rbx, r12-r15) and the two floating-point control words (MXCSR, the x87
+// control word) onto the current stack, stores the stack pointer in *save_sp, then loads load_sp
+// and pops the same from there, so its `ret` returns into whichever context saved load_sp (or,
+// the first time, into a fiber's entry function; see make_fiber). Everything else is
+// caller-saved, so the compiler has already spilled it around this call. No unwind tables: no
+// exception or unwinder ever walks through a switch, since each fiber's frames end at its entry.
+extern "C" void kvheap_sim_switch_stack(void** save_sp, void* load_sp);
+asm(R"(
+  .text
+  .globl kvheap_sim_switch_stack
+  .hidden kvheap_sim_switch_stack
+  .type kvheap_sim_switch_stack, @function
+  .p2align 4
+kvheap_sim_switch_stack:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  subq $8, %rsp
+  stmxcsr (%rsp)
+  fnstcw 4(%rsp)
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  ldmxcsr (%rsp)
+  fldcw 4(%rsp)
+  addq $8, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size kvheap_sim_switch_stack, .-kvheap_sim_switch_stack
+)");
+
 #endif
 
 namespace kvheap::sim {
@@ -38,10 +84,47 @@ std::size_t page_size() {
   return size;
 }
 
+}  // namespace
+
+#if defined(KVHEAP_SIM_STACK_SWITCH)
+
+void make_fiber(Context& ctx, std::span<std::byte> stack, void (*entry)()) {
+  // The frame kvheap_sim_switch_stack pops on the first switch in, from the lowest address: the
+  // control words (this thread's current ones), six zeroed registers (rbp = 0 ends frame-pointer
+  // walks), the address its `ret` jumps to (entry), and a null return address for entry, which
+  // never returns. The stack top is 16-byte aligned, so entry starts with rsp = 8 mod 16, as
+  // after a call.
+  std::uint32_t mxcsr = 0;
+  std::uint16_t x87_cw = 0;
+  asm volatile("stmxcsr %0" : "=m"(mxcsr));
+  asm volatile("fnstcw %0" : "=m"(x87_cw));
+  const auto top =
+      reinterpret_cast<std::uintptr_t>(stack.data() + stack.size()) & ~std::uintptr_t{15};
+  auto* slot = reinterpret_cast<std::uint64_t*>(top);
+  *--slot = 0;                                        // entry's return address
+  *--slot = reinterpret_cast<std::uintptr_t>(entry);  // where the first switch's ret goes
+  for (int r = 0; r < 6; ++r) *--slot = 0;            // rbp, rbx, r12, r13, r14, r15
+  *--slot = mxcsr | std::uint64_t{x87_cw} << 32;
+  ctx.sp = slot;
+  ctx.stack_bottom = stack.data();
+  ctx.stack_size = stack.size();
+  ctx.asan_fake_stack = nullptr;
+}
+
+namespace {
+
+void switch_stacks(Context& from, Context& to) { kvheap_sim_switch_stack(&from.sp, to.sp); }
+
+}  // namespace
+
+#else  // swapcontext
+
+namespace {
+
 using SwapFn = int (*)(ucontext_t*, const ucontext_t*);
 
 // Under ASan, glibc's own swapcontext (found through libc's handle, not the global scope where
-// ASan's interceptor sits); the annotations below do the interceptor's job properly.
+// ASan's interceptor sits); the annotations in switch_context do the interceptor's job properly.
 SwapFn swap_fn() {
   if constexpr (!kAsan) {
     return &::swapcontext;
@@ -53,6 +136,10 @@ SwapFn swap_fn() {
     }();
     return fn;
   }
+}
+
+void switch_stacks(Context& from, Context& to) {
+  if (swap_fn()(&from.uc, &to.uc) != 0) die("swapcontext failed");
 }
 
 }  // namespace
@@ -68,6 +155,8 @@ void make_fiber(Context& ctx, std::span<std::byte> stack, void (*entry)()) {
   makecontext(&ctx.uc, entry, 0);
 }
 
+#endif
+
 void switch_context(Context& from, Context& to, bool from_finished) {
 #if defined(KVHEAP_SIM_ASAN)
   __sanitizer_start_switch_fiber(from_finished ? nullptr : &from.asan_fake_stack, to.stack_bottom,
@@ -75,7 +164,7 @@ void switch_context(Context& from, Context& to, bool from_finished) {
 #else
   (void)from_finished;
 #endif
-  if (swap_fn()(&from.uc, &to.uc) != 0) die("swapcontext failed");
+  switch_stacks(from, to);
 #if defined(KVHEAP_SIM_ASAN)
   __sanitizer_finish_switch_fiber(from.asan_fake_stack, nullptr, nullptr);
 #endif

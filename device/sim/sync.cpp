@@ -54,9 +54,9 @@ std::uint64_t BlockRunner::warp_collective(WarpOp op, unsigned mask, std::uint64
   const int lane = t % 32;
   const unsigned bit = 1u << lane;
   WarpState& w = warps_[warp];
-  char hex[16];
-  std::snprintf(hex, sizeof hex, "0x%08x", mask);
   if ((mask & bit) == 0) {
+    char hex[16];
+    std::snprintf(hex, sizeof hex, "0x%08x", mask);
     fail("thread " + thread_name(t) + " (lane " + std::to_string(lane) + " of warp " +
          std::to_string(warp) + ") called " + warp_op_name(op) + " at " + site_string(site) +
          " with mask " + hex + ", which does not include its own lane");
