@@ -7,7 +7,8 @@
 #      with line tables only (-g1), which compiles in half the time of -O2 -g and reports the same
 #      file:line stacks
 #   3. the real CUDA build (preset cuda, in build/cuda-check): compiles and links with nvcc
-#   4. the CPU-only build (preset cpu): the programs without any CUDA code, and their CLI tests
+#   4. the CPU-only build (preset cpu, in build/cpu-check): the programs without any CUDA code,
+#      and their CLI tests
 #   5. the fuzz targets, each for a bounded time (scripts/fuzz.sh)
 #   6. format and lint checks (scripts/lint.sh)
 #
@@ -72,12 +73,16 @@ if [ "$toolkit" = yes ]; then
   cmake --build build/cuda-check -j "$jobs"
   echo "[$SECONDS s]"
 
-  # The CPU-only programs compile without any CUDA code; their CLI tests run here, the rest ran
-  # in step 1. (The presets reset these -D options, so later `cmake --preset cpu` builds all.)
-  step "4. CPU-only build (no CUDA code at all)"
-  cmake --preset cpu -DKVHEAP_BUILD_DOCS=OFF -DKVHEAP_BUILD_BENCH=OFF
-  cmake --build --preset cpu -j "$jobs" --target test_cli
-  ctest --preset cpu -j "$jobs" -R "Cli\."
+  # The CPU-only programs, without any CUDA code, and their CLI tests; the rest ran in step 1.
+  # In a folder of its own (build/cpu-check), so that build/cpu stays the preset's optimised
+  # build for the tour, and at -O1: these tests check what the programs print, not their speed,
+  # and the fuzz build (step 5) compiles the same programs without CUDA as well.
+  step "4. CPU-only build (no CUDA code at all): the CLI tests"
+  cmake --preset cpu -B build/cpu-check -DKVHEAP_BUILD_DOCS=OFF -DKVHEAP_BUILD_BENCH=OFF \
+    -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG"
+  cmake --build build/cpu-check -j "$jobs" --target test_cli
+  ctest --test-dir build/cpu-check -j "$jobs" -R "Cli\." --output-on-failure --timeout 600 \
+    --no-tests=error
   echo "[$SECONDS s]"
 else
   step "1-4. CPU-only build: every test that needs no CUDA code, and the docs"
