@@ -2,11 +2,11 @@
 // on. Every CUDA thread of a block is one fiber; the OS thread that runs the block keeps its own
 // context (the "scheduler" context) to return to when no fiber can run.
 //
-// On x86-64 the switch is a few instructions of our own (fiber.cpp) that save the callee-saved
+// On x86-64 the switch is twenty instructions of our own (fiber.cpp) that save the callee-saved
 // registers on the old stack and load them from the new one. Elsewhere it is glibc's swapcontext,
 // which also saves and restores the signal mask with a system call on every switch: a kernel's
-// __syncthreads or warp shuffle switches once per thread, and that system call was about half of
-// the simulator's time (two of the slowest GPU tests ran 2.4 and 6.5 times longer with it).
+// __syncthreads or warp shuffle switches once per thread, so those switches took most of the
+// simulator's time: two of the slowest GPU tests ran 2.4 and 6.5 times longer with swapcontext.
 //
 // Under AddressSanitizer every switch is announced with __sanitizer_start_switch_fiber and
 // __sanitizer_finish_switch_fiber so ASan knows which stack is live. The swapcontext fallback
@@ -54,7 +54,9 @@ struct Context {
 };
 
 /// \brief Prepares `ctx` so that switching to it calls `entry` on `stack`. `entry` must never
-/// return: it ends by switching away with `from_finished` set.
+/// return: it ends by switching away with `from_finished` set. Under ASan it also clears what the
+/// stack's last fiber left poisoned, found from the stack pointer `ctx` saved last: so `ctx` must
+/// be fresh or the context that last ran on `stack` (BlockRunner keeps thread t on stack t).
 void make_fiber(Context& ctx, std::span<std::byte> stack, void (*entry)());
 
 /// \brief Switches from `from` to `to`; returns when something switches back to `from`.
