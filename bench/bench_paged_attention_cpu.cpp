@@ -16,9 +16,9 @@
 // keeps a load change from landing on one side only. Both layouts must give bitwise equal outputs
 // before anything is timed. Heads are Llama-3-8B's (32 query, 8 KV, head_dim 128), bf16, one
 // layer; only working sets of at least 4x the last-level cache run (cold-cache numbers), and at
-// most 512 MiB, to share the machine. Both layouts are allocated as the chapters' CPU caches are,
-// on transparent huge pages (common/host_buffer.hpp); --huge-pages=0 gives both 4 KiB pages, to
-// show what the TLB costs.
+// most 512 MiB, to share the machine (or twice that floor on a large L3: bench/cpu_caches.hpp).
+// Both layouts are allocated as the chapters' CPU caches are, on transparent huge pages
+// (common/host_buffer.hpp); --huge-pages=0 gives both 4 KiB pages, to show what the TLB costs.
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 #include <omp.h>
@@ -251,17 +251,12 @@ int main(int argc, char** argv) {
   g_huge_pages = bench::flag_value(argc, argv, "huge-pages", "1") == "1";
   g_peak_gbps = measure_read_bandwidth().gbps;
   const std::size_t llc = bench::llc_bytes();
-  const std::size_t min_set = 4 * (llc > 0 ? llc : std::size_t{32} << 20);
-  const std::size_t max_set = std::size_t{512} << 20;
+  const bench::ColdSetWindow window = bench::cold_set_window(std::size_t{512} << 20);
   for (int batch : {1, 8, 32}) {
     for (int ctx : {4096, 16384, 32768}) {
       const std::size_t set = static_cast<std::size_t>(batch) * ctx * 2 * kKvDim * sizeof(T);
       const std::string name = fmt::format("paged_vs_contiguous/bf16/batch{}/ctx{}", batch, ctx);
-      if (set < min_set || set > max_set) {
-        fmt::print("{}: skipped, K+V working set {} MiB is outside [4 x LLC = {} MiB, {} MiB]\n",
-                   name, set >> 20, min_set >> 20, max_set >> 20);
-        continue;
-      }
+      if (!window.admits(name, set)) continue;
       benchmark::RegisterBenchmark(
           name.c_str(), [batch, ctx](benchmark::State& s) { paged_vs_contiguous(s, batch, ctx); })
           ->UseManualTime()

@@ -2,9 +2,11 @@
 #pragma once
 
 #include <benchmark/benchmark.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cstddef>
+#include <string>
 
 #include "common/bandwidth.hpp"
 
@@ -28,6 +30,33 @@ inline std::size_t l2_bytes_per_core(std::size_t fallback) {
     if (c.level == 2 && c.type != "Instruction" && c.size > 0)
       return static_cast<std::size_t>(c.size) / std::max(1, c.num_sharing);
   return fallback;
+}
+
+/// \brief The cold-cache working-set sizes a CPU benchmark runs, [min, max] bytes of K and V.
+struct ColdSetWindow {
+  std::size_t min;  ///< 4x the last-level cache: the cache then holds at most a quarter of it
+  std::size_t max;  ///< the benchmark's cap, raised where the floor comes near it (see below)
+
+  /// \brief Whether a configuration of `set` bytes runs; if not, says so on stdout, and why.
+  [[nodiscard]] bool admits(const std::string& name, std::size_t set) const {
+    if (set >= min && set <= max) return true;
+    fmt::print("{}: skipped, K+V working set {} MiB is outside [4 x LLC = {} MiB, {} MiB]\n", name,
+               set >> 20, min >> 20, max >> 20);
+    return false;
+  }
+};
+
+/// \brief The window for a benchmark whose own cap is `cap` bytes: from 4x the LLC up to the
+/// larger of `cap` and twice that floor, but never more than an eighth of physical memory. Raising
+/// the cap keeps a grid from coming up empty on a server VM that reports a large shared L3 (260 MiB
+/// on a 2-vCPU Xeon: a floor of 1040 MiB, above a 1 GiB cap).
+inline ColdSetWindow cold_set_window(std::size_t cap) {
+  const std::size_t llc = llc_bytes();
+  const std::size_t floor = 4 * (llc > 0 ? llc : std::size_t{32} << 20);
+  std::size_t top = std::max(cap, 2 * floor);
+  if (const std::size_t memory = physical_memory_bytes(); memory > 0)
+    top = std::min(top, memory / 8);
+  return {floor, top};
 }
 
 }  // namespace kvheap::bench

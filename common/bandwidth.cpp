@@ -30,12 +30,20 @@ std::size_t last_level_cache_bytes() {
   return l2 > 0 ? static_cast<std::size_t>(l2) : 0;
 }
 
+std::size_t physical_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<std::size_t>(pages) * static_cast<std::size_t>(page)
+                               : 0;
+}
+
 ReadProbe::ReadProbe(std::size_t bytes) {
-  // 8x the LLC defeats the cache; the 1 GiB cap keeps the probe quick on servers whose OS reports
-  // a large shared L3.
-  if (bytes == 0)
-    bytes = std::clamp<std::size_t>(8 * last_level_cache_bytes(), std::size_t{256} << 20,
-                                    std::size_t{1} << 30);
+  // 8x the LLC defeats the cache. The cap keeps the probe quick, yet lets it grow past 1 GiB
+  // where the host has the memory for it: a server VM may share an L3 of 260 MiB, and a 1 GiB
+  // probe there would read a quarter of itself from that cache.
+  if (bytes == 0) {
+    const std::size_t cap = std::max(std::size_t{1} << 30, physical_memory_bytes() / 8);
+    bytes = std::clamp<std::size_t>(8 * last_level_cache_bytes(), std::size_t{256} << 20, cap);
+  }
   n_ = static_cast<long>(bytes / sizeof(float));
   buf_ = std::make_unique_for_overwrite<float[]>(static_cast<std::size_t>(n_));
   // First touch from the threads that will read, so pages land where they are used.

@@ -17,11 +17,15 @@ struct BandwidthSample {
 /// \brief Size of the last-level cache in bytes (0 when the OS does not say).
 std::size_t last_level_cache_bytes();
 
+/// \brief Physical memory of this host in bytes (0 when the OS does not say).
+std::size_t physical_memory_bytes();
+
 /// \brief A STREAM-like read probe that keeps its buffer, so that it can be read again and again:
 /// between a kernel's runs, for instance, to compare each run with the bandwidth of the same
 /// moment on a machine whose bandwidth drifts.
 ///
-/// The buffer (default: 8x the last-level cache, clamped to [256 MiB, 1 GiB]) is read by all
+/// The buffer (default: 8x the last-level cache, at least 256 MiB and at most 1 GiB or an eighth
+/// of physical memory, whichever is larger) is read by all
 /// OpenMP threads, summing floats so the loads cannot be optimised away. Each thread reads the
 /// slice it first touched, as the decode matmul does with its slice of every weight matrix, once
 /// front to back and once as four parts side by side: some CPUs need several streams per core to

@@ -1,7 +1,6 @@
 // ch01_cpu_reference: generate with the CPU decoder and the naive reservation policy, and report
 // tokens/s, KV reserved vs used, bytes per decode step and achieved bandwidth.
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <iostream>
 #include <memory>
@@ -22,11 +21,10 @@ namespace {
 
 /// Physical memory of the host in bytes: the most a KV budget on the CPU could ever hold.
 double host_memory_bytes() {
-  const long pages = ::sysconf(_SC_PHYS_PAGES);
-  const long page_size = ::sysconf(_SC_PAGESIZE);
-  if (pages <= 0 || page_size <= 0)
+  const std::size_t bytes = physical_memory_bytes();
+  if (bytes == 0)
     throw ResourceError("cannot read this host's physical memory size (sysconf failed)");
-  return static_cast<double>(pages) * static_cast<double>(page_size);
+  return static_cast<double>(bytes);
 }
 
 }  // namespace
