@@ -179,8 +179,8 @@ int main(int argc, char** argv) {
                                             .measure_peak = !no_peak && out.empty(),
                                             .threads = threads});
       if (out.empty()) {
-        peak = backend.peak_gbps();
-        peak_kind = backend.peak_kind();
+        peak = backend.peak().gbps;
+        peak_kind = backend.peak().kind;
         device_name = backend.device_name();
       }
       out.push_back(serve(backend, work, p, max_batch_tokens, c, kv));

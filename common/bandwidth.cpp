@@ -30,6 +30,10 @@ std::size_t last_level_cache_bytes() {
   return l2 > 0 ? static_cast<std::size_t>(l2) : 0;
 }
 
+MeasuredPeak cpu_read_peak() {
+  return {measure_read_bandwidth().gbps, "STREAM-like read", last_level_cache_bytes()};
+}
+
 std::size_t physical_memory_bytes() {
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   return pages > 0 && page > 0 ? static_cast<std::size_t>(pages) * static_cast<std::size_t>(page)

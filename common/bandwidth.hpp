@@ -4,6 +4,7 @@
 #include <array>
 #include <cstddef>
 #include <memory>
+#include <string>
 
 namespace kvheap {
 
@@ -57,5 +58,24 @@ class ReadProbe {
 
 /// \brief The best of `repeats` passes of a fresh ReadProbe of `bytes`.
 BandwidthSample measure_read_bandwidth(std::size_t bytes = 0, int repeats = 3);
+
+/// \brief A bandwidth peak as a program reports it next to its own rate: how fast, what was
+/// measured, and how large a cache sits in front of that memory.
+struct MeasuredPeak {
+  double gbps = 0.0;            ///< 1e9 bytes per second; 0 when not measured
+  std::string kind;             ///< "STREAM-like read", "device-to-device copy"
+  std::size_t cache_bytes = 0;  ///< a CPU's last-level cache or a GPU's L2 (0 when unknown)
+
+  /// \brief Whether a working set of `bytes`, read again and again, is less than 4x that cache,
+  /// the smallest size the benchmarks count as cold. Part of such a set stays in the cache from
+  /// one pass to the next (all of it when it fits), so a rate measured on it is partly the
+  /// cache's and may exceed the peak, which the probe measures on a buffer of 8x the cache.
+  [[nodiscard]] bool partly_cached(double bytes) const {
+    return cache_bytes > 0 && bytes < 4.0 * static_cast<double>(cache_bytes);
+  }
+};
+
+/// \brief The CPU's STREAM-like read peak (measure_read_bandwidth) and its last-level cache.
+MeasuredPeak cpu_read_peak();
 
 }  // namespace kvheap

@@ -7,6 +7,7 @@
 #include <iosfwd>
 #include <string>
 
+#include "common/bandwidth.hpp"
 #include "common/generate.hpp"
 #include "common/model_config.hpp"
 
@@ -30,8 +31,7 @@ struct DecodeReport {
   std::size_t kv_used_bytes = 0;      ///< holding real tokens
   double weight_bytes_per_step = 0;   ///< weights read by one decode step
   double kv_bytes_per_step = 0;       ///< average over decode steps
-  double peak_gbps = 0;               ///< measured in the same process
-  std::string peak_kind;              ///< "STREAM-like read", "device-to-device copy"
+  MeasuredPeak peak;                  ///< measured in the same process (gbps 0: not measured)
 
   /// \brief Prompt tokens per second of the prefill pass.
   [[nodiscard]] double prefill_tokens_per_s() const;
@@ -47,6 +47,12 @@ void fill_bytes(DecodeReport& r, const ModelConfig& c);
 
 /// \brief Human-readable report (a few aligned lines).
 void print_report(const DecodeReport& r, std::ostream& os);
+
+/// \brief The report's "achieved" line: `gbps`, and its fraction of `peak` when one was measured.
+/// When a step's `step_bytes` are under 4x the cache in front of the peak's memory, a second line
+/// says that the rate is partly the cache's: with a small model on a CPU with a large L3 it can
+/// exceed the memory's peak.
+void print_achieved(const MeasuredPeak& peak, double gbps, double step_bytes, std::ostream& os);
 
 /// \brief The "metrics" object of --json output.
 nlohmann::json metrics_json(const DecodeReport& r);

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <utility>
@@ -109,6 +110,7 @@ DeviceInfo device_info(int device) {
   info.sm_count = prop.multiProcessorCount;
   info.total_memory = prop.totalGlobalMem;
   info.bus_width = prop.memoryBusWidth;
+  info.l2_bytes = static_cast<std::size_t>(std::max(prop.l2CacheSize, 0));
   info.cc_major = prop.major;
   info.cc_minor = prop.minor;
   // Clocks left cudaDeviceProp in CUDA 13; the attributes exist in every version.

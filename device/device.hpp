@@ -61,6 +61,7 @@ struct DeviceInfo {
   int memory_clock_khz = 0;      ///< peak memory clock (0 when unknown, as in the simulator)
   int bus_width = 0;             ///< memory bus width in bits (0 when unknown)
   int sm_clock_khz = 0;          ///< peak SM clock (0 when unknown)
+  std::size_t l2_bytes = 0;      ///< L2 cache size (0 when unknown, as in the simulator)
   int cc_major = 0;              ///< compute capability, e.g. 9.0
   int cc_minor = 0;              ///< minor part of the compute capability (the 0 of 9.0)
   bool is_simulator = false;     ///< true for the CPU simulator

@@ -66,8 +66,7 @@ int main(int argc, char** argv) {
     rep.device = fmt::format("cpu ({} threads)", threads);
     rep.kv_dtype = kv;
     if (!no_peak) {
-      rep.peak_gbps = measure_read_bandwidth().gbps;
-      rep.peak_kind = "STREAM-like read";
+      rep.peak = cpu_read_peak();
     }
 
     ch01::ReservedCache cache(c, kv, budget);

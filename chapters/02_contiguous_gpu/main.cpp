@@ -120,8 +120,7 @@ int main(int argc, char** argv) {
     if (device == "cpu") {
       rep.device = fmt::format("cpu ({} threads)", threads);
       if (!no_peak) {
-        rep.peak_gbps = measure_read_bandwidth().gbps;
-        rep.peak_kind = "STREAM-like read";
+        rep.peak = cpu_read_peak();
       }
       rep.run = run_cpu(weights, kv, budget, prompt, gen, rep);
     } else {
@@ -129,8 +128,7 @@ int main(int argc, char** argv) {
       const DeviceInfo info = require_cuda_device();
       rep.device = info.is_simulator ? info.name + " (not a performance model)" : info.name;
       if (!no_peak && !info.is_simulator) {
-        rep.peak_gbps = measure_copy_bandwidth().gbps;
-        rep.peak_kind = "device-to-device copy";
+        rep.peak = gpu_copy_peak();
       }
       rep.run = run_cuda(weights, kv, wt, budget, prompt, gen, rep);
 #endif

@@ -115,8 +115,7 @@ int main(int argc, char** argv) {
     if (o.device == "cpu") {
       rep.device = fmt::format("cpu ({} threads)", threads);
       if (!p.no_peak) {
-        rep.peak_gbps = measure_read_bandwidth().gbps;
-        rep.peak_kind = "STREAM-like read";
+        rep.peak = cpu_read_peak();
       }
       host_cache =
           std::make_unique<PagedHostCache>(c, kv, num_blocks, p.block_size, p.shuffle_seed);
@@ -128,8 +127,7 @@ int main(int argc, char** argv) {
       const DeviceInfo info = require_cuda_device();
       rep.device = info.is_simulator ? info.name + " (not a performance model)" : info.name;
       if (!p.no_peak && !info.is_simulator) {
-        rep.peak_gbps = measure_copy_bandwidth().gbps;
-        rep.peak_kind = "device-to-device copy";
+        rep.peak = gpu_copy_peak();
       }
       gpu_cache = std::make_unique<PagedGpuCache>(c, kv, num_blocks, p.block_size, p.shuffle_seed);
       gpu_fwd = std::make_unique<GpuForward>(weights, wt);
@@ -290,9 +288,8 @@ int main(int argc, char** argv) {
                rep.run.decode_steps, rep.run.decode_seconds * 1e3, tokens_per_s);
     fmt::print("  bytes/decode step: weights {:.3f} MB (read once for the batch) + KV {:.3f} MB\n",
                rep.weight_bytes_per_step / 1e6, rep.kv_bytes_per_step / 1e6);
-    if (rep.peak_gbps > 0)
-      fmt::print("  achieved {:.2f} GB/s = {:.1f} % of the {} peak measured now ({:.2f} GB/s)\n",
-                 rep.decode_gbps(), 100.0 * rep.decode_gbps() / rep.peak_gbps, rep.peak_kind,
-                 rep.peak_gbps);
+    if (rep.peak.gbps > 0)
+      print_achieved(rep.peak, rep.decode_gbps(), rep.weight_bytes_per_step + rep.kv_bytes_per_step,
+                     std::cout);
   });
 }

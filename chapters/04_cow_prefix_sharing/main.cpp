@@ -121,8 +121,7 @@ int main(int argc, char** argv) {
                                     .measure_peak = !p.no_peak,
                                     .threads = threads});
     rep.device = backend.device_name();
-    rep.peak_gbps = backend.peak_gbps();
-    rep.peak_kind = backend.peak_kind();
+    rep.peak = backend.peak();
     const auto forward = [&](const Batch& b) { return backend.forward(b); };
     SharedBlockManager& blocks = backend.blocks();
 
@@ -322,9 +321,8 @@ int main(int argc, char** argv) {
         p.no_read_once ? " (--no-read-once: the same)" : "");
     fmt::print("  bytes/decode step: weights {:.3f} MB (read once for the batch) + KV {:.3f} MB\n",
                rep.weight_bytes_per_step / 1e6, rep.kv_bytes_per_step / 1e6);
-    if (rep.peak_gbps > 0)
-      fmt::print("  achieved {:.2f} GB/s = {:.1f} % of the {} peak measured now ({:.2f} GB/s)\n",
-                 rep.decode_gbps(), 100.0 * rep.decode_gbps() / rep.peak_gbps, rep.peak_kind,
-                 rep.peak_gbps);
+    if (rep.peak.gbps > 0)
+      print_achieved(rep.peak, rep.decode_gbps(), rep.weight_bytes_per_step + rep.kv_bytes_per_step,
+                     std::cout);
   });
 }

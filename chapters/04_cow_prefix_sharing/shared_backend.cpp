@@ -37,8 +37,7 @@ SharedBackend::SharedBackend(const ModelWeights& weights, const SharedBackendCon
                       dtype_name(cfg.weights)));
     device_name_ = fmt::format("cpu ({} threads)", cfg.threads);
     if (cfg.measure_peak) {
-      peak_gbps_ = measure_read_bandwidth().gbps;
-      peak_kind_ = "STREAM-like read";
+      peak_ = cpu_read_peak();
     }
     impl_->host_cache = std::make_unique<SharedHostCache>(c, cfg.kv, cfg.num_blocks, cfg.block_size,
                                                           cfg.shuffle_seed, cfg.read_once);
@@ -51,8 +50,7 @@ SharedBackend::SharedBackend(const ModelWeights& weights, const SharedBackendCon
   const DeviceInfo info = require_cuda_device();
   device_name_ = info.is_simulator ? info.name + " (not a performance model)" : info.name;
   if (cfg.measure_peak && !info.is_simulator) {
-    peak_gbps_ = measure_copy_bandwidth().gbps;
-    peak_kind_ = "device-to-device copy";
+    peak_ = gpu_copy_peak();
   }
   impl_->gpu_cache = std::make_unique<SharedGpuCache>(c, cfg.kv, cfg.num_blocks, cfg.block_size,
                                                       cfg.shuffle_seed, cfg.read_once);

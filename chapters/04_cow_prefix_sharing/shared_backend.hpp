@@ -10,6 +10,7 @@
 #include <string>
 
 #include "chapters/04_cow_prefix_sharing/shared_block_manager.hpp"
+#include "common/bandwidth.hpp"
 #include "common/batch.hpp"
 #include "common/model_config.hpp"
 #include "common/weights.hpp"
@@ -52,17 +53,14 @@ class SharedBackend {
   [[nodiscard]] std::size_t bytes_used() const;
   /// \brief "cpu (2 threads)", or the device's name (the simulator says it is not a GPU).
   [[nodiscard]] const std::string& device_name() const { return device_name_; }
-  /// \brief Bandwidth peak measured at start (0 when not measured) and what it measured.
-  [[nodiscard]] double peak_gbps() const { return peak_gbps_; }
-  /// \copydoc peak_gbps()
-  [[nodiscard]] const std::string& peak_kind() const { return peak_kind_; }
+  /// \brief Bandwidth peak measured at start (gbps 0 when not measured) and what it measured.
+  [[nodiscard]] const MeasuredPeak& peak() const { return peak_; }
 
  private:
   struct Impl;  // the host or the device pair; keeps CUDA headers out of this one
   std::unique_ptr<Impl> impl_;
   std::string device_name_;
-  double peak_gbps_ = 0;
-  std::string peak_kind_;
+  MeasuredPeak peak_;
 };
 
 }  // namespace kvheap::ch04

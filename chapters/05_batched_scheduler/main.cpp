@@ -188,8 +188,7 @@ int main(int argc, char** argv) {
     rep.kv_used_bytes = peak_kv_used;
     rep.weight_bytes_per_step = weight_bytes;
     rep.kv_bytes_per_step = steps > 0 ? kv_bytes_read / steps : 0;
-    rep.peak_gbps = backend.peak_gbps();
-    rep.peak_kind = backend.peak_kind();
+    rep.peak = backend.peak();
     const double gbps = rep.decode_gbps();
     const double gen_per_s = seconds > 0 ? generated_total / seconds : 0;
     const double rows_per_s = seconds > 0 ? rows / seconds : 0;
@@ -281,9 +280,7 @@ int main(int argc, char** argv) {
                gen_per_s, rows_per_s);
     fmt::print("  bytes/pass: weights {:.3f} MB + KV {:.3f} MB\n", weight_bytes / 1e6,
                rep.kv_bytes_per_step / 1e6);
-    if (backend.peak_gbps() > 0)
-      fmt::print("  achieved {:.2f} GB/s = {:.1f} % of the {} peak measured now ({:.2f} GB/s)\n",
-                 gbps, 100.0 * gbps / backend.peak_gbps(), backend.peak_kind(),
-                 backend.peak_gbps());
+    if (backend.peak().gbps > 0)
+      print_achieved(backend.peak(), gbps, weight_bytes + rep.kv_bytes_per_step, std::cout);
   });
 }

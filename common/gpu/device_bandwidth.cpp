@@ -44,4 +44,8 @@ BandwidthSample measure_copy_bandwidth(std::size_t bytes, int repeats) {
   return s;
 }
 
+MeasuredPeak gpu_copy_peak() {
+  return {measure_copy_bandwidth().gbps, "device-to-device copy", require_cuda_device().l2_bytes};
+}
+
 }  // namespace kvheap

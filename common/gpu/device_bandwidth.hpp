@@ -17,4 +17,7 @@ namespace kvheap {
 /// label or refuse it (kvheap::is_simulator()).
 BandwidthSample measure_copy_bandwidth(std::size_t bytes = std::size_t{1} << 30, int repeats = 5);
 
+/// \brief The device's copy peak (measure_copy_bandwidth) and its L2.
+MeasuredPeak gpu_copy_peak();
+
 }  // namespace kvheap

@@ -1,0 +1,58 @@
+// What a chapter's program says about its bandwidth: the fraction of the measured peak, and the
+// warning that a step small enough to stay in the cache in front of that memory measures the
+// cache (a 61 MB model on a CPU with a 260 MiB L3 reached 119 % of the read peak).
+#include <gtest/gtest.h>
+
+#include <sstream>
+#include <string>
+
+#include "common/bandwidth.hpp"
+#include "common/report.hpp"
+
+namespace kvheap {
+namespace {
+
+constexpr std::size_t kMiB = std::size_t{1} << 20;
+
+TEST(MeasuredPeak, PartlyCachedBelowFourTimesTheCache) {
+  const MeasuredPeak peak{20.0, "STREAM-like read", 32 * kMiB};
+  EXPECT_TRUE(peak.partly_cached(1.0));
+  EXPECT_TRUE(peak.partly_cached(4.0 * 32 * kMiB - 1));
+  EXPECT_FALSE(peak.partly_cached(4.0 * 32 * kMiB));
+  EXPECT_FALSE(peak.partly_cached(1e12));
+  const MeasuredPeak unknown{20.0, "STREAM-like read", 0};  // the OS did not say: no warning
+  EXPECT_FALSE(unknown.partly_cached(1.0));
+}
+
+std::string achieved(const MeasuredPeak& peak, double gbps, double step_bytes) {
+  std::ostringstream os;
+  print_achieved(peak, gbps, step_bytes, os);
+  return os.str();
+}
+
+TEST(PrintAchieved, FractionOfThePeakAndTheCacheWarning) {
+  const MeasuredPeak peak{25.0, "STREAM-like read", 260 * kMiB};
+  const std::string cold = achieved(peak, 20.0, 2e9);
+  EXPECT_EQ(cold,
+            "  achieved 20.00 GB/s = 80.0 % of the STREAM-like read peak measured now (25.00 "
+            "GB/s)\n");
+  const std::string warm = achieved(peak, 30.0, 61.1e6);
+  EXPECT_EQ(warm.rfind("  achieved 30.00 GB/s = 120.0 % of the STREAM-like read peak", 0), 0)
+      << warm;
+  EXPECT_NE(warm.find("a step's 61.1 MB is under 4x the 260 MiB cache"), std::string::npos) << warm;
+  EXPECT_EQ(achieved(MeasuredPeak{}, 1.5, 61.1e6), "  achieved 1.50 GB/s\n");
+}
+
+TEST(MetricsJson, SaysWhetherAStepIsPartlyCached) {
+  DecodeReport r;
+  r.peak = {25.0, "STREAM-like read", 100 * kMiB};
+  r.weight_bytes_per_step = 300e6;
+  r.kv_bytes_per_step = 1e6;
+  EXPECT_TRUE(metrics_json(r)["step_partly_cached"].get<bool>());
+  EXPECT_EQ(metrics_json(r)["peak_cache_bytes"].get<std::size_t>(), 100 * kMiB);
+  r.weight_bytes_per_step = 500e6;  // weights and KV together pass 4x the cache
+  EXPECT_FALSE(metrics_json(r)["step_partly_cached"].get<bool>());
+}
+
+}  // namespace
+}  // namespace kvheap
