@@ -167,8 +167,8 @@ int main(int argc, char** argv) {
         {fmt::format("continuous, at most {}", batch), batch, 0},
         {"continuous, admission by free blocks", 1 << 20, 0}};
     std::vector<Outcome> out;
-    double peak = 0;
-    std::string peak_kind, device_name;
+    MeasuredPeak peak;
+    std::string device_name;
     for (const Policy& p : policies) {
       ch04::SharedBackend backend(weights, {.device = device,
                                             .kv = kv,
@@ -179,8 +179,7 @@ int main(int argc, char** argv) {
                                             .measure_peak = !no_peak && out.empty(),
                                             .threads = threads});
       if (out.empty()) {
-        peak = backend.peak().gbps;
-        peak_kind = backend.peak().kind;
+        peak = backend.peak();
         device_name = backend.device_name();
       }
       out.push_back(serve(backend, work, p, max_batch_tokens, c, kv));
@@ -228,8 +227,11 @@ int main(int argc, char** argv) {
         "| policy | passes | rows/pass | peak running | preemptions | KV held peak MB | weights "
         "MB/token | MB read/pass | time s | tokens/s | vs one at a time | GB/s | % of peak "
         "|\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    bool any_cached = false;
     for (std::size_t i = 0; i < out.size(); ++i) {
       const Outcome& o = out[i];
+      const bool cached = peak.gbps > 0 && peak.partly_cached(w + o.kv_bytes_read / o.passes);
+      any_cached = any_cached || cached;
       const double bytes = w * o.passes + o.kv_bytes_read;
       const double gbps = bytes / o.seconds / 1e9;
       const double tps = o.generated / o.seconds;
@@ -239,8 +241,15 @@ int main(int argc, char** argv) {
           policies[i].name, o.passes, static_cast<double>(o.rows) / o.passes, o.peak_running,
           o.preemptions, o.peak_kv_held * block_bytes / 1e6, w * o.passes / o.generated / 1e6,
           bytes / o.passes / 1e6, o.seconds, tps, tps / (out[0].generated / out[0].seconds), gbps,
-          peak > 0 ? fmt::format("{:.1f}", 100.0 * gbps / peak) : "-");
+          peak.gbps > 0 ? fmt::format("{:.1f}{}", 100.0 * gbps / peak.gbps, cached ? "*" : "")
+                        : "-");
     }
-    if (peak > 0) fmt::print("\npeak: {} {:.2f} GB/s, measured at start\n", peak_kind, peak);
+    if (peak.gbps > 0)
+      fmt::print("\npeak: {} {:.2f} GB/s, measured at start\n", peak.kind, peak.gbps);
+    if (any_cached)
+      fmt::print(
+          "* a pass reads less than 4x the {} MiB cache in front of that memory, so part of it "
+          "stays there from one pass to the next: the rate is partly the cache's\n",
+          peak.cache_bytes >> 20);
   });
 }

@@ -36,8 +36,16 @@ MeasuredPeak cpu_read_peak() {
 
 std::size_t physical_memory_bytes() {
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  return pages > 0 && page > 0 ? static_cast<std::size_t>(pages) * static_cast<std::size_t>(page)
-                               : 0;
+  std::size_t bytes =
+      pages > 0 && page > 0 ? static_cast<std::size_t>(pages) * static_cast<std::size_t>(page) : 0;
+  // In a container the limit that matters is its cgroup's (v2: a number, or "max" for none).
+  std::ifstream f("/sys/fs/cgroup/memory.max");
+  std::string limit;
+  if (f >> limit && !limit.empty() && limit.find_first_not_of("0123456789") == std::string::npos) {
+    const std::size_t cap = std::stoull(limit);
+    if (cap > 0 && (bytes == 0 || cap < bytes)) bytes = cap;
+  }
+  return bytes;
 }
 
 ReadProbe::ReadProbe(std::size_t bytes) {

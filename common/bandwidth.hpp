@@ -18,7 +18,8 @@ struct BandwidthSample {
 /// \brief Size of the last-level cache in bytes (0 when the OS does not say).
 std::size_t last_level_cache_bytes();
 
-/// \brief Physical memory of this host in bytes (0 when the OS does not say).
+/// \brief Physical memory of this host in bytes, or its cgroup's memory limit when that is lower
+/// (0 when the OS does not say).
 std::size_t physical_memory_bytes();
 
 /// \brief A STREAM-like read probe that keeps its buffer, so that it can be read again and again:
@@ -69,7 +70,8 @@ struct MeasuredPeak {
   /// \brief Whether a working set of `bytes`, read again and again, is less than 4x that cache,
   /// the smallest size the benchmarks count as cold. Part of such a set stays in the cache from
   /// one pass to the next (all of it when it fits), so a rate measured on it is partly the
-  /// cache's and may exceed the peak, which the probe measures on a buffer of 8x the cache.
+  /// cache's and may exceed the peak, which is measured on a larger buffer (a CPU's read probe
+  /// reads 8x its last-level cache where memory allows; a GPU's copy peak moves 1 GiB).
   [[nodiscard]] bool partly_cached(double bytes) const {
     return cache_bytes > 0 && bytes < 4.0 * static_cast<double>(cache_bytes);
   }

@@ -46,11 +46,11 @@ TEST(PrintAchieved, FractionOfThePeakAndTheCacheWarning) {
 TEST(MetricsJson, SaysWhetherAStepIsPartlyCached) {
   DecodeReport r;
   r.peak = {25.0, "STREAM-like read", 100 * kMiB};
-  r.weight_bytes_per_step = 300e6;
+  r.weight_bytes_per_step = 410e6;  // 4x the cache is 419.4e6 bytes
   r.kv_bytes_per_step = 1e6;
   EXPECT_TRUE(metrics_json(r)["step_partly_cached"].get<bool>());
   EXPECT_EQ(metrics_json(r)["peak_cache_bytes"].get<std::size_t>(), 100 * kMiB);
-  r.weight_bytes_per_step = 500e6;  // weights and KV together pass 4x the cache
+  r.kv_bytes_per_step = 10e6;  // only weights and KV together pass 4x the cache
   EXPECT_FALSE(metrics_json(r)["step_partly_cached"].get<bool>());
 }
 
