@@ -26,7 +26,7 @@ double DecodeReport::decode_tokens_per_s() const {
 
 double DecodeReport::decode_gbps() const {
   if (run.decode_seconds <= 0) return 0;
-  return (weight_bytes_per_step + kv_bytes_per_step) * run.decode_steps / run.decode_seconds / 1e9;
+  return step_bytes() * run.decode_steps / run.decode_seconds / 1e9;
 }
 
 double DecodeReport::waste_fraction() const {
@@ -56,7 +56,7 @@ void print_report(const DecodeReport& r, std::ostream& os) {
              r.kv_reserved_bytes / 1e6, r.kv_used_bytes / 1e6, 100.0 * r.waste_fraction());
   fmt::print(os, "  bytes/decode step: weights {:.3f} MB + KV {:.3f} MB (average)\n",
              r.weight_bytes_per_step / 1e6, r.kv_bytes_per_step / 1e6);
-  print_achieved(r.peak, r.decode_gbps(), r.weight_bytes_per_step + r.kv_bytes_per_step, os);
+  print_achieved(r.peak, r.decode_gbps(), r.step_bytes(), os);
 }
 
 void print_achieved(const MeasuredPeak& peak, double gbps, double step_bytes, std::ostream& os) {
@@ -74,28 +74,27 @@ void print_achieved(const MeasuredPeak& peak, double gbps, double step_bytes, st
 }
 
 nlohmann::json metrics_json(const DecodeReport& r) {
-  return {
-      {"prompt_tokens", r.run.prompt.size()},
-      {"generated_tokens", r.run.generated.size()},
-      {"stop_reason", r.run.stop_reason},
-      {"prefill_seconds", r.run.prefill_seconds},
-      {"decode_seconds", r.run.decode_seconds},
-      {"decode_steps", r.run.decode_steps},
-      {"prefill_tokens_per_s", r.prefill_tokens_per_s()},
-      {"decode_tokens_per_s", r.decode_tokens_per_s()},
-      {"kv_reserved_bytes", r.kv_reserved_bytes},
-      {"kv_used_bytes", r.kv_used_bytes},
-      {"kv_waste_fraction", r.waste_fraction()},
-      {"weight_bytes_per_step", r.weight_bytes_per_step},
-      {"kv_bytes_per_step", r.kv_bytes_per_step},
-      {"decode_gbps", r.decode_gbps()},
-      {"peak_gbps", r.peak.gbps},
-      {"peak_kind", r.peak.kind},
-      {"peak_cache_bytes", r.peak.cache_bytes},
-      {"step_partly_cached", r.peak.partly_cached(r.weight_bytes_per_step + r.kv_bytes_per_step)},
-      {"device", r.device},
-      {"weight_dtype", dtype_name(r.weight_dtype)},
-      {"kv_dtype", dtype_name(r.kv_dtype)}};
+  return {{"prompt_tokens", r.run.prompt.size()},
+          {"generated_tokens", r.run.generated.size()},
+          {"stop_reason", r.run.stop_reason},
+          {"prefill_seconds", r.run.prefill_seconds},
+          {"decode_seconds", r.run.decode_seconds},
+          {"decode_steps", r.run.decode_steps},
+          {"prefill_tokens_per_s", r.prefill_tokens_per_s()},
+          {"decode_tokens_per_s", r.decode_tokens_per_s()},
+          {"kv_reserved_bytes", r.kv_reserved_bytes},
+          {"kv_used_bytes", r.kv_used_bytes},
+          {"kv_waste_fraction", r.waste_fraction()},
+          {"weight_bytes_per_step", r.weight_bytes_per_step},
+          {"kv_bytes_per_step", r.kv_bytes_per_step},
+          {"decode_gbps", r.decode_gbps()},
+          {"peak_gbps", r.peak.gbps},
+          {"peak_kind", r.peak.kind},
+          {"peak_cache_bytes", r.peak.cache_bytes},
+          {"step_partly_cached", r.peak.partly_cached(r.step_bytes())},
+          {"device", r.device},
+          {"weight_dtype", dtype_name(r.weight_dtype)},
+          {"kv_dtype", dtype_name(r.kv_dtype)}};
 }
 
 std::string json_line(const nlohmann::json& j) {

@@ -37,7 +37,9 @@ struct DecodeReport {
   [[nodiscard]] double prefill_tokens_per_s() const;
   /// \brief Decode steps per second.
   [[nodiscard]] double decode_tokens_per_s() const;
-  [[nodiscard]] double decode_gbps() const;  ///< (weights + KV) bytes per step x steps / time
+  /// \brief Bytes one decode step reads: weights plus KV.
+  [[nodiscard]] double step_bytes() const { return weight_bytes_per_step + kv_bytes_per_step; }
+  [[nodiscard]] double decode_gbps() const;  ///< step_bytes() x steps / time
   /// \brief 1 - used / reserved: the share of the cache's memory holding no token.
   [[nodiscard]] double waste_fraction() const;
 };

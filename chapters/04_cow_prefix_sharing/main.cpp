@@ -321,8 +321,6 @@ int main(int argc, char** argv) {
         p.no_read_once ? " (--no-read-once: the same)" : "");
     fmt::print("  bytes/decode step: weights {:.3f} MB (read once for the batch) + KV {:.3f} MB\n",
                rep.weight_bytes_per_step / 1e6, rep.kv_bytes_per_step / 1e6);
-    if (rep.peak.gbps > 0)
-      print_achieved(rep.peak, rep.decode_gbps(), rep.weight_bytes_per_step + rep.kv_bytes_per_step,
-                     std::cout);
+    if (rep.peak.gbps > 0) print_achieved(rep.peak, rep.decode_gbps(), rep.step_bytes(), std::cout);
   });
 }

@@ -280,7 +280,6 @@ int main(int argc, char** argv) {
                gen_per_s, rows_per_s);
     fmt::print("  bytes/pass: weights {:.3f} MB + KV {:.3f} MB\n", weight_bytes / 1e6,
                rep.kv_bytes_per_step / 1e6);
-    if (backend.peak().gbps > 0)
-      print_achieved(backend.peak(), gbps, weight_bytes + rep.kv_bytes_per_step, std::cout);
+    if (rep.peak.gbps > 0) print_achieved(rep.peak, gbps, rep.step_bytes(), std::cout);
   });
 }
