@@ -217,7 +217,7 @@ int main(int argc, char** argv) {
   const FmaSample fma = measure_fma_peak();
   const std::size_t llc = bench::llc_bytes();
   g_l2_bytes = bench::l2_bytes_per_core(g_l2_bytes);
-  const bench::ColdSetWindow window = bench::cold_set_window(std::size_t{1} << 30);
+  const ColdSetWindow window = bench::cold_set_window(std::size_t{1} << 30);
 
   benchmark::RegisterBenchmark("read_bandwidth",
                                [](benchmark::State& s) {

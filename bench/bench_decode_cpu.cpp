@@ -142,10 +142,6 @@ int main(int argc, char** argv) {
                r.kv_budget_mb, r.mb_per_step, r.ms_per_step, r.gbps, 100.0 * r.gbps / g_peak_gbps,
                cached ? "*" : "", 1e3 / r.ms_per_step);
   }
-  if (any_cached)
-    fmt::print(
-        "\n* the step reads less than 4x the {} MiB last-level cache, so part of it stays there "
-        "from one step to the next: the rate is partly the cache's\n",
-        last_level_cache_bytes() >> 20);
+  if (any_cached) fmt::print("\n* {}\n", read_peak.cached_note("step"));
   return 0;
 }

@@ -252,7 +252,7 @@ int main(int argc, char** argv) {
   g_huge_pages = bench::flag_value(argc, argv, "huge-pages", "1") == "1";
   g_peak_gbps = measure_read_bandwidth().gbps;
   const std::size_t llc = bench::llc_bytes();
-  const bench::ColdSetWindow window = bench::cold_set_window(std::size_t{512} << 20);
+  const ColdSetWindow window = bench::cold_set_window(std::size_t{512} << 20);
   for (int batch : {1, 8, 32}) {
     for (int ctx : {4096, 16384, 32768}) {
       const std::size_t set = static_cast<std::size_t>(batch) * ctx * 2 * kKvDim * sizeof(T);

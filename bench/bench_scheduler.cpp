@@ -246,10 +246,6 @@ int main(int argc, char** argv) {
     }
     if (peak.gbps > 0)
       fmt::print("\npeak: {} {:.2f} GB/s, measured at start\n", peak.kind, peak.gbps);
-    if (any_cached)
-      fmt::print(
-          "* a pass reads less than 4x the {} MiB cache in front of that memory, so part of it "
-          "stays there from one pass to the next: the rate is partly the cache's\n",
-          peak.cache_bytes >> 20);
+    if (any_cached) fmt::print("* {}\n", peak.cached_note("pass"));
   });
 }

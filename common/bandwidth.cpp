@@ -1,5 +1,6 @@
 #include "common/bandwidth.hpp"
 
+#include <fmt/format.h>
 #include <omp.h>
 #include <unistd.h>
 
@@ -8,6 +9,8 @@
 #include <chrono>
 #include <memory>
 #include <string>
+
+#include "common/working_set.hpp"
 
 namespace kvheap {
 
@@ -30,6 +33,17 @@ std::size_t last_level_cache_bytes() {
   return l2 > 0 ? static_cast<std::size_t>(l2) : 0;
 }
 
+std::string MeasuredPeak::cached_note(std::string_view unit) const {
+  const double mib = static_cast<double>(cache_bytes) / (1 << 20);
+  const std::string cold =
+      4 * mib < 1024 ? fmt::format("{:.0f} MiB", 4 * mib) : fmt::format("{:.1f} GiB", mib / 256);
+  return fmt::format(
+      "a {0} that reads less than 4x the {1:.0f} MiB cache in front of the peak's memory ({2}) "
+      "finds part of what it reads still in that cache from the last {0}, so its rate is partly "
+      "the cache's and can exceed the peak",
+      unit, mib, cold);
+}
+
 MeasuredPeak cpu_read_peak() {
   return {measure_read_bandwidth().gbps, "STREAM-like read", last_level_cache_bytes()};
 }
@@ -49,13 +63,8 @@ std::size_t physical_memory_bytes() {
 }
 
 ReadProbe::ReadProbe(std::size_t bytes) {
-  // 8x the LLC defeats the cache. The cap keeps the probe quick, yet lets it grow past 1 GiB
-  // where the host has the memory for it: a server VM may share an L3 of 260 MiB, and a 1 GiB
-  // probe there would read a quarter of itself from that cache.
-  if (bytes == 0) {
-    const std::size_t cap = std::max(std::size_t{1} << 30, physical_memory_bytes() / 8);
-    bytes = std::clamp<std::size_t>(8 * last_level_cache_bytes(), std::size_t{256} << 20, cap);
-  }
+  if (bytes == 0)
+    bytes = read_probe_default_bytes(last_level_cache_bytes(), physical_memory_bytes());
   n_ = static_cast<long>(bytes / sizeof(float));
   buf_ = std::make_unique_for_overwrite<float[]>(static_cast<std::size_t>(n_));
   // First touch from the threads that will read, so pages land where they are used.

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <string_view>
 
 namespace kvheap {
 
@@ -75,6 +76,11 @@ struct MeasuredPeak {
   [[nodiscard]] bool partly_cached(double bytes) const {
     return cache_bytes > 0 && bytes < 4.0 * static_cast<double>(cache_bytes);
   }
+
+  /// \brief The one sentence every report prints under a rate that partly_cached() marks, with
+  /// `unit` the word for what is read once per pass ("step", "pass"). Lower case and without a
+  /// full stop, so that a table can put it after its "*" and a line inside parentheses.
+  [[nodiscard]] std::string cached_note(std::string_view unit) const;
 };
 
 /// \brief The CPU's STREAM-like read peak (measure_read_bandwidth) and its last-level cache.

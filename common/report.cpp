@@ -67,10 +67,8 @@ void print_achieved(const MeasuredPeak& peak, double gbps, double step_bytes, st
   fmt::print(os, "  achieved {:.2f} GB/s = {:.1f} % of the {} peak measured now ({:.2f} GB/s)\n",
              gbps, 100.0 * gbps / peak.gbps, peak.kind, peak.gbps);
   if (peak.partly_cached(step_bytes))
-    fmt::print(os,
-               "  (a step's {:.1f} MB is under 4x the {:.0f} MiB cache in front of that memory: "
-               "the rate is partly the cache's)\n",
-               step_bytes / 1e6, static_cast<double>(peak.cache_bytes) / (1 << 20));
+    fmt::print(os, "  (this step reads {:.1f} MB: {})\n", step_bytes / 1e6,
+               peak.cached_note("step"));
 }
 
 nlohmann::json metrics_json(const DecodeReport& r) {
@@ -92,6 +90,7 @@ nlohmann::json metrics_json(const DecodeReport& r) {
           {"peak_kind", r.peak.kind},
           {"peak_cache_bytes", r.peak.cache_bytes},
           {"step_partly_cached", r.peak.partly_cached(r.step_bytes())},
+          {"cache_note", r.peak.partly_cached(r.step_bytes()) ? r.peak.cached_note("step") : ""},
           {"device", r.device},
           {"weight_dtype", dtype_name(r.weight_dtype)},
           {"kv_dtype", dtype_name(r.kv_dtype)}};

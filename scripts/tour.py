@@ -97,13 +97,9 @@ def main():
     lines += ["", f"peak: {rows[0][2]['peak_kind']} measured by each program at start "
                   f"({rows[0][2]['peak_gbps']:.2f} GB/s for chapter 1)."]
     # One note per cache size: in a CUDA build chapter 1's peak is the CPU's, the others' the GPU's.
-    cached = sorted({m["peak_cache_bytes"] for _, _, m in rows if m.get("step_partly_cached")})
-    for size in cached:
-        mib = size / 2**20
-        lines += ["", f"\\* A step reads less than 4x the {mib:.0f} MiB cache in front of the memory "
-                      "the peak was measured on, so part of what it reads stays in that cache from "
-                      "one step to the next: this rate is partly the cache's and can exceed the "
-                      f"peak. Steps of {4 * mib / 1024:.1f} GiB or more measure the memory."]
+    notes = sorted({m["cache_note"] for _, _, m in rows if m.get("step_partly_cached")})
+    for note in notes:
+        lines += ["", f"\\* {note[0].upper()}{note[1:]}."]
     if any(name == "05_batched_scheduler" for name, _, _ in rows):
         lines += ["", "Chapter 5's passes mix prompt chunks and decode rows, so its tokens/s counts "
                       "every generated token over the whole run, prompts included, and its KV "

@@ -24,6 +24,19 @@ TEST(MeasuredPeak, PartlyCachedBelowFourTimesTheCache) {
   EXPECT_FALSE(unknown.partly_cached(1.0));
 }
 
+TEST(MeasuredPeak, CachedNoteNamesTheCacheTheUnitAndTheColdSize) {
+  const MeasuredPeak peak{20.0, "STREAM-like read", 32 * kMiB};
+  const std::string step = peak.cached_note("step");
+  EXPECT_NE(step.find("a step that reads less than 4x the 32 MiB cache"), std::string::npos)
+      << step;
+  EXPECT_NE(step.find("memory (128 MiB) finds part"), std::string::npos) << step;
+  EXPECT_NE(step.find("from the last step"), std::string::npos) << step;
+  const std::string pass = MeasuredPeak{20.0, "copy", 260 * kMiB}.cached_note("pass");
+  EXPECT_NE(pass.find("4x the 260 MiB cache"), std::string::npos) << pass;
+  EXPECT_NE(pass.find("memory (1.0 GiB) finds"), std::string::npos) << pass;
+  EXPECT_EQ(pass.find("step"), std::string::npos) << pass;
+}
+
 std::string achieved(const MeasuredPeak& peak, double gbps, double step_bytes) {
   std::ostringstream os;
   print_achieved(peak, gbps, step_bytes, os);
@@ -39,7 +52,9 @@ TEST(PrintAchieved, FractionOfThePeakAndTheCacheWarning) {
   const std::string warm = achieved(peak, 30.0, 61.1e6);
   EXPECT_EQ(warm.rfind("  achieved 30.00 GB/s = 120.0 % of the STREAM-like read peak", 0), 0)
       << warm;
-  EXPECT_NE(warm.find("a step's 61.1 MB is under 4x the 260 MiB cache"), std::string::npos) << warm;
+  EXPECT_NE(warm.find("(this step reads 61.1 MB: " + peak.cached_note("step") + ")\n"),
+            std::string::npos)
+      << warm;
   EXPECT_EQ(achieved(MeasuredPeak{}, 1.5, 61.1e6), "  achieved 1.50 GB/s\n");
 }
 
@@ -49,9 +64,11 @@ TEST(MetricsJson, SaysWhetherAStepIsPartlyCached) {
   r.weight_bytes_per_step = 410e6;  // 4x the cache is 419.4e6 bytes
   r.kv_bytes_per_step = 1e6;
   EXPECT_TRUE(metrics_json(r)["step_partly_cached"].get<bool>());
+  EXPECT_EQ(metrics_json(r)["cache_note"].get<std::string>(), r.peak.cached_note("step"));
   EXPECT_EQ(metrics_json(r)["peak_cache_bytes"].get<std::size_t>(), 100 * kMiB);
   r.kv_bytes_per_step = 10e6;  // only weights and KV together pass 4x the cache
   EXPECT_FALSE(metrics_json(r)["step_partly_cached"].get<bool>());
+  EXPECT_EQ(metrics_json(r)["cache_note"].get<std::string>(), "");
 }
 
 }  // namespace
