@@ -2,7 +2,8 @@
 """Runs every built chapter on one model and prints a table comparing their cache policies.
 
 Each chapter program prints one JSON object with --json; this script only collects and formats
-those numbers. It writes the same table to docs/results/<device>.md.
+those numbers. It writes the same table to docs/results/tour-<cpu>.md, headed by a line that
+names the machine; it will not overwrite a file that another machine wrote (--out names another).
 """
 import argparse
 import json
@@ -49,12 +50,81 @@ def cpu_name():
     return " ".join(name.split()) or "cpu"
 
 
+def cpu_model_numbers():
+    """'family F, model M' from /proc/cpuinfo (x86), or '' where it does not say."""
+    fields = {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key in ("cpu family", "model") and key not in fields:
+                    fields[key] = value.strip()
+                if not line.strip() and fields:
+                    break  # the first processor's block is enough
+    except OSError:
+        pass
+    if "cpu family" in fields and "model" in fields:
+        return f"family {fields['cpu family']}, model {fields['model']}"
+    return ""
+
+
+def last_level_cache_bytes():
+    """The size of the CPU's largest cache level, from sysfs, or 0 where it does not say."""
+    best = (0, 0)  # (level, bytes)
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        indices = [i for i in os.listdir(base) if i.startswith("index")]
+    except OSError:
+        return 0
+    for index in indices:
+        try:
+            with open(os.path.join(base, index, "level")) as f:
+                level = int(f.read())
+            with open(os.path.join(base, index, "size")) as f:
+                size = f.read().strip()  # "491520K"
+        except (OSError, ValueError):
+            continue
+        scale = {"K": 2**10, "M": 2**20, "G": 2**30}.get(size[-1:], 1)
+        if size.rstrip("KMG").isdigit():
+            best = max(best, (level, int(size.rstrip("KMG")) * scale))
+    return best[1]
+
+
+def machine_line():
+    """One line that tells machines apart: two VMs may report the same CPU name ('Intel Xeon')
+    while their processors, caches and memory differ, and their results must not mix."""
+    name = cpu_name()
+    numbers = cpu_model_numbers()
+    parts = [f"{name} ({numbers})" if numbers else name, f"{os.cpu_count()} logical CPUs"]
+    llc = last_level_cache_bytes()
+    if llc:
+        parts.append(f"{llc / 2**20:.0f} MiB last-level cache")
+    try:
+        parts.append(f"{os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE') / 2**30:.0f} GiB memory")
+    except (ValueError, OSError):
+        pass
+    return "machine: " + ", ".join(parts)
+
+
+def written_by_another_machine(path, machine):
+    """True when path exists and its machine line is not this one (or it has none: a file from
+    before the line was written, or one a person edited, is kept too)."""
+    if not os.path.exists(path):
+        return False
+    with open(path) as f:
+        return not any(line.strip() == machine for line in f)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--bin", default="build/cpu/bin", help="folder with the chapter programs")
     ap.add_argument("--model", default="stories15m", help="preset name, .bin file or safetensors folder")
     ap.add_argument("--max-new-tokens", type=int, default=100)
-    ap.add_argument("--results", default="docs/results", help="where to write <device>.md")
+    ap.add_argument("--results", default="docs/results", help="where to write tour-<cpu>.md")
+    ap.add_argument("--out", help="the file to write instead of RESULTS/tour-<cpu>.md")
+    ap.add_argument("--no-peak", action="store_true",
+                    help="skip each program's bandwidth probe (no %% of peak column)")
     args = ap.parse_args()
 
     rows = []
@@ -65,6 +135,8 @@ def main():
         prompt = [] if "--prompt-ids" in extra else ["--prompt-ids", "1"]
         cmd = [exe, "--model", args.model, "--max-new-tokens", str(args.max_new_tokens),
                "--temperature", "0", "--ignore-eos", "--json"] + prompt + extra
+        if args.no_peak:
+            cmd.append("--no-peak")
         print("$", " ".join(cmd if len(" ".join(cmd)) < 160 else cmd[:-1] + ["..."]), file=sys.stderr)
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:
@@ -82,20 +154,22 @@ def main():
     device = rows[0][2]["device"]
     header = ("| chapter | policy | KV reserved MB | KV used MB | waste % | decode tokens/s | "
               "MB read/step | GB/s | % of peak |")
-    lines = [f"# kvheap tour on {cpu_name()}", "",
+    machine = machine_line()
+    lines = [f"# kvheap tour on {cpu_name()}", "", machine, "",
              f"model `{args.model}`, prompt [BOS] unless the row says otherwise, {args.max_new_tokens} new "
              f"tokens, greedy, {device}",
              "", header, "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for name, policy, m in rows:
         mb_step = (m["weight_bytes_per_step"] + m["kv_bytes_per_step"]) / 1e6
-        pct = 100.0 * m["decode_gbps"] / m["peak_gbps"] if m["peak_gbps"] else float("nan")
         mark = "*" if m.get("step_partly_cached") else ""
+        pct = f"{100.0 * m['decode_gbps'] / m['peak_gbps']:.1f}{mark}" if m["peak_gbps"] else "-"
         lines.append(f"| {name} | {policy} | {m['kv_reserved_bytes'] / 1e6:.2f} | "
                      f"{m['kv_used_bytes'] / 1e6:.2f} | {100 * m['kv_waste_fraction']:.1f} | "
                      f"{m['decode_tokens_per_s']:.1f} | {mb_step:.2f} | {m['decode_gbps']:.2f} | "
-                     f"{pct:.1f}{mark} |")
-    lines += ["", f"peak: {rows[0][2]['peak_kind']} measured by each program at start "
-                  f"({rows[0][2]['peak_gbps']:.2f} GB/s for chapter 1)."]
+                     f"{pct} |")
+    if rows[0][2]["peak_gbps"]:
+        lines += ["", f"peak: {rows[0][2]['peak_kind']} measured by each program at start "
+                      f"({rows[0][2]['peak_gbps']:.2f} GB/s for chapter 1)."]
     # One note per cache size: in a CUDA build chapter 1's peak is the CPU's, the others' the GPU's.
     notes = sorted({m["cache_note"] for _, _, m in rows if m.get("step_partly_cached")})
     for note in notes:
@@ -106,9 +180,15 @@ def main():
                       "columns are taken at the pass that held the most."]
     table = "\n".join(lines) + "\n"
     print(table)
-    os.makedirs(args.results, exist_ok=True)
-    slug = re.sub(r"[^a-z0-9]+", "-", cpu_name().lower()).strip("-")
-    path = os.path.join(args.results, f"tour-{slug}.md")
+    if args.out:
+        path = args.out
+    else:
+        slug = re.sub(r"[^a-z0-9]+", "-", cpu_name().lower()).strip("-")
+        path = os.path.join(args.results, f"tour-{slug}.md")
+        if written_by_another_machine(path, machine):
+            sys.exit(f"tour: {path} was written on another machine (it has no line '{machine}'), "
+                     "so it was kept; pass --out FILE to write this table elsewhere")
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(path, "w") as f:
         f.write(table)
     print(f"tour: wrote {path}", file=sys.stderr)
