@@ -5,6 +5,11 @@
 #include "device/launch.hpp"
 #include "tests/sim_kernels.hpp"
 
+#if defined(KVHEAP_SIM)
+#include <chrono>
+#include <thread>
+#endif
+
 namespace kvheap::test {
 namespace {
 
@@ -68,8 +73,28 @@ __global__ void shuffles_kernel(int* out_idx, int* out_up, int* out_down, int* o
 __global__ void atomics_kernel(int* count, unsigned long long* id_sum, float* float_sum,
                                int* max_id, unsigned* cas_count, int* worker_of_block) {
   const unsigned id = block_in_grid() * threads_per_block() + thread_in_block();
-  // A few barriers give the other worker threads time to pick up blocks of their own.
-  for (int round = 0; round < 4; ++round) __syncthreads();
+#if defined(KVHEAP_SIM)
+  // Blocks go to whichever worker thread asks first, so on a loaded machine the launching thread
+  // could run all 64 before another worker wakes, and nothing would run concurrently. Block 0
+  // holds its worker until a block has started on another one (worker_of_block starts at -1),
+  // or for at most 60 s; the test then checks that one did.
+  const int me = sim::detail::current_worker();
+  if (thread_in_block() == 0) {
+    __atomic_store_n(&worker_of_block[block_in_grid()], me, __ATOMIC_RELEASE);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    const auto elsewhere = [&] {
+      for (unsigned b = 1; b < gridDim.x * gridDim.y * gridDim.z; ++b) {
+        const int w = __atomic_load_n(&worker_of_block[b], __ATOMIC_ACQUIRE);
+        if (w >= 0 && w != me) return true;
+      }
+      return false;
+    };
+    while (block_in_grid() == 0 && !elsewhere() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::yield();
+  }
+#else
+  if (thread_in_block() == 0) worker_of_block[block_in_grid()] = 0;
+#endif
   atomicAdd(count, 1);
   atomicAdd(id_sum, static_cast<unsigned long long>(id));
   atomicAdd(float_sum, 1.0f);
@@ -79,13 +104,6 @@ __global__ void atomics_kernel(int* count, unsigned long long* id_sum, float* fl
     const unsigned before = atomicCAS(cas_count, seen, seen + 1);
     if (before == seen) break;
     seen = before;
-  }
-  if (thread_in_block() == 0) {
-#if defined(KVHEAP_SIM)
-    worker_of_block[block_in_grid()] = sim::detail::current_worker();
-#else
-    worker_of_block[block_in_grid()] = 0;
-#endif
   }
 }
 

@@ -316,6 +316,7 @@ TEST(SimKernels, AtomicsAcrossBlocksOnSeveralThreads) {
   const dim3 grid(64), block(256);
   const int n = 64 * 256;
   DeviceBuffer<int> count(1), max_id(1), worker_of_block(64);
+  worker_of_block.fill_bytes(0xff);  // -1: no block has started
   DeviceBuffer<unsigned long long> id_sum(1);
   DeviceBuffer<float> float_sum(1);
   DeviceBuffer<unsigned> cas_count(1);
