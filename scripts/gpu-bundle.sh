@@ -20,16 +20,22 @@ packages=(
   libbenchmark-dev libbenchmark1debian           # Google Benchmark and its shared library
 )
 
-rm -rf "$bundle"
-mkdir -p "$bundle/debs" "$bundle/models"
-if ! (cd "$bundle/debs" && apt-get download "${packages[@]}" > /dev/null); then
+# Into a fresh folder first, so that a failed download leaves the last bundle as it was.
+fresh=$(mktemp -d "$bundle.new.XXXXXX") && chmod 755 "$fresh"  # apt downloads as its own user
+trap 'rm -rf "$fresh"' EXIT
+mkdir -p "$fresh/debs" "$fresh/models"
+if ! (cd "$fresh/debs" && apt-get download "${packages[@]}" > /dev/null); then
   echo "gpu-bundle: apt-get download failed; run 'apt-get update' (as root) and try again" >&2
   exit 1
 fi
+# The test files only: any larger checkpoint kept beside them would not belong in the bundle.
 models=${KVHEAP_MODELS_DIR:-../shared/models}
-if [ -d "$models" ]; then
-  cp "$models"/*.bin "$bundle/models/"
-else
-  echo "gpu-bundle: no models at $models; the GPU run will skip the checkpoint tests" >&2
-fi
+for f in stories260K.bin tokenizer.bin; do
+  if [ -f "$models/$f" ]; then
+    cp "$models/$f" "$fresh/models/"
+  else
+    echo "gpu-bundle: no $models/$f; the GPU run will skip the tests that need it" >&2
+  fi
+done
+rm -rf "$bundle" && mv "$fresh" "$bundle"
 echo "gpu-bundle: $(ls "$bundle/debs" | wc -l) packages and $(ls "$bundle/models" | wc -l) model files, $(du -sh "$bundle" | cut -f1) in $bundle/"
