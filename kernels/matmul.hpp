@@ -3,13 +3,19 @@
 
 namespace kvheap::cpu {
 
+/// \brief Batches of up to this many rows take matmul's dot-product path; longer ones Eigen's
+/// matrix product (see kernels/matmul_cpu.cpp for the measurements behind the number).
+inline constexpr int kDotRows = 16;
+
 /// \brief out[n, out_dim] = x[n, in_dim] * W[out_dim, in_dim]^T, split over threads by output
 /// columns.
 ///
 /// Decode is a matrix-vector product whose cost is reading W once; splitting W's rows across
-/// threads lets every core stream its own slice, which is what reaches the memory bandwidth.
-/// Each output element is a single dot product whose order does not depend on the thread count,
-/// so results are identical for any number of threads.
+/// threads lets every core stream its own slice, which is what reaches the memory bandwidth. A
+/// batch of up to kDotRows rows reads each weight row once for all of them. Each output element
+/// is a single dot product whose order does not depend on the thread count, so results are
+/// identical for any number of threads; up to kDotRows rows, a row's outputs are also bitwise
+/// the same whatever other rows share its batch.
 void matmul(float* out, const float* x, const float* w, int n, int in_dim, int out_dim);
 
 /// \brief out[n, dim] += bias[dim] broadcast over rows (no-op when bias is null).
