@@ -7,8 +7,12 @@ namespace kvheap::cpu {
 /// matrix product (see kernels/matmul_cpu.cpp for the measurements behind the number).
 inline constexpr int kDotRows = 16;
 
+/// \brief Products of fewer multiply-adds (n x in_dim x out_dim) run on one thread: below that
+/// a parallel region costs more than it saves, and far more when other processes share the cores.
+inline constexpr long kParallelMacs = 1L << 18;
+
 /// \brief out[n, out_dim] = x[n, in_dim] * W[out_dim, in_dim]^T, split over threads by output
-/// columns.
+/// columns. out must not overlap x or w.
 ///
 /// Decode is a matrix-vector product whose cost is reading W once; splitting W's rows across
 /// threads lets every core stream its own slice, which is what reaches the memory bandwidth. A

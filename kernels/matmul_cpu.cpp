@@ -6,8 +6,8 @@
 // cache-friendly order, which for a handful of rows costs more than the product itself: with 8 rows
 // of stories15m, 54 % of chapter 3's run was that copy, and 8 rows took 3 times as long as one. The
 // dot-product path reads each weight row once, straight from memory, and reuses it for every row of
-// the batch from the L1 cache. Against Eigen's product, side by side on 2 threads of a Xeon with
-// AVX-512, over the fp32 matrices of stories15m, stories110m and a Llama-3-8B layer: 8 rows
+// the batch from the L1 or L2 cache. Against Eigen's product, side by side on 2 threads of a Xeon
+// with AVX-512, over the fp32 matrices of stories15m, stories110m and a Llama-3-8B layer: 8 rows
 // 1.5-2.4x as fast (1.03-1.06x for stories110m's 768 x 32000 classifier), 16 rows 1.05-1.45x (0.78x
 // for that classifier, whose 98 MB stream and 16 rows' arithmetic overlap less well here than in
 // Eigen's packed product), and one row within 10 % of Eigen's matrix-vector product. Longer batches
@@ -38,8 +38,8 @@ constexpr int kW = 4;  // weight rows per block: each loaded x packet serves fou
 // with 16, eight do.
 constexpr int kX = EIGEN_ARCH_DEFAULT_NUMBER_OF_REGISTERS >= 32 ? 4 : 2;
 
-/// y[c * ldy + r] = x_c . w_r for R weight rows and C batch rows, each [in_dim] with leading
-/// dimensions ldw and ldx: R x C packet accumulators walk in_dim together.
+/// y[c * ldy + r] = x_c . w_r for R weight rows and C batch rows, each a dense [in_dim] row (x_c at
+/// x + c * in_dim, w_r at w + r * in_dim): R x C packet accumulators walk in_dim together.
 template <int R, int C>
 void dot_block(const float* x, const float* w, int in_dim, float* y, long ldy) {
   using Eigen::internal::ploadu;
@@ -94,12 +94,9 @@ void matmul(float* out, const float* x, const float* w, int n, int in_dim, int o
   Eigen::Map<const RowMajor> X(x, n, in_dim);        // [n, in_dim]
   Eigen::Map<const RowMajor> W(w, out_dim, in_dim);  // [out_dim, in_dim]
   Eigen::Map<RowMajor> Y(out, n, out_dim);           // [n, out_dim]
-  // Chunks are multiples of 16 rows so every thread's slice starts on a 64-byte boundary of the
-  // output and the vectorised dot products see whole SIMD lanes.
+  // Slices are multiples of 16 output columns, so that no two threads write one 64-byte line.
   constexpr int kAlign = 16;
-  // Below ~256K multiply-adds a parallel region costs more than it saves (and far more when the
-  // cores are shared with other processes), so small models run single-threaded.
-  const bool parallel = static_cast<long>(n) * in_dim * out_dim >= (1L << 18);
+  const bool parallel = static_cast<long>(n) * in_dim * out_dim >= kParallelMacs;
 #pragma omp parallel if (parallel)
   {
     const int nt = omp_get_num_threads();

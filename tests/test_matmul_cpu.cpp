@@ -34,16 +34,16 @@ std::vector<float> product(const std::vector<float>& x, const std::vector<float>
   return out;
 }
 
-// Sizes that leave tails everywhere: in_dim not a multiple of any vector width, out_dim not a
-// multiple of the weight rows a block takes, batches around kDotRows (both paths), and one
-// product large enough to run on several threads.
+// Sizes that leave tails (in_dim not a multiple of the packet width, out_dim not a multiple of
+// the weight rows a block takes) and some that do not, batches around kDotRows (both paths), and
+// products large enough to run on several threads, one row among them.
 TEST(MatmulCpu, MatchesDoublePrecisionOnAwkwardShapes) {
   struct Shape {
     int n, in_dim, out_dim;
   };
   for (const Shape s : {Shape{1, 1, 1}, Shape{1, 7, 3}, Shape{3, 33, 17}, Shape{5, 288, 9},
                         Shape{8, 100, 64}, Shape{kDotRows, 31, 13}, Shape{kDotRows + 1, 31, 13},
-                        Shape{40, 257, 35}, Shape{7, 1000, 301}}) {
+                        Shape{40, 257, 35}, Shape{7, 1000, 301}, Shape{1, 1000, 301}}) {
     const auto x = random_floats(static_cast<std::size_t>(s.n) * s.in_dim, 1);
     const auto w = random_floats(static_cast<std::size_t>(s.out_dim) * s.in_dim, 2);
     for (int threads : {1, 2, 3}) {
@@ -57,7 +57,9 @@ TEST(MatmulCpu, MatchesDoublePrecisionOnAwkwardShapes) {
             want += t;
             mag += std::fabs(t);
           }
-          // fp32 rounding of in_dim terms: a few units of 2^-24 of their magnitude each.
+          // Each lane rounds about in_dim / P sums in fp32; with these random signs the error of
+          // the total stays near 2^-24 sqrt(in_dim) of the terms' magnitude, far under this bound
+          // (about 17 x 2^-24 of it), which a dropped or doubled term still exceeds.
           ASSERT_NEAR(got[static_cast<std::size_t>(i) * s.out_dim + j], want, 1e-6 * mag + 1e-30)
               << "row " << i << ", column " << j << " of " << s.n << " x " << s.in_dim << " x "
               << s.out_dim << " on " << threads << " threads";
@@ -69,7 +71,8 @@ TEST(MatmulCpu, MatchesDoublePrecisionOnAwkwardShapes) {
 // What makes a decode row's logits the same alone or batched (chapters 3-5): each row of a batch
 // of up to kDotRows rows gets exactly the outputs it gets alone, on any number of threads.
 TEST(MatmulCpu, RowsOfSmallBatchesAreBitwiseTheSameAlone) {
-  const int in_dim = 77, out_dim = 203;  // tails in both dimensions
+  const int in_dim = 301, out_dim = 1003;  // tails in both dimensions
+  static_assert(long{in_dim} * out_dim >= cpu::kParallelMacs, "even one row runs on threads");
   const auto w = random_floats(static_cast<std::size_t>(out_dim) * in_dim, 3);
   const auto x = random_floats(static_cast<std::size_t>(kDotRows) * in_dim, 4);
   std::vector<std::vector<float>> alone;
