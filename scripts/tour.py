@@ -3,9 +3,11 @@
 
 Each chapter program prints one JSON object with --json; this script only collects and formats
 those numbers. It writes the same table to docs/results/tour-<cpu>.md, headed by a line that
-names the machine; it will not overwrite a file that another machine wrote (--out names another).
+names the machine; where another machine wrote that file, it keeps it and writes a name of this
+machine's own (--out names the file outright).
 """
 import argparse
+import hashlib
 import json
 import os
 import platform
@@ -96,10 +98,12 @@ def machine_line():
     while their processors, caches and memory differ, and their results must not mix."""
     name = cpu_name()
     numbers = cpu_model_numbers()
-    parts = [f"{name} ({numbers})" if numbers else name, f"{os.cpu_count()} logical CPUs"]
+    parts = [f"{name} ({numbers})" if numbers else name, f"{os.cpu_count() or '?'} logical CPUs"]
     llc = last_level_cache_bytes()
-    if llc:
+    if llc >= 2**20:
         parts.append(f"{llc / 2**20:.0f} MiB last-level cache")
+    elif llc:
+        parts.append(f"{llc / 2**10:.0f} KiB last-level cache")
     try:
         parts.append(f"{os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE') / 2**30:.0f} GiB memory")
     except (ValueError, OSError):
@@ -116,6 +120,30 @@ def written_by_another_machine(path, machine):
         return not any(line.strip() == machine for line in f)
 
 
+def results_path(folder, machine):
+    """FOLDER/tour-<cpu>.md, or, when another machine wrote that file, a name of this machine's
+    own: its CPU family, model and cache (tour-<cpu>-f6-m167-480mib.md), else a hash of its
+    machine line. Said on stderr, so that a reader knows where the table went."""
+    slug = re.sub(r"[^a-z0-9]+", "-", cpu_name().lower()).strip("-")
+    plain = os.path.join(folder, f"tour-{slug}.md")
+    if not written_by_another_machine(plain, machine):
+        return plain
+    numbers = re.findall(r"\d+", cpu_model_numbers())
+    detail = [f"f{numbers[0]}-m{numbers[1]}"] if len(numbers) == 2 else []
+    if last_level_cache_bytes() >= 2**20:
+        detail.append(f"{last_level_cache_bytes() // 2**20}mib")
+    suffixes = ["-".join(detail)] if detail else []
+    suffixes.append(hashlib.sha1(machine.encode()).hexdigest()[:8])
+    for suffix in suffixes:
+        path = os.path.join(folder, f"tour-{slug}-{suffix}.md")
+        if not written_by_another_machine(path, machine):
+            print(f"tour: {plain} holds another machine's results; this one's go to {path}",
+                  file=sys.stderr)
+            return path
+    sys.exit(f"tour: {plain} and the names tried after it hold other machines' results; "
+             "pass --out FILE")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--bin", default="build/cpu/bin", help="folder with the chapter programs")
@@ -126,6 +154,8 @@ def main():
     ap.add_argument("--no-peak", action="store_true",
                     help="skip each program's bandwidth probe (no %% of peak column)")
     args = ap.parse_args()
+    machine = machine_line()
+    path = args.out or results_path(args.results, machine)
 
     rows = []
     for name, policy, extra in CHAPTERS:
@@ -154,7 +184,6 @@ def main():
     device = rows[0][2]["device"]
     header = ("| chapter | policy | KV reserved MB | KV used MB | waste % | decode tokens/s | "
               "MB read/step | GB/s | % of peak |")
-    machine = machine_line()
     lines = [f"# kvheap tour on {cpu_name()}", "", machine, "",
              f"model `{args.model}`, prompt [BOS] unless the row says otherwise, {args.max_new_tokens} new "
              f"tokens, greedy, {device}",
@@ -180,14 +209,6 @@ def main():
                       "columns are taken at the pass that held the most."]
     table = "\n".join(lines) + "\n"
     print(table)
-    if args.out:
-        path = args.out
-    else:
-        slug = re.sub(r"[^a-z0-9]+", "-", cpu_name().lower()).strip("-")
-        path = os.path.join(args.results, f"tour-{slug}.md")
-        if written_by_another_machine(path, machine):
-            sys.exit(f"tour: {path} was written on another machine (it has no line '{machine}'), "
-                     "so it was kept; pass --out FILE to write this table elsewhere")
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(path, "w") as f:
         f.write(table)
