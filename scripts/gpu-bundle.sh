@@ -8,7 +8,9 @@
 #   .gpu-bundle/models/  the test checkpoint and tokenizer (KVHEAP_MODELS_DIR, else ../shared/models)
 #
 # Run it on a Debian machine that can reach a mirror, then copy the checkout with .gpu-bundle/ in
-# it to the GPU machine and run scripts/gpu-check.sh there.
+# it to the GPU machine and run scripts/gpu-check.sh there. The packages are built for the packing
+# machine's architecture, so pack on x86-64 for an x86-64 GPU host (an Arm one needs an Arm
+# packer).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
