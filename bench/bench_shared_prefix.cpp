@@ -268,11 +268,12 @@ int main(int argc, char** argv) {
                r.plain_ms / r.once_ms, r.plain_mb / r.plain_ms, once_gbps,
                100.0 * once_gbps / g_peak_gbps);
   }
-  fmt::print(
-      "\nPlain reads MB and GB/s count what plain attention asks for. Siblings of one prompt run "
-      "side by side and find much of their shared prefix in the {:.0f} MiB L2, so plain's DRAM "
-      "traffic lies between the read-once bytes and its own, and its GB/s can exceed the copy "
-      "peak.\n",
-      static_cast<double>(info.l2_bytes) / (1 << 20));
+  if (!g_rows.empty())
+    fmt::print(
+        "\nPlain reads MB and GB/s count what plain attention asks for. Siblings of one prompt run "
+        "side by side and find much of their shared prefix in the {:.0f} MiB L2, so plain's DRAM "
+        "traffic lies between the read-once bytes and its own, and its GB/s can exceed the copy "
+        "peak.\n",
+        static_cast<double>(info.l2_bytes) / (1 << 20));
   return bench::exit_status("bench_shared_prefix");
 }

@@ -77,7 +77,8 @@ __global__ void atomics_kernel(int* count, unsigned long long* id_sum, float* fl
   // Blocks go to whichever worker thread asks first, so on a loaded machine the launching thread
   // could run all 64 before another worker wakes, and nothing would run concurrently. Block 0
   // holds its worker until a block has started on another one (worker_of_block starts at -1),
-  // or for at most 60 s; the test then checks that one did.
+  // or for at most 60 s, where there are other workers and blocks at all; the test then checks
+  // that one did.
   const int me = sim::detail::current_worker();
   if (thread_in_block() == 0) {
     __atomic_store_n(&worker_of_block[block_in_grid()], me, __ATOMIC_RELEASE);
@@ -89,7 +90,9 @@ __global__ void atomics_kernel(int* count, unsigned long long* id_sum, float* fl
       }
       return false;
     };
-    while (block_in_grid() == 0 && !elsewhere() && std::chrono::steady_clock::now() < deadline)
+    const bool others = sim::worker_threads() > 1 && gridDim.x * gridDim.y * gridDim.z > 1;
+    while (block_in_grid() == 0 && others && !elsewhere() &&
+           std::chrono::steady_clock::now() < deadline)
       std::this_thread::yield();
   }
 #else
