@@ -130,8 +130,9 @@ def results_path(folder, machine):
         return plain
     numbers = re.findall(r"\d+", cpu_model_numbers())
     detail = [f"f{numbers[0]}-m{numbers[1]}"] if len(numbers) == 2 else []
-    if last_level_cache_bytes() >= 2**20:
-        detail.append(f"{last_level_cache_bytes() // 2**20}mib")
+    llc = last_level_cache_bytes()
+    if llc >= 2**20:
+        detail.append(f"{llc // 2**20}mib")
     suffixes = ["-".join(detail)] if detail else []
     suffixes.append(hashlib.sha1(machine.encode()).hexdigest()[:8])
     for suffix in suffixes:
