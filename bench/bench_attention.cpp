@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/command.hpp"
 #include "bench/failures.hpp"
 #include "common/gpu/device_bandwidth.hpp"
 #include "common/gpu/l2_flush.hpp"
@@ -124,7 +125,20 @@ void decode_attention_bench(benchmark::State& state, int batch, int ctx) {
 
 int main(int argc, char** argv) {
   using namespace kvheap;
+  const bool listing = bench::listing_only(argc, argv);
   benchmark::Initialize(&argc, argv);
+  for (int batch : {1, 8, 64}) {
+    for (int ctx : {1024, 4096, 16384, 32768}) {
+      benchmark::RegisterBenchmark(
+          fmt::format("decode_attention/llama3_8b_bf16/batch{}/ctx{}", batch, ctx).c_str(),
+          [batch, ctx](benchmark::State& s) { decode_attention_bench(s, batch, ctx); })
+          ->UseManualTime()
+          ->Unit(benchmark::kMicrosecond)
+          ->MinTime(0.2);
+    }
+  }
+  // A listing needs no device: the names are the same on every machine.
+  if (listing) return bench::list_benchmarks();
   if (is_simulator()) {
     fmt::print(
         "bench_attention: KVHEAP_CUDA=sim runs kernels on the CPU simulator, which is not "
@@ -139,18 +153,9 @@ int main(int argc, char** argv) {
   const DeviceInfo info = device_info();
   const BandwidthSample peak = measure_copy_bandwidth();
   g_peak_gbps = peak.gbps;
-  for (int batch : {1, 8, 64}) {
-    for (int ctx : {1024, 4096, 16384, 32768}) {
-      benchmark::RegisterBenchmark(
-          fmt::format("decode_attention/llama3_8b_bf16/batch{}/ctx{}", batch, ctx).c_str(),
-          [batch, ctx](benchmark::State& s) { decode_attention_bench(s, batch, ctx); })
-          ->UseManualTime()
-          ->Unit(benchmark::kMicrosecond)
-          ->MinTime(0.2);
-    }
-  }
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
+  if (g_rows.empty()) return bench::exit_status("bench_attention");  // nothing measured: no table
 
   fmt::print("\n{}: {} SMs. Device-to-device copy peak: {:.0f} GB/s (read + write, {:.0f} MiB)\n",
              info.name, info.sm_count, g_peak_gbps, static_cast<double>(peak.bytes) / (1 << 20));

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/command.hpp"
 #include "chapters/01_cpu_reference/reserved_cache.hpp"
 #include "common/bandwidth.hpp"
 #include "common/forward_cpu.hpp"
@@ -93,18 +94,23 @@ void read_bandwidth(benchmark::State& state) {
 
 int main(int argc, char** argv) {
   using namespace kvheap;
+  const bool listing = bench::listing_only(argc, argv);
   benchmark::Initialize(&argc, argv);
-  const BandwidthSample peak = measure_read_bandwidth();
+  const BandwidthSample peak = listing ? BandwidthSample{} : measure_read_bandwidth();
   g_peak_gbps = peak.gbps;
 
   benchmark::RegisterBenchmark("read_bandwidth", read_bandwidth)
       ->Iterations(1)
       ->Unit(benchmark::kMillisecond);
 
-  // A >= 100M-parameter model: the stories110M shape with synthetic weights (440 MB in fp32).
-  static const ModelWeights big = make_synthetic_weights(preset("stories110m"), 1);
+  // A >= 100M-parameter model: the stories110M shape with synthetic weights (440 MB in fp32),
+  // made on the first run, so that a listing run makes none.
   benchmark::RegisterBenchmark("decode_step/stories110m/ctx256",
-                               [](benchmark::State& s) { decode_step(s, big, 256); })
+                               [](benchmark::State& s) {
+                                 static const ModelWeights big =
+                                     make_synthetic_weights(preset("stories110m"), 1);
+                                 decode_step(s, big, 256);
+                               })
       ->Unit(benchmark::kMillisecond)
       ->MinTime(2.0);
 
@@ -123,6 +129,7 @@ int main(int argc, char** argv) {
 
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
+  if (listing || g_rows.empty()) return 0;  // nothing measured: no table
 
   // The peak again after the runs: the table uses the better of the two, so a busy moment at
   // start cannot flatter the fraction.

@@ -231,7 +231,21 @@ void block_sweep(benchmark::State& state, int block_size) {
 int main(int argc, char** argv) {
   using namespace kvheap;
   const std::string command = bench::command_line(argc, argv);
+  const bool listing = bench::listing_only(argc, argv);
   benchmark::Initialize(&argc, argv);
+  for (int batch : {1, 8, 64}) {
+    for (int ctx : {1024, 4096, 16384}) {
+      benchmark::RegisterBenchmark(
+          fmt::format("paged_vs_contiguous/bf16/batch{}/ctx{}", batch, ctx).c_str(),
+          [batch, ctx](benchmark::State& s) { paged_vs_contiguous(s, batch, ctx); })
+          ->UseManualTime()
+          ->Unit(benchmark::kMicrosecond)
+          ->MinTime(0.2);
+    }
+  }
+  bench::register_block_sweep(block_sweep, benchmark::kMicrosecond, 0.2);
+  // A listing needs no device: the names are the same on every machine.
+  if (listing) return bench::list_benchmarks();
   if (is_simulator()) {
     fmt::print(
         "bench_paged_attention: KVHEAP_CUDA=sim runs kernels on the CPU simulator, which "
@@ -247,28 +261,19 @@ int main(int argc, char** argv) {
   const DeviceInfo info = device_info();
   const BandwidthSample peak = measure_copy_bandwidth();
   g_peak_gbps = peak.gbps;
-  for (int batch : {1, 8, 64}) {
-    for (int ctx : {1024, 4096, 16384}) {
-      benchmark::RegisterBenchmark(
-          fmt::format("paged_vs_contiguous/bf16/batch{}/ctx{}", batch, ctx).c_str(),
-          [batch, ctx](benchmark::State& s) { paged_vs_contiguous(s, batch, ctx); })
-          ->UseManualTime()
-          ->Unit(benchmark::kMicrosecond)
-          ->MinTime(0.2);
-    }
-  }
-  bench::register_block_sweep(block_sweep, benchmark::kMicrosecond, 0.2);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
 
-  std::string md = fmt::format(
-      "Paged vs contiguous attention, {} ({} SMs). Device-to-device copy peak: {:.0f} GB/s (read + "
-      "write, {:.0f} MiB). Goal: paged / contiguous <= 1.05.\n\n"
-      "| config | MB moved | contiguous us | paged us (bs {}) | paged / contiguous | "
-      "contiguous GB/s | paged GB/s | paged % of copy peak | splits |\n"
-      "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
-      info.name, info.sm_count, g_peak_gbps, static_cast<double>(peak.bytes) / (1 << 20),
-      kBlockSize);
+  std::string md;
+  if (!g_ratio.empty())
+    md = fmt::format(
+        "Paged vs contiguous attention, {} ({} SMs). Device-to-device copy peak: {:.0f} GB/s "
+        "(read + write, {:.0f} MiB). Goal: paged / contiguous <= 1.05.\n\n"
+        "| config | MB moved | contiguous us | paged us (bs {}) | paged / contiguous | "
+        "contiguous GB/s | paged GB/s | paged % of copy peak | splits |\n"
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        info.name, info.sm_count, g_peak_gbps, static_cast<double>(peak.bytes) / (1 << 20),
+        kBlockSize);
   for (const RatioRow& r : g_ratio) {
     const double gc = r.mb_moved / r.t.contiguous_ms, gp = r.mb_moved / r.t.paged_ms;  // MB/ms
     md += fmt::format(

@@ -247,10 +247,11 @@ void block_sweep(benchmark::State& state, int block_size) {
 int main(int argc, char** argv) {
   using namespace kvheap;
   const std::string command = bench::command_line(argc, argv);
+  const bool listing = bench::listing_only(argc, argv);
   benchmark::Initialize(&argc, argv);
   const std::string prefix = bench::flag_value(argc, argv, "sweep-out", "block_size_sweep_cpu");
   g_huge_pages = bench::flag_value(argc, argv, "huge-pages", "1") == "1";
-  g_peak_gbps = measure_read_bandwidth().gbps;
+  if (!listing) g_peak_gbps = measure_read_bandwidth().gbps;
   const std::size_t llc = bench::llc_bytes();
   const ColdSetWindow window = bench::cold_set_window(std::size_t{512} << 20);
   for (int batch : {1, 8, 32}) {
@@ -272,17 +273,21 @@ int main(int argc, char** argv) {
   bench::register_block_sweep(block_sweep, benchmark::kMillisecond, 2.0);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
+  if (listing || (g_ratio.empty() && g_sweep.empty()))  // nothing measured: no table
+    return bench::exit_status("bench_paged_attention_cpu");
 
   // The peak again after the runs: the better of the two, so a busy moment at start cannot
   // flatter the fraction.
   g_peak_gbps = std::max(g_peak_gbps, measure_read_bandwidth().gbps);
-  std::string md = fmt::format(
-      "Paged vs contiguous attention, CPU twin. STREAM-like read peak: {:.2f} GB/s ({} threads, "
-      "LLC {} KiB, {}). Goal: paged / contiguous <= 1.10.\n\n"
-      "| config | MB moved | contiguous ms | paged ms (bs {}) | paged / contiguous | paged GB/s | "
-      "% of read peak |\n|---|---:|---:|---:|---:|---:|---:|\n",
-      g_peak_gbps, omp_get_max_threads(), llc / 1024,
-      g_huge_pages ? "transparent huge pages" : "4 KiB pages", kBlockSize);
+  std::string md;
+  if (!g_ratio.empty())
+    md = fmt::format(
+        "Paged vs contiguous attention, CPU twin. STREAM-like read peak: {:.2f} GB/s ({} threads, "
+        "LLC {} KiB, {}). Goal: paged / contiguous <= 1.10.\n\n"
+        "| config | MB moved | contiguous ms | paged ms (bs {}) | paged / contiguous | "
+        "paged GB/s | % of read peak |\n|---|---:|---:|---:|---:|---:|---:|\n",
+        g_peak_gbps, omp_get_max_threads(), llc / 1024,
+        g_huge_pages ? "transparent huge pages" : "4 KiB pages", kBlockSize);
   for (const RatioRow& r : g_ratio) {
     const double gbps = r.mb_moved / r.paged_ms;  // MB per ms = GB/s
     md += fmt::format("| {} | {:.1f} | {:.2f} | {:.2f} | {:.3f} | {:.2f} | {:.1f} |\n", r.config,

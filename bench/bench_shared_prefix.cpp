@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "bench/block_sweep.hpp"
+#include "bench/command.hpp"
 #include "bench/gpu_pair_timing.hpp"
 #include "bench/failures.hpp"
 #include "bench/shared_prefix_step.hpp"
@@ -227,7 +228,20 @@ int main(int argc, char** argv) {
   using namespace kvheap;
   for (int i = 1; i < argc; ++i)
     if (std::string(argv[i]) == "--smoke") return smoke();
+  const bool listing = bench::listing_only(argc, argv);
   benchmark::Initialize(&argc, argv);
+  for (int samples : {1, 2, 8, 32}) {
+    const int groups = 4, prefix = 16384;
+    benchmark::RegisterBenchmark(
+        fmt::format("shared_prefix/bf16/prompts{}/samples{}/prefix{}", groups, samples, prefix)
+            .c_str(),
+        [=](benchmark::State& s) { shared_prefix(s, groups, samples, prefix); })
+        ->UseManualTime()
+        ->Unit(benchmark::kMicrosecond)
+        ->MinTime(0.2);
+  }
+  // A listing needs no device: the names are the same on every machine.
+  if (listing) return bench::list_benchmarks();
   if (is_simulator()) {
     fmt::print(
         "bench_shared_prefix: KVHEAP_CUDA=sim runs kernels on the CPU simulator, which is not a "
@@ -242,18 +256,9 @@ int main(int argc, char** argv) {
   const DeviceInfo info = device_info();
   const BandwidthSample peak = measure_copy_bandwidth();
   g_peak_gbps = peak.gbps;
-  for (int samples : {1, 2, 8, 32}) {
-    const int groups = 4, prefix = 16384;
-    benchmark::RegisterBenchmark(
-        fmt::format("shared_prefix/bf16/prompts{}/samples{}/prefix{}", groups, samples, prefix)
-            .c_str(),
-        [=](benchmark::State& s) { shared_prefix(s, groups, samples, prefix); })
-        ->UseManualTime()
-        ->Unit(benchmark::kMicrosecond)
-        ->MinTime(0.2);
-  }
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
+  if (g_rows.empty()) return bench::exit_status("bench_shared_prefix");  // nothing measured
   fmt::print(
       "\nShared-prefix attention, {} ({} SMs), one layer, bf16, block size {}. Device-to-device "
       "copy peak: {:.0f} GB/s.\n\n"
@@ -268,12 +273,11 @@ int main(int argc, char** argv) {
                r.plain_ms / r.once_ms, r.plain_mb / r.plain_ms, once_gbps,
                100.0 * once_gbps / g_peak_gbps);
   }
-  if (!g_rows.empty())
-    fmt::print(
-        "\nPlain reads MB and GB/s count what plain attention asks for. Siblings of one prompt run "
-        "side by side and find much of their shared prefix in the {:.0f} MiB L2, so plain's DRAM "
-        "traffic lies between the read-once bytes and its own, and its GB/s can exceed the copy "
-        "peak.\n",
-        static_cast<double>(info.l2_bytes) / (1 << 20));
+  fmt::print(
+      "\nPlain reads MB and GB/s count what plain attention asks for. Siblings of one prompt run "
+      "side by side and find much of their shared prefix in the {:.0f} MiB L2, so plain's DRAM "
+      "traffic lies between the read-once bytes and its own, and its GB/s can exceed the copy "
+      "peak.\n",
+      static_cast<double>(info.l2_bytes) / (1 << 20));
   return bench::exit_status("bench_shared_prefix");
 }

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/command.hpp"
 #include "bench/cpu_caches.hpp"
 #include "bench/failures.hpp"
 #include "bench/shared_prefix_step.hpp"
@@ -151,8 +152,9 @@ void shared_prefix(benchmark::State& state, int groups, int samples, int prefix)
 
 int main(int argc, char** argv) {
   using namespace kvheap;
+  const bool listing = bench::listing_only(argc, argv);
   benchmark::Initialize(&argc, argv);
-  g_peak_gbps = measure_read_bandwidth().gbps;
+  if (!listing) g_peak_gbps = measure_read_bandwidth().gbps;
   for (int samples : {1, 2, 4, 8, 16}) {
     const int groups = 4, prefix = 8192;
     const std::string name =
@@ -165,6 +167,7 @@ int main(int argc, char** argv) {
   }
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
+  if (listing || g_rows.empty()) return bench::exit_status("bench_shared_prefix_cpu");
   g_peak_gbps = std::max(g_peak_gbps, measure_read_bandwidth().gbps);
   fmt::print(
       "\nShared-prefix attention, CPU twin, one layer, bf16, block size 16, {} threads. "

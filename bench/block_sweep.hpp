@@ -1,7 +1,7 @@
 // What bench_paged_attention (GPU) and bench_paged_attention_cpu share: the block-size sweep's
 // batch of mixed context lengths, the tail waste of each block size, the sweep's output (a
 // markdown table on stdout and in PREFIX.md, the same rows in PREFIX.csv for
-// scripts/plot_block_sweep.py), and two small helpers for their result tables.
+// scripts/plot_block_sweep.py).
 //
 // Block size trades two costs. Small blocks waste little memory (a sequence's last block is on
 // average half empty, so waste per sequence is about block_size / 2 slots) but scatter the rows
@@ -21,6 +21,8 @@
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include "bench/command.hpp"
 
 namespace kvheap::bench {
 
@@ -98,27 +100,6 @@ struct SweepRow {
   }
 };
 
-/// \brief The value of `--name=VALUE` among the arguments Google Benchmark left, or `fallback`.
-inline std::string flag_value(int argc, char** argv, std::string_view name, std::string fallback) {
-  const std::string prefix = fmt::format("--{}=", name);
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view a = argv[i];
-    if (a.substr(0, prefix.size()) == prefix) return std::string(a.substr(prefix.size()));
-  }
-  return fallback;
-}
-
-/// \brief The command line as typed, program name without its folder: "bench_x --flag=1". Call it
-/// before benchmark::Initialize, which removes the flags it knows.
-inline std::string command_line(int argc, char** argv) {
-  std::string_view prog = argc > 0 ? argv[0] : "";
-  const std::size_t slash = prog.rfind('/');
-  if (slash != std::string_view::npos) prog.remove_prefix(slash + 1);
-  std::string cmd(prog);
-  for (int i = 1; i < argc; ++i) cmd += std::string(" ") + argv[i];
-  return cmd;
-}
-
 /// \brief Prints `heading` (markdown: what ran, and any other tables) and the sweep as a markdown
 /// table, and writes both to PREFIX.md and the sweep to PREFIX.csv. Returns false when a file
 /// cannot be written.
@@ -154,16 +135,16 @@ inline bool write_sweep(const std::string& prefix, const std::string& heading,
   return ok;
 }
 
-/// \brief The end of a paged-attention benchmark: `tables` (its markdown so far) alone when the
-/// sweep was filtered out, else the sweep under it, headed by where it ran (`where`, e.g. "CPU
-/// twin (2 threads)"), the sweep batch `ctx`, the peak it was measured against and the command.
-/// Returns the program's exit code.
+/// \brief The end of a paged-attention benchmark: `tables` (its markdown so far, maybe empty) alone
+/// when the sweep was filtered out, else the sweep under it, headed by where it ran (`where`, e.g.
+/// "CPU twin (2 threads)"), the sweep batch `ctx`, the peak it was measured against and the
+/// command. Returns the program's exit code.
 inline int finish_sweep(const std::string& prefix, const std::string& tables,
                         const std::string& where, const std::string& peak,
                         const std::vector<int>& ctx, const std::string& command,
                         const std::vector<SweepRow>& rows, std::size_t bytes_per_slot) {
   if (rows.empty()) {  // the sweep was filtered out: the other tables are all there is
-    fmt::print("\n{}", tables);
+    if (!tables.empty()) fmt::print("\n{}", tables);
     return 0;
   }
   const std::string heading =

@@ -60,11 +60,19 @@ function(kvheap_add_test name)
 endfunction()
 
 # kvheap_add_bench(<name> SOURCES <files...> [LIBS <targets...>])
+# Adds a Google Benchmark program, and with the tests a check that listing its benchmarks
+# (--benchmark_list_tests) prints their names only: no peak measured, no empty table, no device.
 function(kvheap_add_bench name)
   cmake_parse_arguments(ARG "" "" "SOURCES;LIBS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE kvheap_common benchmark::benchmark ${ARG_LIBS})
   set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY "${CMAKE_BINARY_DIR}/bench")
+  if(KVHEAP_BUILD_TESTS)
+    add_test(NAME ${name}.ListingPrintsOnlyNames
+             COMMAND ${CMAKE_COMMAND} -DPROGRAM=$<TARGET_FILE:${name}>
+                     -P ${PROJECT_SOURCE_DIR}/cmake/check_bench_listing.cmake)
+    set_tests_properties(${name}.ListingPrintsOnlyNames PROPERTIES TIMEOUT 60)
+  endif()
 endfunction()
 
 # kvheap_cuda_sources(<target> <files...>)

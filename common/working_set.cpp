@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdio>
 
 namespace kvheap {
 
@@ -28,7 +29,7 @@ std::string ColdSetWindow::skip_reason(const std::string& name, std::size_t set,
 
 bool ColdSetWindow::admits(const std::string& name, std::size_t set, std::size_t allocated) const {
   const std::string reason = skip_reason(name, set, allocated);
-  if (!reason.empty()) fmt::print("{}\n", reason);
+  if (!reason.empty()) fmt::print(stderr, "{}\n", reason);
   return reason.empty();
 }
 

@@ -28,7 +28,8 @@ struct ColdSetWindow {
   [[nodiscard]] std::string skip_reason(const std::string& name, std::size_t set,
                                         std::size_t allocated) const;
 
-  /// \brief Whether that configuration runs; if not, says so on stdout, and why.
+  /// \brief Whether that configuration runs; if not, says so on stderr, and why (stderr, so that
+  /// a listing of the benchmarks on stdout holds their names only).
   [[nodiscard]] bool admits(const std::string& name, std::size_t set, std::size_t allocated) const;
 };
 
