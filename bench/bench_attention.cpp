@@ -12,7 +12,8 @@
 // L2 and no call pays for another's write-backs.
 //
 // The simulator is not a performance model: in a KVHEAP_CUDA=sim build this program says so and
-// reports nothing. (The CPU twin has its own benchmark, bench_attention_cpu, in every build.)
+// reports nothing (a listing, --benchmark_list_tests, still prints the names). (The CPU twin has
+// its own benchmark, bench_attention_cpu, in every build.)
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 

@@ -24,8 +24,9 @@ namespace {
 
 constexpr int kLargestBlock = 256;
 // The block pool at block size 1 has one block per token of budget, with 8 bytes of bookkeeping
-// each (a free-list entry and a reference count): 2^27 tokens keep that to 1 GiB.
-constexpr double kMaxTokens = static_cast<double>(std::int64_t{1} << 27);
+// each (a free-list entry and a reference count) and 4 more in a page table once held: 2^27
+// tokens keep that to about 1.5 GiB.
+constexpr std::size_t kMaxTokens = std::size_t{1} << 27;
 constexpr int kMaxRequests = 10'000'000;
 
 /// The budget in bytes, checked against what the table needs: one block of the largest size,
@@ -33,19 +34,42 @@ constexpr int kMaxRequests = 10'000'000;
 std::size_t budget_bytes(double gib, const ModelConfig& c, DType kv) {
   if (!std::isfinite(gib) || gib <= 0)
     throw UsageError(fmt::format("--budget-gib must be a finite number > 0, got {}", gib));
-  const double per_token = static_cast<double>(kv_bytes_per_token(c, kv));
-  const double tokens = gib * static_cast<double>(std::int64_t{1} << 30) / per_token;
-  if (tokens < kLargestBlock)
-    throw UsageError(fmt::format(
-        "--budget-gib {} holds {:.0f} tokens of {} KV in {} ({} B each), fewer than one block of "
-        "{} tokens, the largest block size in the table",
-        gib, tokens, dtype_name(kv), c.name, per_token, kLargestBlock));
-  if (tokens > kMaxTokens)
+  const std::size_t per_token = kv_bytes_per_token(c, kv);
+  const double bytes = gib * static_cast<double>(std::int64_t{1} << 30);
+  // Compared as a double first, so that no budget overflows the conversion to a byte count.
+  if (bytes / static_cast<double>(per_token) > static_cast<double>(kMaxTokens))
     throw UsageError(fmt::format(
         "--budget-gib {} holds {:.0f} tokens of {} KV in {}; the block-size-1 pool supports at "
-        "most {:.0f} (2^27) tokens: give a smaller budget",
-        gib, tokens, dtype_name(kv), c.name, kMaxTokens));
-  return static_cast<std::size_t>(gib * static_cast<double>(std::int64_t{1} << 30));
+        "most {} (2^27) tokens: give a smaller budget",
+        gib, bytes / static_cast<double>(per_token), dtype_name(kv), c.name, kMaxTokens));
+  const auto budget = static_cast<std::size_t>(bytes);
+  // Counted from the whole bytes, as the pool will count them.
+  if (budget / per_token < static_cast<std::size_t>(kLargestBlock))
+    throw UsageError(fmt::format(
+        "--budget-gib {} holds {} tokens of {} KV in {} ({} B each), fewer than one block of {} "
+        "tokens, the largest block size in the table",
+        gib, budget / per_token, dtype_name(kv), c.name, per_token, kLargestBlock));
+  return budget;
+}
+
+/// The lognormal's parameters, checked here to name the flags.
+void check_lengths(double mean, double sigma) {
+  if (!std::isfinite(mean) || mean <= 0)
+    throw UsageError(fmt::format("--mean must be a finite number of tokens > 0, got {}", mean));
+  if (!std::isfinite(sigma) || sigma <= 0)
+    throw UsageError(fmt::format("--sigma must be a finite number > 0, got {}", sigma));
+}
+
+/// The ratio cell. A policy that admitted every request might have admitted more, so its count
+/// only bounds what the budget holds: paging's from below (the ratio is at least this), the
+/// reservation's from above (at most this); when both did, or the reservation admitted none,
+/// there is no ratio to give.
+std::string ratio_cell(const ch03::CapacityResult& r, int requests) {
+  const bool paged_all = r.admitted_paged == requests;
+  const bool contiguous_all = r.admitted_contiguous == requests;
+  if (r.admitted_contiguous == 0 || (paged_all && contiguous_all)) return "-";
+  const double ratio = static_cast<double>(r.admitted_paged) / r.admitted_contiguous;
+  return fmt::format("{}{:.2f}", paged_all ? ">=" : contiguous_all ? "<=" : "", ratio);
 }
 
 /// --max-len: each request's longest length and the reservation per request; without the flag,
@@ -78,8 +102,10 @@ int main(int argc, char** argv) {
   cli.option("--requests", requests, "Request lengths drawn, admitted in order").show_default();
   cli.option("--mean", mean, "Mean request length in tokens (lognormal)").show_default();
   cli.option("--sigma", sigma, "Sigma of the lognormal's underlying normal").show_default();
-  const Flag max_len_flag = cli.option(
-      "--max-len", max_len, "Longest request, and what reservation reserves (default 4096)");
+  const Flag max_len_flag =
+      cli.option("--max-len", max_len,
+                 "Longest request, and what reservation reserves (default: 4096, or the model's "
+                 "context if shorter)");
   cli.option("--seed", seed, "Seed of the request lengths").show_default();
 
   return run_cli(cli, argc, argv, [&] {
@@ -90,9 +116,10 @@ int main(int argc, char** argv) {
     if (requests < 1 || requests > kMaxRequests)
       throw UsageError(
           fmt::format("--requests must be in [1, {}], got {}", kMaxRequests, requests));
+    check_lengths(mean, sigma);
     const auto lengths = ch03::lognormal_lengths(requests, mean, sigma, max_len, seed);
     fmt::print(
-        "model {}, KV {} ({} B/token), budget {:.3g} GiB, {} requests lognormal mean {}, sigma "
+        "model {}, KV {} ({} B/token), budget {} GiB, {} requests lognormal mean {}, sigma "
         "{}, max {} (seed {})\n\n",
         c.name, dtype_name(kv), kv_bytes_per_token(c, kv), budget_gib, requests, mean, sigma,
         max_len, seed);
@@ -100,23 +127,25 @@ int main(int argc, char** argv) {
         "| block size | admitted contiguous | admitted paged | paged / contiguous | waste "
         "contiguous % | waste paged % |\n");
     fmt::print("|---:|---:|---:|---:|---:|---:|\n");
-    bool all_admitted = false;
+    bool bounded = false, none_reserved = false;
     for (int bs = 1; bs <= kLargestBlock; bs *= 2) {
       const ch03::CapacityResult r = ch03::admit_until_full(c, kv, budget, bs, max_len, lengths);
-      // A budget below one reservation admits nothing contiguous: no ratio to give.
-      const std::string ratio =
-          r.admitted_contiguous > 0
-              ? fmt::format("{:.2f}", static_cast<double>(r.admitted_paged) / r.admitted_contiguous)
-              : std::string("-");
-      const bool all = r.admitted_paged == requests;
-      all_admitted = all_admitted || all;
-      fmt::print("| {} | {} | {} | {}{} | {:.1f} | {:.2f} |\n", bs, r.admitted_contiguous,
-                 r.admitted_paged, ratio, all ? "*" : "", 100.0 * r.waste_contiguous,
+      bounded = bounded || r.admitted_paged == requests || r.admitted_contiguous == requests;
+      none_reserved = none_reserved || r.admitted_contiguous == 0;
+      fmt::print("| {} | {} | {} | {} | {:.1f} | {:.2f} |\n", bs, r.admitted_contiguous,
+                 r.admitted_paged, ratio_cell(r, requests), 100.0 * r.waste_contiguous,
                  100.0 * r.waste_paged);
     }
-    if (all_admitted)
+    if (bounded)
       fmt::print(
-          "\n* paging admitted every request before the budget was full: the ratio is a lower "
-          "bound; give more --requests\n");
+          "\nA policy admitted all {} requests before its budget was full, so its count is only a "
+          "bound: >= marks a ratio that is at least that (paging ran out of requests), <= one "
+          "that is at most that (reservation did), - one where both did. Give more --requests.\n",
+          requests);
+    if (none_reserved)
+      fmt::print(
+          "\nReservation admitted none: the budget holds less than one reservation of {} "
+          "positions, so there is no ratio (-).\n",
+          max_len);
   });
 }

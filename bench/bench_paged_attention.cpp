@@ -16,7 +16,8 @@
 // same values and must give bitwise equal outputs before anything is timed.
 //
 // The simulator is not a performance model: in a KVHEAP_CUDA=sim build this program says so and
-// reports nothing. (bench_paged_attention_cpu measures the CPU twin in every build.)
+// reports nothing (a listing, --benchmark_list_tests, still prints the names).
+// (bench_paged_attention_cpu measures the CPU twin in every build.)
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 

@@ -21,8 +21,9 @@
 // peak; the speedup, not that rate, is what sharing buys.
 //
 // The simulator is not a performance model: in a KVHEAP_CUDA=sim build this program says so and
-// reports nothing. (bench_shared_prefix_cpu measures the CPU twin in every build.) --smoke runs
-// the harness on a tiny step without timing it, in any build; the test suite does that.
+// reports nothing (a listing, --benchmark_list_tests, still prints the names).
+// (bench_shared_prefix_cpu measures the CPU twin in every build.) --smoke runs the harness on a
+// tiny step without timing it, in any build; the test suite does that.
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 

@@ -149,9 +149,10 @@ inline int finish_sweep(const std::string& prefix, const std::string& tables,
   }
   const std::string heading =
       tables + fmt::format(
-                   "\nBlock-size sweep, {}: {} sequences of {}..{} positions ({} tokens), "
+                   "{}Block-size sweep, {}: {} sequences of {}..{} positions ({} tokens), "
                    "Llama-3-8B heads, bf16, one layer. {}. Produced by `{}`.",
-                   where, ctx.size(), *std::min_element(ctx.begin(), ctx.end()),
+                   tables.empty() ? "" : "\n", where, ctx.size(),
+                   *std::min_element(ctx.begin(), ctx.end()),
                    *std::max_element(ctx.begin(), ctx.end()), tokens_of(ctx), peak, command);
   return write_sweep(prefix, heading, rows, bytes_per_slot) ? 0 : 1;
 }

@@ -172,7 +172,7 @@ int run_cli(CommandLine& cli, int argc, char** argv, const std::function<void()>
     std::cerr << app.get_name() << ": " << e.what() << "\n";
     return 1;
   } catch (const std::bad_alloc&) {
-    std::cerr << app.get_name() << ": out of host memory; try a smaller model or --kv-budget-mb\n";
+    std::cerr << app.get_name() << ": out of host memory; try a smaller model or KV budget\n";
     return 1;
   } catch (const std::exception& e) {
     std::cerr << app.get_name() << ": internal error: " << e.what() << "\n";

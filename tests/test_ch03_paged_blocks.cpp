@@ -107,7 +107,9 @@ TEST(Ch03PagedBlocks, AllocatorPropertyRandomOperations) {
         const int tokens = static_cast<int>(rng() % (4 * bs + 1));
         if (m.can_allocate(tokens)) {
           const int s = m.allocate(tokens);
-          EXPECT_FALSE(model.count(s));
+          int lowest_free = 0;  // ids are reused lowest first, however they were freed
+          while (model.count(lowest_free)) ++lowest_free;
+          EXPECT_EQ(s, lowest_free);
           model[s] = 0;
         } else {
           const int free_before = m.pool().num_free();

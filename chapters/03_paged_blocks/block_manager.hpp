@@ -28,8 +28,9 @@ class BlockManager {
   /// \brief True when a new sequence with `num_tokens` positions fits in the free blocks now.
   [[nodiscard]] bool can_allocate(long num_tokens) const;
   /// \brief Admits a sequence and reserves blocks for its first `num_tokens` positions (its
-  /// length stays 0 until append_slot fills them). Returns its id; throws ResourceError naming
-  /// the shortfall when the pool cannot hold it, leaving every other sequence untouched.
+  /// length stays 0 until append_slot fills them). Returns its id, the lowest free one; throws
+  /// ResourceError naming the shortfall when the pool cannot hold it, leaving every other
+  /// sequence untouched.
   int allocate(long num_tokens = 0);
   /// \brief True when one more token fits: the last block has room, or a block is free.
   [[nodiscard]] bool can_append(int seq) const;
@@ -58,7 +59,8 @@ class BlockManager {
 
   /// \brief Throws std::logic_error unless the pool's free list is sound
   /// (BlockPool::check_invariants), every block is either free or owned by exactly one page-table
-  /// entry, used + free = total, and every sequence's table covers its length.
+  /// entry, used + free = total, every sequence's table covers its length, and no free id lies
+  /// below the point where allocate starts its search.
   void check_invariants() const;
 
  private:
@@ -72,6 +74,7 @@ class BlockManager {
 
   BlockPool pool_;
   std::vector<Sequence> seqs_;  // indexed by sequence id
+  int first_free_ = 0;          // every id below it is live: where allocate's search starts
 };
 
 }  // namespace kvheap::ch03
