@@ -13,8 +13,8 @@
 namespace kvheap {
 namespace {
 
-// The benchmarks sit next to the chapter programs' folder (KVHEAP_BIN_DIR): build/<preset>/bench.
-const char* kCapacity = "../bench/bench_capacity";
+// The program's absolute path, from the build (run_program's folder does not apply to it).
+const char* kCapacity = KVHEAP_BENCH_CAPACITY;
 
 struct Row {
   int block_size = 0, contiguous = 0, paged = 0;
