@@ -13,11 +13,12 @@
 // Eigen's packed product), and one row within 10 % of Eigen's matrix-vector product. Longer batches
 // (prompts) go to Eigen, whose packing then pays for itself. The dot-product path over longer
 // batches too, in column blocks that stay in L2, would make every row's outputs the same in any
-// batch, but on 2 threads of another Xeon (AVX-512), over 32-256 rows of the same matrices, it
-// reached 150-225 GFLOP/s where Eigen's product reached 165-340: 1.0-2.2x the time, most at 256
-// rows (the dot path spends a load per two multiply-adds and a horizontal sum per output). A
-// batch-invariant product that fast needs weights packed for an outer-product kernel, as Eigen
-// packs them, and every path, decode included, summing in that kernel's order.
+// batch, but on 2 threads of another Xeon (AVX-512), over 32-256 rows of stories110m's matrices
+// and Llama-3-8B's wq and wk, it reached 150-225 GFLOP/s where Eigen's product reached 165-340:
+// 1.0-2.2x the time, most at 256 rows (the dot path spends a load per two multiply-adds and a
+// horizontal sum per output). A batch-invariant product that fast needs weights packed for an
+// outer-product kernel, as Eigen packs them, and every path, decode included, summing in that
+// kernel's order.
 //
 // Every output element of the dot-product path is one dot product whose order is fixed by
 // in_dim alone: element d goes to lane d % P of one packet accumulator (P floats per packet,
