@@ -31,6 +31,7 @@
 #include "common/bandwidth.hpp"
 #include "common/fma_peak.hpp"
 #include "common/host_buffer.hpp"
+#include "common/model_config.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/attention_batch.hpp"
 
@@ -112,7 +113,7 @@ class Case {
     const T* k = k_buf_.as<T>();
     const T* v = v_buf_.as<T>();
     cpu::attend_batch<T>(
-        heads_, batch_,
+        cpu::AttendShape{heads_.n_kv_heads, heads_.group_size(), heads_.head_dim}, batch_,
         [&](int i) {
           const long base = slots_[i] * max_seq_len_ * kKvDim;
           return cpu::ContiguousRows<T>{k + base, v + base, kKvDim};

@@ -13,9 +13,9 @@
 #include <cstdint>
 #include <string>
 
+#include "base/error.hpp"
 #include "chapters/03_paged_blocks/capacity.hpp"
 #include "common/cli.hpp"
-#include "common/error.hpp"
 #include "common/model_loader.hpp"
 
 using namespace kvheap;

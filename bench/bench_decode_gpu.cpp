@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "base/error.hpp"
 #include "chapters/02_contiguous_gpu/contiguous_cache.hpp"
 #include "common/cli.hpp"
-#include "common/error.hpp"
 #include "common/gpu/device_bandwidth.hpp"
 #include "common/gpu/forward_gpu.hpp"
 #include "common/report.hpp"

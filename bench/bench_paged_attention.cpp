@@ -29,8 +29,8 @@
 #include <string>
 #include <vector>
 
-#include "bench/failures.hpp"
 #include "bench/block_sweep.hpp"
+#include "bench/failures.hpp"
 #include "bench/gpu_pair_timing.hpp"
 #include "common/gpu/device_bandwidth.hpp"
 #include "common/model_config.hpp"

@@ -34,12 +34,13 @@
 #include <string>
 #include <vector>
 
+#include "bench/block_sweep.hpp"
 #include "bench/cpu_caches.hpp"
 #include "bench/failures.hpp"
-#include "bench/block_sweep.hpp"
 #include "chapters/03_paged_blocks/block_manager.hpp"
 #include "common/bandwidth.hpp"
 #include "common/host_buffer.hpp"
+#include "common/model_config.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/attention_batch.hpp"
 #include "kernels/paged_attention.hpp"
@@ -134,8 +135,8 @@ template <class RowsOf>
 void attend_batch(const Layouts& l, float* out, RowsOf&& rows_of) {
   static const ModelConfig heads = preset("llama-3-8b");  // kHeads, kKvHeads, kHeadDim
   cpu::attend_batch<T>(
-      heads, static_cast<int>(l.ctx.size()), rows_of, [&](int i) { return l.ctx[i]; }, l.q.data(),
-      out);
+      cpu::AttendShape{heads.n_kv_heads, heads.group_size(), heads.head_dim},
+      static_cast<int>(l.ctx.size()), rows_of, [&](int i) { return l.ctx[i]; }, l.q.data(), out);
 }
 
 void attend_contiguous(const Layouts& l, float* out) {

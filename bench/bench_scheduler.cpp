@@ -28,10 +28,10 @@
 #include <string>
 #include <vector>
 
+#include "base/error.hpp"
 #include "chapters/04_cow_prefix_sharing/shared_backend.hpp"
 #include "chapters/05_batched_scheduler/scheduler.hpp"
 #include "common/cli.hpp"
-#include "common/error.hpp"
 #include "common/model_loader.hpp"
 #include "common/report.hpp"
 

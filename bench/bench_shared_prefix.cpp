@@ -37,8 +37,8 @@
 
 #include "bench/block_sweep.hpp"
 #include "bench/command.hpp"
-#include "bench/gpu_pair_timing.hpp"
 #include "bench/failures.hpp"
+#include "bench/gpu_pair_timing.hpp"
 #include "bench/shared_prefix_step.hpp"
 #include "common/gpu/device_bandwidth.hpp"
 #include "common/model_config.hpp"

@@ -31,6 +31,7 @@
 #include "bench/shared_prefix_step.hpp"
 #include "common/bandwidth.hpp"
 #include "common/host_buffer.hpp"
+#include "common/model_config.hpp"
 #include "kernels/attention_batch.hpp"
 #include "kernels/paged_attention.hpp"
 #include "kernels/shared_prefix_attention.hpp"
@@ -47,6 +48,7 @@ const ModelConfig& heads() {
   return c;
 }
 long kv_dim() { return heads().kv_dim(); }
+cpu::AttendShape shape() { return {heads().n_kv_heads, heads().group_size(), heads().head_dim}; }
 double row_bytes() { return 2.0 * static_cast<double>(kv_dim()) * sizeof(T); }
 
 /// The step, its pool in host memory and its queries.
@@ -86,10 +88,10 @@ Step make_step(int groups, int samples, int prefix) {
 }
 
 void attend_plain(const Step& s, float* out) {
-  cpu::attend_batch<T>(heads(), s.rows(), s.rows_of(), s.n_ctx_of(), s.q.data(), out);
+  cpu::attend_batch<T>(shape(), s.rows(), s.rows_of(), s.n_ctx_of(), s.q.data(), out);
 }
 void attend_read_once(const Step& s, float* out) {
-  cpu::attend_batch_shared_prefix<T>(heads(), s.rows(), s.rows_of(), s.n_ctx_of(), s.batch.prefixes,
+  cpu::attend_batch_shared_prefix<T>(shape(), s.rows(), s.rows_of(), s.n_ctx_of(), s.batch.prefixes,
                                      s.q.data(), out);
 }
 

@@ -41,7 +41,9 @@ function(_kvheap_reuse_pch dir)
   get_property(targets DIRECTORY "${dir}" PROPERTY BUILDSYSTEM_TARGETS)
   foreach(target IN LISTS targets)
     get_target_property(type ${target} TYPE)
-    if(NOT type MATCHES "^(EXECUTABLE|STATIC_LIBRARY|OBJECT_LIBRARY)$" OR target MATCHES "^kvheap_pch_")
+    get_target_property(no_pch ${target} DISABLE_PRECOMPILE_HEADERS)
+    if(NOT type MATCHES "^(EXECUTABLE|STATIC_LIBRARY|OBJECT_LIBRARY)$" OR target MATCHES "^kvheap_pch_"
+       OR no_pch)
       continue()
     endif()
     # A target with sanitizer flags of its own (the libFuzzer programs) would need a header

@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "common/error.hpp"
+#include "base/error.hpp"
 
 namespace kvheap {
 

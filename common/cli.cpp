@@ -14,7 +14,7 @@
 #include <string_view>
 #include <utility>
 
-#include "common/error.hpp"
+#include "base/error.hpp"
 #include "common/token_ids.hpp"
 #include "common/tokenizer.hpp"
 

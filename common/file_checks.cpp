@@ -11,7 +11,7 @@
 #include <cstring>
 #include <utility>
 
-#include "common/error.hpp"
+#include "base/error.hpp"
 
 namespace kvheap {
 

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "common/error.hpp"
+#include "base/error.hpp"
 #include "common/rope_freqs.hpp"
 #include "kernels/matmul.hpp"
 #include "kernels/rmsnorm.hpp"

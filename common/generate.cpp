@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <chrono>
 
-#include "common/error.hpp"
+#include "base/error.hpp"
 
 namespace kvheap {
 

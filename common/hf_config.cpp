@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
-#include "common/error.hpp"
+#include "base/error.hpp"
 #include "common/file_checks.hpp"
 
 namespace kvheap {

@@ -5,7 +5,7 @@
 
 #include <cstring>
 
-#include "common/error.hpp"
+#include "base/error.hpp"
 
 namespace kvheap {
 

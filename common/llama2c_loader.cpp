@@ -17,7 +17,7 @@
 #include <memory>
 #include <stdexcept>
 
-#include "common/error.hpp"
+#include "base/error.hpp"
 #include "common/mapped_file.hpp"
 
 namespace kvheap {

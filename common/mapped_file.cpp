@@ -9,7 +9,7 @@
 #include <cstring>
 #include <utility>
 
-#include "common/error.hpp"
+#include "base/error.hpp"
 #include "common/file_checks.hpp"
 
 namespace kvheap {

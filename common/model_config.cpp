@@ -7,7 +7,7 @@
 #include <array>
 #include <cmath>
 
-#include "common/error.hpp"
+#include "base/error.hpp"
 
 namespace kvheap {
 
@@ -147,24 +147,6 @@ void ModelConfig::validate() const {
     require(s >= 0 && s < vocab_size,
             fmt::format("stop token id must be in [0, vocab_size={}), got {}", vocab_size, s));
   if (rope_scaling.enabled) validate_rope_scaling(rope_scaling);
-}
-
-std::size_t dtype_size(DType t) { return t == DType::F32 ? 4 : 2; }
-
-std::string_view dtype_name(DType t) {
-  switch (t) {
-    case DType::F32: return "fp32";
-    case DType::F16: return "fp16";
-    case DType::BF16: return "bf16";
-  }
-  return "?";
-}
-
-DType parse_dtype(std::string_view s) {
-  if (s == "fp32" || s == "f32" || s == "float32") return DType::F32;
-  if (s == "fp16" || s == "f16" || s == "float16") return DType::F16;
-  if (s == "bf16" || s == "bfloat16") return DType::BF16;
-  throw UsageError(fmt::format("unknown dtype '{}': expected fp32, fp16 or bf16", s));
 }
 
 std::vector<std::string> preset_names() {

@@ -7,6 +7,8 @@
 #include <string_view>
 #include <vector>
 
+#include "base/dtype.hpp"
+
 namespace kvheap {
 
 /// \brief How RoPE pairs the dimensions of a head.
@@ -60,17 +62,6 @@ struct ModelConfig {
   /// infinite, NaN or out of range).
   void validate() const;
 };
-
-/// \brief Element types for weights and KV storage.
-enum class DType { F32, F16, BF16 };
-
-/// \brief Bytes per element of a dtype.
-[[nodiscard]] std::size_t dtype_size(DType t);
-/// \brief "fp32", "fp16", "bf16".
-[[nodiscard]] std::string_view dtype_name(DType t);
-/// \brief Parses "fp32"/"f32"/"float32", "fp16"/"f16"/"float16", "bf16"/"bfloat16"; throws
-/// UsageError otherwise.
-[[nodiscard]] DType parse_dtype(std::string_view s);
 
 /// \brief Names of the built-in presets, in display order.
 [[nodiscard]] std::vector<std::string> preset_names();

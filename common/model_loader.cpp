@@ -4,7 +4,7 @@
 
 #include <filesystem>
 
-#include "common/error.hpp"
+#include "base/error.hpp"
 #include "common/file_checks.hpp"
 #include "common/llama2c_loader.hpp"
 #include "common/safetensors_loader.hpp"

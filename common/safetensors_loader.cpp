@@ -21,9 +21,9 @@
 #include <set>
 #include <vector>
 
-#include "common/error.hpp"
+#include "base/error.hpp"
+#include "base/half.hpp"
 #include "common/file_checks.hpp"
-#include "common/half.hpp"
 #include "common/hf_config.hpp"
 #include "common/safetensors_file.hpp"
 

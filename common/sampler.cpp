@@ -7,7 +7,7 @@
 #include <cmath>
 #include <limits>
 
-#include "common/error.hpp"
+#include "base/error.hpp"
 
 namespace kvheap {
 

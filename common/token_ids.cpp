@@ -6,7 +6,7 @@
 #include <charconv>
 #include <system_error>
 
-#include "common/error.hpp"
+#include "base/error.hpp"
 
 namespace kvheap {
 

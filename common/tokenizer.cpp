@@ -11,7 +11,7 @@
 #include <optional>
 #include <queue>
 
-#include "common/error.hpp"
+#include "base/error.hpp"
 #include "common/file_checks.hpp"
 
 namespace kvheap {

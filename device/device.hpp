@@ -11,7 +11,7 @@
 #include <string>
 #include <string_view>
 
-#include "common/error.hpp"
+#include "base/error.hpp"
 
 /// \brief Evaluates a CUDA runtime call and throws kvheap::ResourceError naming the call, the
 /// file:line and the CUDA error (plus the simulator's explanation, in the simulator) on failure.

@@ -7,7 +7,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
-#include "common/model_config.hpp"
+#include "base/dtype.hpp"
 
 namespace kvheap {
 

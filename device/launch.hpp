@@ -17,7 +17,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "common/error.hpp"
+#include "base/error.hpp"
 #include "device/cuda_compat.hpp"
 #include "device/device.hpp"
 

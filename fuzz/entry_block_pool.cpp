@@ -14,8 +14,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "base/error.hpp"
 #include "chapters/03_paged_blocks/block_manager.hpp"
-#include "common/error.hpp"
 #include "fuzz/entry_points.hpp"
 #include "fuzz/fuzz_support.hpp"
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "common/error.hpp"
+#include "base/error.hpp"
 #include "common/llama2c_loader.hpp"
 #include "common/safetensors_loader.hpp"
 #include "fuzz/entry_points.hpp"

@@ -19,9 +19,9 @@
 #include <string>
 #include <vector>
 
+#include "base/error.hpp"
 #include "chapters/04_cow_prefix_sharing/shared_batch.hpp"
 #include "chapters/04_cow_prefix_sharing/shared_block_manager.hpp"
-#include "common/error.hpp"
 #include "fuzz/entry_points.hpp"
 #include "fuzz/fuzz_support.hpp"
 

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "base/error.hpp"
 #include "common/cli.hpp"
-#include "common/error.hpp"
 #include "common/generate.hpp"
 #include "common/sampler.hpp"
 #include "common/tokenizer.hpp"

@@ -6,7 +6,7 @@
 // scanned what: ties go to the lowest index exactly as kvheap::argmax.
 #include <climits>
 
-#include "common/error.hpp"
+#include "base/error.hpp"
 #include "device/cuda_compat.hpp"
 #include "device/launch.hpp"
 #include "kernels/argmax.hpp"

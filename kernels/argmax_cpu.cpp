@@ -1,7 +1,7 @@
 // CPU greedy argmax per row (the twin of argmax.cu).
 #include <cmath>
 
-#include "common/error.hpp"
+#include "base/error.hpp"
 #include "kernels/argmax.hpp"
 
 namespace kvheap::cpu {

@@ -56,6 +56,11 @@ struct AttendShape {
   int n_kv_heads;  ///< KV heads per cached position: a row holds all of them
   int group;       ///< query heads per KV head
   int head_dim;    ///< elements per head
+
+  /// \brief Query heads: n_kv_heads x group.
+  [[nodiscard]] int n_heads() const { return n_kv_heads * group; }
+  /// \brief Elements of one row's queries: n_heads x head_dim.
+  [[nodiscard]] int q_dim() const { return n_heads() * head_dim; }
 };
 
 /// \brief Floats of scratch attend_span needs for `n_heads_q` query heads: their queries in the

@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <vector>
 
-#include "common/model_config.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/attention_merge.hpp"
 
@@ -32,10 +31,9 @@ inline constexpr int kAttendChunk = 2048;
 /// numbers are the same with any number of threads. Every CPU cache policy calls this with its
 /// own accessor, so they share the work split and the arithmetic; only addresses differ.
 template <class T, class RowsOf, class CtxOf>
-void attend_batch(const ModelConfig& c, int n, const RowsOf& rows_of, const CtxOf& n_ctx_of,
+void attend_batch(const AttendShape& sh, int n, const RowsOf& rows_of, const CtxOf& n_ctx_of,
                   const float* q, float* out) {
-  const AttendShape sh{c.n_kv_heads, c.group_size(), c.head_dim};
-  const int q_dim = c.q_dim(), n_heads = c.n_heads;
+  const int q_dim = sh.q_dim(), n_heads = sh.n_heads();
   // Chunks: first_chunk[i] is row i's first; rows of one chunk write `out` directly, the others
   // a partial (acc, max, sum) each, merged below.
   std::vector<long> first_chunk(static_cast<std::size_t>(n) + 1, 0);
@@ -56,10 +54,10 @@ void attend_batch(const ModelConfig& c, int n, const RowsOf& rows_of, const CtxO
   // number of items, so that each item reads as wide a part of each row as it can.
   const long threads = parallel ? omp_get_max_threads() : 1;
   int ranges = 1;
-  while (ranges < c.n_kv_heads && (c.n_kv_heads % ranges != 0 || n_chunks * ranges < threads ||
-                                   n_chunks * ranges % threads != 0))
+  while (ranges < sh.n_kv_heads && (sh.n_kv_heads % ranges != 0 || n_chunks * ranges < threads ||
+                                    n_chunks * ranges % threads != 0))
     ++ranges;
-  const int per_range = c.n_kv_heads / ranges;
+  const int per_range = sh.n_kv_heads / ranges;
 #pragma omp parallel if (parallel)
   {
     std::vector<float> scratch(attend_scratch_floats(per_range * sh.group, sh.head_dim));

@@ -2,13 +2,13 @@
 // the product, and adding a bias (Qwen2's q/k/v) to its fp32 result.
 #pragma once
 
-#include "common/model_config.hpp"
+#include "base/dtype.hpp"
 #include "kernels/cuda_stream.hpp"
 
 namespace kvheap::cpu {
 
 /// \brief out[count] = in[count] converted to `out_dtype`, rounding to nearest even
-/// (common/half.hpp); fp32 is a plain copy.
+/// (base/half.hpp); fp32 is a plain copy.
 /// \param out [count] float, or raw fp16/bf16 bits (uint16)
 /// \param in  [count] fp32
 void cast_from_f32(void* out, DType out_dtype, const float* in, long count);

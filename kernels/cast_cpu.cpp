@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "common/half.hpp"
+#include "base/half.hpp"
 #include "kernels/cast.hpp"
 
 namespace kvheap::cpu {

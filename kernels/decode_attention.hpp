@@ -20,7 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "common/model_config.hpp"
+#include "base/dtype.hpp"
 #include "device/buffers.hpp"
 #include "kernels/attention_merge.hpp"
 #include "kernels/cuda_stream.hpp"

@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <string>
 
-#include "common/error.hpp"
+#include "base/error.hpp"
 #include "device/launch.hpp"
 #include "kernels/decode_attention.cuh"
 

@@ -1,6 +1,6 @@
 // CUDA embedding gather (twin: embedding_cpu.cpp): one block per output row, threads striding
 // over the row so that consecutive threads read consecutive elements (coalesced).
-#include "common/error.hpp"
+#include "base/error.hpp"
 #include "device/cuda_compat.hpp"
 #include "device/launch.hpp"
 #include "kernels/cuda_common.cuh"

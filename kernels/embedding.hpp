@@ -4,7 +4,7 @@
 // rows that want logits out of the residual stream before the classifier.
 #pragma once
 
-#include "common/model_config.hpp"
+#include "base/dtype.hpp"
 #include "kernels/cuda_stream.hpp"
 
 namespace kvheap::cpu {

@@ -3,7 +3,7 @@
 #include <cstring>
 #include <limits>
 
-#include "common/half.hpp"
+#include "base/half.hpp"
 #include "kernels/embedding.hpp"
 
 namespace kvheap::cpu {

@@ -3,8 +3,8 @@
 
 #include <cstdint>
 
-#include "common/half.hpp"
-#include "common/model_config.hpp"
+#include "base/dtype.hpp"
+#include "base/half.hpp"
 
 namespace kvheap::cpu {
 

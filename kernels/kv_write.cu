@@ -7,7 +7,7 @@
 // scalar (any kv_dim works) instead of vectorising.
 #include "device/cuda_compat.hpp"
 
-#include "common/error.hpp"
+#include "base/error.hpp"
 #include "device/launch.hpp"
 #include "kernels/cuda_common.cuh"
 #include "kernels/kv_write.hpp"
@@ -15,7 +15,7 @@
 namespace kvheap::cuda {
 namespace {
 
-// Round-to-nearest-even narrowing, the same rounding as common/half.hpp.
+// Round-to-nearest-even narrowing, the same rounding as base/half.hpp.
 __device__ __forceinline__ void store_kv(float* dst, float x) { *dst = x; }
 __device__ __forceinline__ void store_kv(__half* dst, float x) { *dst = __float2half_rn(x); }
 __device__ __forceinline__ void store_kv(__nv_bfloat16* dst, float x) {

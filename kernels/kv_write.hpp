@@ -7,12 +7,12 @@
 // index on the host; the kernel only copies and rounds.
 //
 // Rounding is round-to-nearest-even, the rounding of __float2half_rn / __float2bfloat16_rn and of
-// common/half.hpp, so the CUDA kernel and its CPU twin store identical bits.
+// base/half.hpp, so the CUDA kernel and its CPU twin store identical bits.
 #pragma once
 
 #include <cstdint>
 
-#include "common/model_config.hpp"
+#include "base/dtype.hpp"
 #include "kernels/cuda_stream.hpp"
 
 namespace kvheap::cpu {

@@ -17,7 +17,7 @@
 
 #include <string>
 
-#include "common/error.hpp"
+#include "base/error.hpp"
 #include "kernels/decode_attention_launch.cuh"
 #include "kernels/paged_attention.hpp"
 

@@ -20,7 +20,7 @@
 #include <bit>
 #include <cstdint>
 
-#include "common/model_config.hpp"
+#include "base/dtype.hpp"
 #include "kernels/cuda_stream.hpp"
 #include "kernels/host_device.hpp"
 

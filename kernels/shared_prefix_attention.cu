@@ -11,7 +11,7 @@
 #include <climits>
 #include <string>
 
-#include "common/error.hpp"
+#include "base/error.hpp"
 #include "device/launch.hpp"
 #include "kernels/decode_attention_launch.cuh"
 #include "kernels/paged_attention.hpp"

@@ -23,7 +23,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "common/model_config.hpp"
+#include "base/dtype.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/attention_batch.hpp"
 #include "kernels/attention_merge.hpp"
@@ -136,11 +136,11 @@ namespace cpu {
 /// head ranges only when there are too few to keep the threads busy; the merge of the partial
 /// states follows.
 template <class T, class RowsOf, class CtxOf>
-void attend_batch_shared_prefix(const ModelConfig& c, int n, const RowsOf& rows_of,
+void attend_batch_shared_prefix(const AttendShape& sh, int n, const RowsOf& rows_of,
                                 const CtxOf& n_ctx_of, const SharedPrefixPlan& plan, const float* q,
                                 float* out) {
-  const int q_dim = c.q_dim(), n_heads = c.n_heads, hd = c.head_dim, kvh = c.n_kv_heads;
-  const int group = c.group_size();
+  const int q_dim = sh.q_dim(), n_heads = sh.n_heads(), hd = sh.head_dim, kvh = sh.n_kv_heads;
+  const int group = sh.group;
 
   // Rows that share nothing: attend_batch over them, gathered and scattered.
   std::vector<char> grouped(n, 0);
@@ -154,7 +154,7 @@ void attend_batch_shared_prefix(const ModelConfig& c, int n, const RowsOf& rows_
     for (long j = 0; j < m; ++j)
       std::copy_n(q + alone[j] * static_cast<long>(q_dim), q_dim, &q_alone[j * q_dim]);
     attend_batch<T>(
-        c, static_cast<int>(m), [&](int j) { return rows_of(alone[j]); },
+        sh, static_cast<int>(m), [&](int j) { return rows_of(alone[j]); },
         [&](int j) { return n_ctx_of(alone[j]); }, q_alone.data(), out_alone.data());
     for (long j = 0; j < m; ++j)
       std::copy_n(&out_alone[j * q_dim], q_dim, out + alone[j] * static_cast<long>(q_dim));

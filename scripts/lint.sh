@@ -33,7 +33,7 @@ cmake --preset sim -B build/lint -DKVHEAP_PCH=OFF -DKVHEAP_BUILD_DOCS=OFF -DKVHE
 }
 echo "clang-tidy: checking the project's sources (.clang-tidy lists the checks)"
 run-clang-tidy -p build/lint -quiet -j "$(nproc)" -extra-arg=-Wno-unknown-warning-option \
-  "$(pwd)/(common|kernels|device|chapters|fuzz)/.*\.(cpp|cu)$" > build/clang-tidy.log 2>&1 || {
+  "$(pwd)/(base|common|kernels|device|chapters|fuzz)/.*\.(cpp|cu)$" > build/clang-tidy.log 2>&1 || {
   grep -E "(warning|error):" build/clang-tidy.log | sort -u | head -40
   echo "clang-tidy: findings above (full log: build/clang-tidy.log)" >&2
   exit 1

@@ -38,6 +38,11 @@ struct SharedPrefixCase {
   SharedPrefixPlan plan;
   std::vector<float> q;  // [n, q_dim]
 
+  /// The head geometry as the CPU twin takes it.
+  [[nodiscard]] cpu::AttendShape shape() const {
+    return {config.n_kv_heads, config.group_size(), config.head_dim};
+  }
+
   SharedPrefixCase(const SharedPrefixShape& s, const std::vector<int>& prefix_blocks, int members,
                    int private_positions, unsigned seed, std::vector<int> members_of = {})
       : block_size(s.block_size) {
@@ -109,7 +114,7 @@ struct SharedPrefixCase {
   }
   /// Plain paged attention (every row reads its whole context) into out [n, q_dim].
   void attend_plain(float* out) const {
-    cpu::attend_batch<T>(config, n(), rows_of(), n_ctx_of(), q.data(), out);
+    cpu::attend_batch<T>(shape(), n(), rows_of(), n_ctx_of(), q.data(), out);
   }
 };
 

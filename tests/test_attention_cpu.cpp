@@ -106,10 +106,7 @@ TEST(AttentionCpu, MatchesNaiveDoubleReferenceOverAwkwardShapes) {
 /// attend_batch over one row of `c`, with `threads` OpenMP threads.
 template <class T, class Rows>
 std::vector<float> batched(const Case<T>& c, const Rows& rows, int threads) {
-  ModelConfig mc;
-  mc.n_heads = c.n_kv_heads * c.group;
-  mc.n_kv_heads = c.n_kv_heads;
-  mc.head_dim = c.head_dim;
+  const cpu::AttendShape mc{c.n_kv_heads, c.group, c.head_dim};
   const int saved = omp_get_max_threads();
   omp_set_num_threads(threads);
   std::vector<float> out(c.q.size(), -1.0f);

@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "base/error.hpp"
 #include "chapters/01_cpu_reference/reserved_cache.hpp"
-#include "common/error.hpp"
 #include "common/forward_cpu.hpp"
 #include "common/generate.hpp"
 #include "common/llama2c_loader.hpp"

@@ -9,9 +9,9 @@
 #include <algorithm>
 #include <vector>
 
+#include "base/error.hpp"
 #include "chapters/01_cpu_reference/reserved_cache.hpp"
 #include "chapters/02_contiguous_gpu/contiguous_cache.hpp"
-#include "common/error.hpp"
 #include "common/forward_cpu.hpp"
 #include "common/gpu/forward_gpu.hpp"
 #include "common/llama2c_loader.hpp"

@@ -10,12 +10,12 @@
 #include <set>
 #include <vector>
 
+#include "base/error.hpp"
 #include "chapters/01_cpu_reference/reserved_cache.hpp"
 #include "chapters/03_paged_blocks/block_manager.hpp"
 #include "chapters/03_paged_blocks/capacity.hpp"
 #include "chapters/03_paged_blocks/paged_batch.hpp"
 #include "chapters/03_paged_blocks/paged_host_cache.hpp"
-#include "common/error.hpp"
 #include "common/forward_cpu.hpp"
 #include "common/generate.hpp"
 #include "common/llama2c_loader.hpp"

@@ -14,10 +14,10 @@
 #include <random>
 #include <vector>
 
+#include "base/error.hpp"
 #include "chapters/02_contiguous_gpu/contiguous_cache.hpp"
 #include "chapters/03_paged_blocks/paged_batch.hpp"
 #include "chapters/03_paged_blocks/paged_gpu_cache.hpp"
-#include "common/error.hpp"
 #include "common/gpu/forward_gpu.hpp"
 #include "common/llama2c_loader.hpp"
 #include "common/sampler.hpp"

@@ -10,9 +10,9 @@
 #include <stdexcept>
 #include <vector>
 
+#include "base/error.hpp"
 #include "chapters/04_cow_prefix_sharing/shared_batch.hpp"
 #include "chapters/05_batched_scheduler/scheduler.hpp"
-#include "common/error.hpp"
 
 namespace kvheap {
 namespace {

@@ -17,7 +17,7 @@
 #include <random>
 #include <vector>
 
-#include "common/error.hpp"
+#include "base/error.hpp"
 #include "common/model_config.hpp"
 #include "device/buffers.hpp"
 #include "device/device.hpp"

@@ -8,9 +8,9 @@
 #include <span>
 #include <vector>
 
+#include "base/error.hpp"
 #include "chapters/01_cpu_reference/reserved_cache.hpp"
 #include "common/device_kv_cache.hpp"
-#include "common/error.hpp"
 #include "common/forward_cpu.hpp"
 #include "common/gpu/forward_gpu.hpp"
 #include "common/sampler.hpp"

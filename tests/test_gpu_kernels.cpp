@@ -16,8 +16,8 @@
 #include <random>
 #include <vector>
 
+#include "base/half.hpp"
 #include "common/gpu/l2_flush.hpp"
-#include "common/half.hpp"
 #include "common/rope_freqs.hpp"
 #include "kernels/argmax.hpp"
 #include "kernels/cast.hpp"

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <limits>
 
-#include "common/half.hpp"
+#include "base/half.hpp"
 
 namespace kvheap {
 namespace {

@@ -11,7 +11,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include "common/error.hpp"
+#include "base/error.hpp"
 #include "common/llama2c_loader.hpp"
 #include "common/mapped_file.hpp"
 #include "tests/support/checkpoint_writers.hpp"

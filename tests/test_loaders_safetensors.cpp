@@ -13,7 +13,7 @@
 #include <map>
 #include <tuple>
 
-#include "common/error.hpp"
+#include "base/error.hpp"
 #include "common/safetensors_loader.hpp"
 #include "tests/support/checkpoint_writers.hpp"
 

@@ -5,7 +5,7 @@
 #include <limits>
 #include <string>
 
-#include "common/error.hpp"
+#include "base/error.hpp"
 #include "common/model_config.hpp"
 
 namespace kvheap {

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "common/error.hpp"
+#include "base/error.hpp"
 #include "common/sampler.hpp"
 
 namespace kvheap {

@@ -25,8 +25,8 @@ double shared_vs_plain(const test::SharedPrefixShape& s, const std::vector<int>&
   const test::SharedPrefixCase<T> c(s, prefix_blocks, members, private_positions, seed);
   std::vector<float> plain(c.q.size()), shared(c.q.size(), -1.0f);
   c.attend_plain(plain.data());
-  cpu::attend_batch_shared_prefix<T>(c.config, c.n(), c.rows_of(), c.n_ctx_of(), c.plan, c.q.data(),
-                                     shared.data());
+  cpu::attend_batch_shared_prefix<T>(c.shape(), c.n(), c.rows_of(), c.n_ctx_of(), c.plan,
+                                     c.q.data(), shared.data());
   // The unshared row goes through attend_batch itself: bitwise.
   const long last = static_cast<long>(c.n() - 1) * c.config.q_dim();
   EXPECT_TRUE(std::equal(plain.begin() + last, plain.end(), shared.begin() + last));

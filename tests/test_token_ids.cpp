@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "common/error.hpp"
+#include "base/error.hpp"
 #include "common/token_ids.hpp"
 
 namespace kvheap {

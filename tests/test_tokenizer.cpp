@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "common/error.hpp"
+#include "base/error.hpp"
 #include "common/tokenizer.hpp"
 #include "tests/support/test_support.hpp"
 

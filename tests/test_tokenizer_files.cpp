@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "common/error.hpp"
+#include "base/error.hpp"
 #include "common/tokenizer.hpp"
 
 namespace kvheap {

@@ -9,8 +9,8 @@
 #include <cmath>
 #include <iostream>
 
+#include "base/error.hpp"
 #include "common/cli.hpp"
-#include "common/error.hpp"
 #include "common/model_loader.hpp"
 
 using namespace kvheap;

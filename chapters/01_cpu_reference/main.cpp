@@ -5,10 +5,10 @@
 #include <iostream>
 #include <memory>
 
+#include "base/error.hpp"
 #include "chapters/01_cpu_reference/reserved_cache.hpp"
 #include "common/bandwidth.hpp"
 #include "common/cli.hpp"
-#include "common/error.hpp"
 #include "common/forward_cpu.hpp"
 #include "common/generate.hpp"
 #include "common/model_loader.hpp"

@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-#include "common/error.hpp"
+#include "base/error.hpp"
 #include "common/host_buffer.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/attention_batch.hpp"
@@ -104,7 +104,7 @@ void ReservedCache::attend(int layer, const Batch& batch, const float* q, float*
     using T = decltype(tag);
     const long base = static_cast<long>(layer) * config_.max_seq_len * kv_dim;
     cpu::attend_batch<T>(
-        config_, batch.size(),
+        cpu::AttendShape{config_.n_kv_heads, config_.group_size(), config_.head_dim}, batch.size(),
         [&](int i) {
           const Reservation& r = *slots_[batch.rows[i].slot];
           return cpu::ContiguousRows<T>{r.k.as<T>() + base, r.v.as<T>() + base, kv_dim};

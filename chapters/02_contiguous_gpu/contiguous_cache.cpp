@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-#include "common/error.hpp"
+#include "base/error.hpp"
 #include "device/buffers.hpp"
 #include "device/device.hpp"
 #include "kernels/decode_attention.hpp"

@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/error.hpp"
+#include "base/error.hpp"
 
 namespace kvheap::ch03 {
 

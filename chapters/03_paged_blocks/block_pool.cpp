@@ -7,7 +7,7 @@
 #include <random>
 #include <stdexcept>
 
-#include "common/error.hpp"
+#include "base/error.hpp"
 
 namespace kvheap::ch03 {
 

@@ -6,9 +6,9 @@
 #include <cmath>
 #include <random>
 
+#include "base/error.hpp"
 #include "chapters/03_paged_blocks/block_manager.hpp"
 #include "chapters/03_paged_blocks/paged_host_cache.hpp"
-#include "common/error.hpp"
 
 namespace kvheap::ch03 {
 

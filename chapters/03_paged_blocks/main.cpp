@@ -15,13 +15,13 @@
 #include <nlohmann/json.hpp>
 #include <span>
 
+#include "base/error.hpp"
 #include "chapters/03_paged_blocks/paged_host_cache.hpp"
 #include "chapters/03_paged_blocks/pool_report.hpp"
 #include "chapters/03_paged_blocks/prompt_list.hpp"
 #include "chapters/03_paged_blocks/serve_options.hpp"
 #include "common/bandwidth.hpp"
 #include "common/cli.hpp"
-#include "common/error.hpp"
 #include "common/forward_cpu.hpp"
 #include "common/generate.hpp"
 #include "common/model_loader.hpp"

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <unordered_map>
 
-#include "common/error.hpp"
+#include "base/error.hpp"
 
 namespace kvheap::ch03 {
 

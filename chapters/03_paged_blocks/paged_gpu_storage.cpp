@@ -6,7 +6,7 @@
 
 #include <stdexcept>
 
-#include "common/error.hpp"
+#include "base/error.hpp"
 #include "device/buffers.hpp"
 #include "device/device.hpp"
 #include "kernels/decode_attention.hpp"

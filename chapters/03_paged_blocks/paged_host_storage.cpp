@@ -43,6 +43,7 @@ void PagedHostStorage::attend(int layer, const Batch& batch, const PagedBatch& p
   const long kv_dim = config_.kv_dim();
   const int bs = block_size_;
   const long layer_rows = static_cast<long>(num_blocks_) * bs;
+  const cpu::AttendShape shape{config_.n_kv_heads, config_.group_size(), config_.head_dim};
   cpu::with_kv_type(kv_, [&](auto tag) {
     using T = decltype(tag);
     const T* kd = k_.as<T>() + layer * layer_rows * kv_dim;
@@ -53,9 +54,9 @@ void PagedHostStorage::attend(int layer, const Batch& batch, const PagedBatch& p
     };
     const auto n_ctx_of = [&](int i) { return pages.n_ctx[i]; };
     if (shared != nullptr)
-      cpu::attend_batch_shared_prefix<T>(config_, batch.size(), rows_of, n_ctx_of, *shared, q, out);
+      cpu::attend_batch_shared_prefix<T>(shape, batch.size(), rows_of, n_ctx_of, *shared, q, out);
     else
-      cpu::attend_batch<T>(config_, batch.size(), rows_of, n_ctx_of, q, out);
+      cpu::attend_batch<T>(shape, batch.size(), rows_of, n_ctx_of, q, out);
   });
 }
 

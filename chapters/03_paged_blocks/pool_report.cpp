@@ -8,7 +8,7 @@
 #include <fstream>
 #include <vector>
 
-#include "common/error.hpp"
+#include "base/error.hpp"
 
 namespace kvheap::ch03 {
 

@@ -4,7 +4,7 @@
 
 #include <sstream>
 
-#include "common/error.hpp"
+#include "base/error.hpp"
 #include "common/file_checks.hpp"
 #include "common/token_ids.hpp"
 

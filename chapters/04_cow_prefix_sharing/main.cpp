@@ -16,13 +16,13 @@
 #include <nlohmann/json.hpp>
 #include <span>
 
+#include "base/error.hpp"
 #include "chapters/03_paged_blocks/paged_host_cache.hpp"
 #include "chapters/03_paged_blocks/prompt_list.hpp"
 #include "chapters/03_paged_blocks/serve_options.hpp"
 #include "chapters/04_cow_prefix_sharing/admission.hpp"
 #include "chapters/04_cow_prefix_sharing/shared_backend.hpp"
 #include "common/cli.hpp"
-#include "common/error.hpp"
 #include "common/generate.hpp"
 #include "common/model_loader.hpp"
 #include "common/report.hpp"

@@ -2,9 +2,9 @@
 
 #include <fmt/format.h>
 
+#include "base/error.hpp"
 #include "chapters/04_cow_prefix_sharing/shared_host_cache.hpp"
 #include "common/bandwidth.hpp"
-#include "common/error.hpp"
 #include "common/forward_cpu.hpp"
 
 #if KVHEAP_HAS_CUDA

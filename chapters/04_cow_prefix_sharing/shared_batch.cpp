@@ -7,7 +7,7 @@
 #include <span>
 #include <unordered_map>
 
-#include "common/error.hpp"
+#include "base/error.hpp"
 
 namespace kvheap::ch04 {
 

@@ -6,7 +6,7 @@
 #include <stdexcept>
 #include <utility>
 
-#include "common/error.hpp"
+#include "base/error.hpp"
 
 namespace kvheap::ch04 {
 

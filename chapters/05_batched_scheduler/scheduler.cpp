@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <stdexcept>
 
-#include "common/error.hpp"
+#include "base/error.hpp"
 
 namespace kvheap::ch05 {
 

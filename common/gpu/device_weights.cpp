@@ -9,8 +9,8 @@
 #include <span>
 #include <string>
 
-#include "common/error.hpp"
-#include "common/half.hpp"
+#include "base/error.hpp"
+#include "base/half.hpp"
 
 namespace kvheap {
 namespace {

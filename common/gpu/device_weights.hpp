@@ -3,7 +3,7 @@
 // Matrices (the projections, the embedding table and the classifier) are stored in one chosen
 // dtype: fp32, or fp16/bf16 to halve the bytes every decode step has to read. Norm gains and
 // biases stay fp32: they are tiny and feed fp32 arithmetic. The narrowing happens on the host
-// with common/half.hpp (round to nearest even) through a fixed-size staging buffer, so uploading
+// with base/half.hpp (round to nearest even) through a fixed-size staging buffer, so uploading
 // a model never holds a second full copy of it in host memory.
 #pragma once
 

@@ -7,7 +7,7 @@
 
 #include <algorithm>
 
-#include "common/error.hpp"
+#include "base/error.hpp"
 #include "common/forward_cpu.hpp"
 #include "common/rope_freqs.hpp"
 #include "kernels/argmax.hpp"

@@ -14,7 +14,7 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "common/half.hpp"
+#include "base/half.hpp"
 #include "common/llama2c_loader.hpp"
 
 namespace kvheap::test {

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "common/error.hpp"
+#include "base/error.hpp"
 #include "common/model_config.hpp"
 #include "common/weights.hpp"
 

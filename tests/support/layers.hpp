@@ -1,0 +1,53 @@
+// The layering rule of the source tree, and a scan that finds every edge breaking it.
+//
+// kvheap's folders form layers, bottom up:
+//
+//   base -> device -> kernels -> common -> chapters/01_... -> chapters/02_... -> ...
+//
+// A file may include, and a target may link, only what sits in its own folder or below it: a later
+// chapter may use an earlier one, never the reverse. tests/, bench/ and fuzz/ sit on top and may
+// use anything. The edges come from the tree itself: the #include lines of every .hpp, .cpp, .cu
+// and .cuh file, and the target_link_libraries edges (and the LIBS of kvheap's CMake helpers) of
+// every CMakeLists.txt.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace kvheap::layers {
+
+/// \brief The folder a tree path belongs to, as the rule sees it: "base", "device", "kernels",
+/// "common", "chapters/03_paged_blocks", "tests", "bench" or "fuzz"; "" for anything else
+/// (cmake/, docs/, scripts/, top-level files), which the rule does not cover.
+[[nodiscard]] std::string folder_of(const std::string& tree_path);
+
+/// \brief The folder's height in the layering: a folder may use folders of the same or a lower
+/// rank. -1 for a folder the rule does not cover.
+[[nodiscard]] int rank_of(const std::string& folder);
+
+/// \brief One use of a folder by another: a file's #include or a target's link.
+struct Edge {
+  std::string from;   ///< folder of the including file or linking target
+  std::string to;     ///< folder of the included file or linked target
+  std::string where;  ///< "kernels/rope.hpp:4 includes common/cli.hpp", or the CMake link
+};
+
+/// \brief Every #include "..." edge between two different covered folders.
+[[nodiscard]] std::vector<Edge> include_edges(const std::filesystem::path& root);
+
+/// \brief Every link edge between targets of two different covered folders: target_link_libraries
+/// and the LIBS arguments of kvheap_add_chapter, kvheap_add_test and kvheap_add_bench, and the
+/// device layer that kvheap_cuda_sources links.
+[[nodiscard]] std::vector<Edge> link_edges(const std::filesystem::path& root);
+
+/// \brief The edges of `edges` that point up: rank_of(to) > rank_of(from).
+[[nodiscard]] std::vector<Edge> upward(const std::vector<Edge>& edges);
+
+/// \brief How many edges go from each folder to each other one.
+[[nodiscard]] std::map<std::pair<std::string, std::string>, int> count(
+    const std::vector<Edge>& edges);
+
+}  // namespace kvheap::layers

@@ -1,0 +1,91 @@
+// The layering rule (tests/support/layers.hpp): no include or link points up, in the real tree,
+// and a planted upward include or link is caught.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "tests/support/checkpoint_writers.hpp"
+#include "tests/support/layers.hpp"
+
+#ifndef KVHEAP_SOURCE_DIR
+#error "KVHEAP_SOURCE_DIR must point at the repository root"
+#endif
+
+namespace kvheap {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string describe(const std::vector<layers::Edge>& edges) {
+  std::string out;
+  for (const layers::Edge& e : edges) out += "\n  " + e.where + " (" + e.from + " -> " + e.to + ")";
+  return out;
+}
+
+TEST(Layering, NoIncludeOrLinkOfTheTreePointsUp) {
+  const fs::path root = KVHEAP_SOURCE_DIR;
+  const std::vector<layers::Edge> includes = layers::include_edges(root);
+  const std::vector<layers::Edge> links = layers::link_edges(root);
+  ASSERT_GT(includes.size(), 100u) << "the scan found almost no includes: wrong root?";
+  ASSERT_GT(links.size(), 10u) << "the scan found almost no links: wrong root?";
+  EXPECT_TRUE(layers::upward(includes).empty()) << describe(layers::upward(includes));
+  EXPECT_TRUE(layers::upward(links).empty()) << describe(layers::upward(links));
+}
+
+TEST(Layering, FoldersAreRankedBottomUpAndChaptersInOrder) {
+  EXPECT_EQ(layers::folder_of("kernels/rope.hpp"), "kernels");
+  EXPECT_EQ(layers::folder_of("common/gpu/forward_gpu.cpp"), "common");
+  EXPECT_EQ(layers::folder_of("chapters/03_paged_blocks/main.cpp"), "chapters/03_paged_blocks");
+  EXPECT_EQ(layers::folder_of("docs/pages/bad_inputs.md"), "");
+  EXPECT_LT(layers::rank_of("base"), layers::rank_of("device"));
+  EXPECT_LT(layers::rank_of("device"), layers::rank_of("kernels"));
+  EXPECT_LT(layers::rank_of("kernels"), layers::rank_of("common"));
+  EXPECT_LT(layers::rank_of("common"), layers::rank_of("chapters/01_cpu_reference"));
+  EXPECT_LT(layers::rank_of("chapters/03_paged_blocks"),
+            layers::rank_of("chapters/04_cow_prefix_sharing"));
+  EXPECT_LT(layers::rank_of("chapters/05_batched_scheduler"), layers::rank_of("tests"));
+  EXPECT_EQ(layers::rank_of("tests"), layers::rank_of("fuzz"));
+}
+
+void write(const fs::path& p, const std::string& text) {
+  fs::create_directories(p.parent_path());
+  std::ofstream(p) << text;
+}
+
+// A small tree with one upward include between layers, one from an earlier chapter to a later
+// one, and one upward link; the downward edges beside them are allowed.
+TEST(Layering, PlantedUpwardIncludesAndLinksAreCaught) {
+  const test::TempDir tmp;
+  const fs::path root = tmp.path();
+  write(root / "base/error.hpp", "#pragma once\n");
+  write(root / "kernels/rope.hpp",
+        "#pragma once\n#include \"base/error.hpp\"\n  # include \"common/cli.hpp\"\n");
+  write(root / "common/cli.hpp", "#pragma once\n#include \"kernels/rope.hpp\"\n");
+  write(root / "chapters/03_paged/pool.hpp", "#include \"chapters/04_shared/index.hpp\"\n");
+  write(root / "chapters/04_shared/index.hpp", "#include \"chapters/03_paged/pool.hpp\"\n");
+  write(root / "tests/test_all.cpp",
+        "#include \"chapters/04_shared/index.hpp\"\n#include \"fuzz/x.hpp\"\n");
+  write(root / "device/CMakeLists.txt",
+        "add_library(dev STATIC d.cpp)  # the device layer\ntarget_link_libraries(dev PUBLIC\n"
+        "  base_lib common_lib fmt::fmt)\n");
+  write(root / "common/CMakeLists.txt",
+        "add_library(common_lib STATIC c.cpp)\ntarget_link_libraries(common_lib PUBLIC dev)\n");
+  write(root / "base/CMakeLists.txt", "add_library(base_lib STATIC b.cpp)\n");
+
+  const std::vector<layers::Edge> up_includes = layers::upward(layers::include_edges(root));
+  ASSERT_EQ(up_includes.size(), 2u) << describe(up_includes);
+  EXPECT_EQ(up_includes[0].where,
+            "chapters/03_paged/pool.hpp:1 includes chapters/04_shared/index.hpp");
+  EXPECT_EQ(up_includes[1].where, "kernels/rope.hpp:3 includes common/cli.hpp");
+  const std::vector<layers::Edge> up_links = layers::upward(layers::link_edges(root));
+  ASSERT_EQ(up_links.size(), 1u) << describe(up_links);
+  EXPECT_EQ(up_links[0].where, "device/CMakeLists.txt: dev links common_lib");
+  EXPECT_EQ(layers::count(layers::link_edges(root)).size(), 3u)
+      << "dev -> base and common, common -> dev";
+}
+
+}  // namespace
+}  // namespace kvheap
