@@ -32,8 +32,7 @@
 #include "common/fma_peak.hpp"
 #include "common/host_buffer.hpp"
 #include "common/model_config.hpp"
-#include "kernels/attention.hpp"
-#include "kernels/attention_batch.hpp"
+#include "kernels/decode_attention_cpu.hpp"
 
 namespace kvheap {
 namespace {

@@ -41,8 +41,7 @@
 #include "common/bandwidth.hpp"
 #include "common/host_buffer.hpp"
 #include "common/model_config.hpp"
-#include "kernels/attention.hpp"
-#include "kernels/attention_batch.hpp"
+#include "kernels/decode_attention_cpu.hpp"
 #include "kernels/paged_attention.hpp"
 
 namespace kvheap {

@@ -32,9 +32,9 @@
 #include "common/bandwidth.hpp"
 #include "common/host_buffer.hpp"
 #include "common/model_config.hpp"
-#include "kernels/attention_batch.hpp"
+#include "kernels/decode_attention_cpu.hpp"
 #include "kernels/paged_attention.hpp"
-#include "kernels/shared_prefix_attention.hpp"
+#include "kernels/shared_prefix_attention_cpu.hpp"
 
 namespace kvheap {
 namespace {

@@ -10,7 +10,8 @@ namespace kvheap {
 namespace {
 
 // The widest vector the CPU attention twin computes in: 16 floats where the target has AVX-512
-// (kernels/attention_simd.hpp), else 8; the compiler maps it onto the target's vector registers.
+// (kernels/decode_attention_simd.hpp), else 8; the compiler maps it onto the target's vector
+// registers.
 #if defined(__AVX512F__)
 constexpr int kWidth = 16;
 #else

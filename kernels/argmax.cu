@@ -10,7 +10,7 @@
 #include "device/cuda_compat.hpp"
 #include "device/launch.hpp"
 #include "kernels/argmax.hpp"
-#include "kernels/cuda_common.cuh"
+#include "kernels/block_sum.cuh"
 
 namespace kvheap::cuda {
 namespace {

@@ -1,11 +1,12 @@
 // CUDA narrowing of fp32 to fp16/bf16 and bias add (twins: cast_cpu.cpp, cpu::add_bias in
 // matmul_cpu.cpp). Both run around a GEMM: the cast before a half-precision one (cuBLAS wants A
 // and B in the same dtype), the bias after, on its fp32 output. Element-wise and grid-stride.
-#include "base/error.hpp"
 #include "device/cuda_compat.hpp"
+
+#include "base/error.hpp"
 #include "device/launch.hpp"
+#include "kernels/block_sum.cuh"
 #include "kernels/cast.hpp"
-#include "kernels/cuda_common.cuh"
 
 namespace kvheap::cuda {
 namespace {

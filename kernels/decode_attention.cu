@@ -1,5 +1,5 @@
 // Decode attention over the contiguous per-sequence cache (chapter 2), the split-K merge kernel
-// and the launch plan shared with every other layout.
+// and the launch plan shared with every other layout. Its CPU twin: decode_attention_cpu.hpp.
 //
 // Merge mapping: one block per (row, query head), one thread per output element d. Each thread
 // folds the S partial states in split order with merge_partial on its single element; the states

@@ -39,7 +39,7 @@
 #include <type_traits>
 
 #include "kernels/attention_merge.hpp"
-#include "kernels/cuda_common.cuh"
+#include "kernels/block_sum.cuh"
 #include "kernels/decode_attention.hpp"
 
 // nvcc must unroll the fixed-trip loops over heads and vector elements so that the per-lane arrays

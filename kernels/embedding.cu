@@ -1,9 +1,10 @@
 // CUDA embedding gather (twin: embedding_cpu.cpp): one block per output row, threads striding
 // over the row so that consecutive threads read consecutive elements (coalesced).
-#include "base/error.hpp"
 #include "device/cuda_compat.hpp"
+
+#include "base/error.hpp"
 #include "device/launch.hpp"
-#include "kernels/cuda_common.cuh"
+#include "kernels/block_sum.cuh"
 #include "kernels/embedding.hpp"
 
 namespace kvheap::cuda {

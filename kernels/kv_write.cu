@@ -9,7 +9,7 @@
 
 #include "base/error.hpp"
 #include "device/launch.hpp"
-#include "kernels/cuda_common.cuh"
+#include "kernels/block_sum.cuh"
 #include "kernels/kv_write.hpp"
 
 namespace kvheap::cuda {

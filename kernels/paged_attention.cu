@@ -1,5 +1,6 @@
 // Paged decode attention (chapter 3): chapter 2's decode-attention kernel instantiated with the
-// page-table row locator.
+// page-table row locator. Its CPU twin is cpu::attend_batch (decode_attention_cpu.hpp) reading
+// through cpu::PagedRows (paged_attention.hpp): the same arithmetic as chapter 2's twin.
 //
 // Nothing about the algorithm changes with paging. The kernel body (decode_attention.cuh) asks its
 // locator where position t of batch row i lives; PagedLocator answers with one lookup in the page

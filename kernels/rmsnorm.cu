@@ -5,7 +5,7 @@
 // twice; for the widths of these models it stays in L1/L2 between the passes.
 #include "device/cuda_compat.hpp"
 #include "device/launch.hpp"
-#include "kernels/cuda_common.cuh"
+#include "kernels/block_sum.cuh"
 #include "kernels/rmsnorm.hpp"
 
 namespace kvheap::cuda {

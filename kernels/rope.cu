@@ -7,7 +7,7 @@
 // radians), so results match the twin to a few ulps.
 #include "device/cuda_compat.hpp"
 #include "device/launch.hpp"
-#include "kernels/cuda_common.cuh"
+#include "kernels/block_sum.cuh"
 #include "kernels/rope.hpp"
 
 namespace kvheap::cuda {

@@ -1,5 +1,6 @@
 // Shared-prefix decode attention on the GPU (chapter 4): each group's prefix is read once for all
-// its rows. See kernels/shared_prefix_attention.hpp for the algorithm and its CPU twin.
+// its rows. See kernels/shared_prefix_attention.hpp for the algorithm; the CPU twin is
+// kernels/shared_prefix_attention_cpu.hpp.
 //
 // Nothing new streams the cache: both passes are chapter 2's decode-attention kernel, run with
 // keep_partials so that they leave raw (max, sum, acc) states. The prefix pass sees a group as

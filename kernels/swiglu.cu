@@ -7,7 +7,7 @@
 
 #include "device/cuda_compat.hpp"
 #include "device/launch.hpp"
-#include "kernels/cuda_common.cuh"
+#include "kernels/block_sum.cuh"
 #include "kernels/swiglu.hpp"
 
 namespace kvheap::cuda {

@@ -1,7 +1,8 @@
-// The CPU attention twin (kernels/attention.hpp) on its own: against a naive double-precision
-// softmax attention over awkward shapes, and bitwise stable under every way of splitting the work
-// (head ranges, threads, where the rows live). The chapters' bitwise-equality claims rest on the
-// second property; the first is what makes the twin a reference for the CUDA kernels.
+// The CPU attention twin (kernels/decode_attention_cpu.hpp) on its own: against a naive
+// double-precision softmax attention over awkward shapes, and bitwise stable under every way of
+// splitting the work (head ranges, threads, where the rows live). The chapters' bitwise-equality
+// claims rest on the second property; the first is what makes the twin a reference for the CUDA
+// kernels.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -12,8 +13,7 @@
 #include <vector>
 
 #include "common/model_config.hpp"
-#include "kernels/attention.hpp"
-#include "kernels/attention_batch.hpp"
+#include "kernels/decode_attention_cpu.hpp"
 
 namespace kvheap {
 namespace {

@@ -1,6 +1,6 @@
-// The 16-float loops of the CPU attention twin (kernels/attention_simd.hpp) against its 8-float
-// loops: the same scores and weighted sums of V for every element type, head count and head_dim,
-// tails included, to within rounding. Both kinds compile for any target, so the test runs
+// The 16-float loops of the CPU attention twin (kernels/decode_attention_simd.hpp) against its
+// 8-float loops: the same scores and weighted sums of V for every element type, head count and
+// head_dim, tails included, to within rounding. Both kinds compile for any target, so the test runs
 // everywhere (without AVX-512, through the generic forms of the 16-float loads).
 //
 // Both are written to add the same products in the same order, and built for a Xeon they agreed
@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/attention_simd.hpp"
+#include "kernels/decode_attention_simd.hpp"
 #include "kernels/kv_types.hpp"
 
 namespace kvheap {

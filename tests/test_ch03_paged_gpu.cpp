@@ -24,8 +24,8 @@
 #include "common/synthetic_weights.hpp"
 #include "device/buffers.hpp"
 #include "device/device.hpp"
-#include "kernels/attention.hpp"
 #include "kernels/decode_attention.hpp"
+#include "kernels/decode_attention_cpu.hpp"
 #include "kernels/paged_attention.hpp"
 #include "tests/support/test_support.hpp"
 

@@ -21,8 +21,8 @@
 #include "common/model_config.hpp"
 #include "device/buffers.hpp"
 #include "device/device.hpp"
-#include "kernels/attention.hpp"
 #include "kernels/decode_attention.hpp"
+#include "kernels/decode_attention_cpu.hpp"
 #include "kernels/kv_write.hpp"
 #include "tests/support/device_test_support.hpp"
 

@@ -15,7 +15,7 @@
 #include "common/gpu/forward_gpu.hpp"
 #include "common/sampler.hpp"
 #include "common/synthetic_weights.hpp"
-#include "kernels/attention.hpp"
+#include "kernels/decode_attention_cpu.hpp"
 #include "tests/support/device_test_support.hpp"
 
 namespace kvheap {

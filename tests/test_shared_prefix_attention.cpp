@@ -9,9 +9,9 @@
 #include "chapters/03_paged_blocks/paged_batch.hpp"
 #include "chapters/04_cow_prefix_sharing/shared_batch.hpp"
 #include "common/model_config.hpp"
-#include "kernels/attention_batch.hpp"
+#include "kernels/decode_attention_cpu.hpp"
 #include "kernels/paged_attention.hpp"
-#include "kernels/shared_prefix_attention.hpp"
+#include "kernels/shared_prefix_attention_cpu.hpp"
 #include "tests/shared_prefix_case.hpp"
 #include "tests/support/test_support.hpp"
 

@@ -7,8 +7,7 @@
 
 #include "base/error.hpp"
 #include "common/host_buffer.hpp"
-#include "kernels/attention.hpp"
-#include "kernels/attention_batch.hpp"
+#include "kernels/decode_attention_cpu.hpp"
 
 namespace kvheap::ch01 {
 

@@ -5,9 +5,9 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "kernels/attention.hpp"
-#include "kernels/attention_batch.hpp"
+#include "kernels/decode_attention_cpu.hpp"
 #include "kernels/paged_attention.hpp"
+#include "kernels/shared_prefix_attention_cpu.hpp"
 
 namespace kvheap::ch03 {
 

@@ -1,4 +1,5 @@
-// The inner loops of the CPU attention twin (kernels/attention.hpp), written on 8-float vectors.
+// The inner loops of the CPU attention twin (kernels/decode_attention_cpu.hpp), written on 8-float
+// vectors.
 //
 // Decode attention does about two multiply-adds per byte of cache it reads, so on a CPU the
 // loops must run near the multiply-add peak just to keep up with memory. Three habits get them
@@ -25,8 +26,8 @@
 // an FMA through intrinsics made the bf16 twin stream a third slower there). Every layout runs
 // the same loops, so the layouts of one build agree bit for bit either way. On a 2-core Xeon these
 // loops, with their accumulators kept in registers and the prefetches left to the hardware
-// (kernels/attention.hpp), took the bf16 twin from about half of the read probe (median 49 %) to
-// two thirds (67 %).
+// (kernels/decode_attention_cpu.hpp), took the bf16 twin from about half of the read probe (median
+// 49 %) to two thirds (67 %).
 #pragma once
 
 #include <Eigen/Core>

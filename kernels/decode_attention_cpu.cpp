@@ -1,6 +1,6 @@
 // Explicit instantiations of the CPU attention for the contiguous layout, so that the template is
 // compiled (and warned about) once even before a chapter uses it.
-#include "kernels/attention.hpp"
+#include "kernels/decode_attention_cpu.hpp"
 
 namespace kvheap::cpu {
 
