@@ -19,6 +19,7 @@
 #include "common/forward_cpu.hpp"
 #include "common/generate.hpp"
 #include "common/llama2c_loader.hpp"
+#include "common/pool.hpp"
 #include "common/sampler.hpp"
 #include "common/synthetic_weights.hpp"
 #include "tests/support/test_support.hpp"
@@ -278,11 +279,11 @@ TEST(Ch03PagedBlocks, LognormalLengthsClipHugeDrawsToTheLongest) {
 TEST(Ch03PagedBlocks, BudgetTooSmallForOneSequenceIsRejected) {
   const ModelConfig c = preset("tiny");
   const std::size_t per_token = kv_bytes_per_token(c, DType::F32);
-  EXPECT_EQ(ch03::blocks_for_budget(c, DType::F32, 10 * 16 * per_token, 16), 10);
-  EXPECT_THROW((void)ch03::blocks_for_budget(c, DType::F32, 15 * per_token, 16), ResourceError);
-  EXPECT_THROW((void)ch03::blocks_for_budget(c, DType::F32, 10 * 16 * per_token, 16, 200),
+  EXPECT_EQ(blocks_for_budget(c, DType::F32, 10 * 16 * per_token, 16), 10);
+  EXPECT_THROW((void)blocks_for_budget(c, DType::F32, 15 * per_token, 16), ResourceError);
+  EXPECT_THROW((void)blocks_for_budget(c, DType::F32, 10 * 16 * per_token, 16, 200),
                ResourceError);
-  EXPECT_THROW((void)ch03::blocks_for_budget(c, DType::F32, 1 << 20, 0), UsageError);
+  EXPECT_THROW((void)blocks_for_budget(c, DType::F32, 1 << 20, 0), UsageError);
 }
 
 // The chapter's capacity claim at a fixed budget: request lengths lognormal with mean 400

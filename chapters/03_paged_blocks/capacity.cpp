@@ -8,7 +8,7 @@
 
 #include "base/error.hpp"
 #include "chapters/03_paged_blocks/block_manager.hpp"
-#include "chapters/03_paged_blocks/paged_host_cache.hpp"
+#include "common/pool.hpp"
 
 namespace kvheap::ch03 {
 

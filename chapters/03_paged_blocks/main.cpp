@@ -18,14 +18,15 @@
 #include "base/error.hpp"
 #include "chapters/03_paged_blocks/paged_host_cache.hpp"
 #include "chapters/03_paged_blocks/pool_report.hpp"
-#include "chapters/03_paged_blocks/prompt_list.hpp"
-#include "chapters/03_paged_blocks/serve_options.hpp"
 #include "common/bandwidth.hpp"
 #include "common/cli.hpp"
 #include "common/forward_cpu.hpp"
 #include "common/generate.hpp"
 #include "common/model_loader.hpp"
+#include "common/pool.hpp"
+#include "common/prompts.hpp"
 #include "common/report.hpp"
+#include "common/serve_options.hpp"
 #include "common/tokenizer.hpp"
 
 #if KVHEAP_HAS_CUDA

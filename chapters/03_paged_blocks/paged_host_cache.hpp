@@ -13,25 +13,6 @@
 
 namespace kvheap::ch03 {
 
-/// \brief Blocks needed for a budget: budget / (block_size x kv_bytes_per_token); throws
-/// ResourceError naming both sizes when the budget holds no block, or fewer blocks than one
-/// sequence of `min_tokens` needs.
-int blocks_for_budget(const ModelConfig& c, DType kv, std::size_t budget_bytes, int block_size,
-                      int min_tokens = 1);
-
-/// \brief The pool of a run serving several sequences.
-struct PoolSize {
-  std::size_t budget_bytes = 0;  ///< the KV budget it was cut from
-  int num_blocks = 0;            ///< blocks of the run's block size it holds
-};
-
-/// \brief Cuts `budget_cap` bytes into blocks, or, when it is 0, what chapter 2 would reserve for
-/// `num_sequences` sequences (max_seq_len each), so that the reports compare the policies on the
-/// same memory. Throws ResourceError when the pool holds fewer blocks than a sequence of
-/// `longest` positions needs; for the default budget the message says how to give a larger one.
-PoolSize pool_for_run(const ModelConfig& c, DType kv, std::size_t budget_cap,
-                      std::size_t num_sequences, int block_size, long longest);
-
 /// \brief Per layer, K and V live in [num_blocks, block_size, n_kv_heads, head_dim] host arrays
 /// (PagedHostStorage); sequences are BlockManager ids (the batch's `slot` field).
 class PagedHostCache final : public KVCache {

@@ -18,14 +18,15 @@
 
 #include "base/error.hpp"
 #include "chapters/03_paged_blocks/paged_host_cache.hpp"
-#include "chapters/03_paged_blocks/prompt_list.hpp"
-#include "chapters/03_paged_blocks/serve_options.hpp"
 #include "chapters/04_cow_prefix_sharing/admission.hpp"
 #include "chapters/04_cow_prefix_sharing/shared_backend.hpp"
 #include "common/cli.hpp"
 #include "common/generate.hpp"
 #include "common/model_loader.hpp"
+#include "common/pool.hpp"
+#include "common/prompts.hpp"
 #include "common/report.hpp"
+#include "common/serve_options.hpp"
 #include "common/tokenizer.hpp"
 
 using namespace kvheap;
@@ -33,7 +34,7 @@ using namespace kvheap::ch04;
 
 namespace {
 
-struct Options : ch03::ServeOptions {
+struct Options : ServeOptions {
   int samples = 4;
   bool no_read_once = false;
 };
@@ -68,16 +69,16 @@ int main(int argc, char** argv) {
   o.device = "cpu";
   add_common_options(cli, o);
   Options p;
-  ch03::add_serve_options(cli, p, "Prompts to serve (copies of the prompt)");
+  add_serve_options(cli, p, "Prompts to serve (copies of the prompt)");
   cli.option("--samples", p.samples, "Sequences forked from each prompt").show_default();
   cli.flag("--no-read-once", p.no_read_once,
            "Every row reads its whole context, shared prefixes included (chapter 3's attention)");
 
   return run_cli(cli, argc, argv, [&] {
-    ch03::check_serve_options(o, p);
-    if (p.samples <= 0 || p.samples > ch03::kMaxSeqs)
+    check_serve_options(o, p);
+    if (p.samples <= 0 || p.samples > kMaxSeqs)
       throw UsageError(
-          fmt::format("--samples must be from 1 to {}, got {}", ch03::kMaxSeqs, p.samples));
+          fmt::format("--samples must be from 1 to {}, got {}", kMaxSeqs, p.samples));
     const std::size_t budget_cap = kv_budget_bytes(o);
     const DType kv = parse_dtype(o.kv_dtype);
     const DType wt = parse_dtype(p.weight_dtype);
@@ -87,20 +88,20 @@ int main(int argc, char** argv) {
     const std::unique_ptr<Tokenizer> tok = load_tokenizer(o, c);
     std::vector<Request> reqs;
     long longest = 0;
-    for (auto& pr : ch03::load_prompts(o, p.num_seqs, p.prompts_file, c, tok.get())) {
+    for (auto& pr : load_prompts(o, p.num_seqs, p.prompts_file, c, tok.get())) {
       check_generation_fits(pr.size(), o.max_new_tokens, c);
       longest = std::max(longest, positions_stored(pr.size(), o.max_new_tokens));
       Request r;
       r.prompt = std::move(pr);
       reqs.push_back(std::move(r));
     }
-    if (static_cast<long>(reqs.size()) * p.samples > ch03::kMaxSeqs)
+    if (static_cast<long>(reqs.size()) * p.samples > kMaxSeqs)
       throw UsageError(fmt::format("{} prompts x {} samples is more than {} sequences", reqs.size(),
-                                   p.samples, ch03::kMaxSeqs));
+                                   p.samples, kMaxSeqs));
     const std::size_t num_sequences = reqs.size() * p.samples;
     // Default budget: what chapter 2 reserves for these sequences (max_seq_len each).
-    const ch03::PoolSize pool =
-        ch03::pool_for_run(c, kv, budget_cap, num_sequences, p.block_size, longest);
+    const PoolSize pool =
+        pool_for_run(c, kv, budget_cap, num_sequences, p.block_size, longest);
     const std::size_t budget = pool.budget_bytes;
     const int num_blocks = pool.num_blocks;
 

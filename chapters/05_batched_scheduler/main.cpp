@@ -17,14 +17,15 @@
 
 #include "base/error.hpp"
 #include "chapters/03_paged_blocks/paged_host_cache.hpp"
-#include "chapters/03_paged_blocks/prompt_list.hpp"
-#include "chapters/03_paged_blocks/serve_options.hpp"
 #include "chapters/04_cow_prefix_sharing/shared_backend.hpp"
 #include "chapters/05_batched_scheduler/scheduler.hpp"
 #include "common/cli.hpp"
 #include "common/generate.hpp"
 #include "common/model_loader.hpp"
+#include "common/pool.hpp"
+#include "common/prompts.hpp"
 #include "common/report.hpp"
+#include "common/serve_options.hpp"
 #include "common/tokenizer.hpp"
 
 using namespace kvheap;
@@ -32,7 +33,7 @@ using namespace kvheap::ch05;
 
 namespace {
 
-struct Options : ch03::ServeOptions {
+struct Options : ServeOptions {
   int max_batch_tokens = 64;
   int max_running = 64;
   int arrival_interval = 0;
@@ -57,7 +58,7 @@ int main(int argc, char** argv) {
   o.device = "cpu";
   add_common_options(cli, o);
   Options p;
-  ch03::add_serve_options(cli, p, "Requests to serve (copies of the prompt)");
+  add_serve_options(cli, p, "Requests to serve (copies of the prompt)");
   cli.option("--max-batch-tokens", p.max_batch_tokens,
              "Rows per forward pass: decode rows plus prefill chunks")
       .show_default();
@@ -69,7 +70,7 @@ int main(int argc, char** argv) {
            "Every row reads its whole context, shared prefixes included");
 
   return run_cli(cli, argc, argv, [&] {
-    ch03::check_serve_options(o, p);
+    check_serve_options(o, p);
     if (p.arrival_interval < 0)
       throw UsageError(
           fmt::format("--arrival-interval must be 0 or more, got {}", p.arrival_interval));
@@ -82,7 +83,7 @@ int main(int argc, char** argv) {
     const ModelConfig& c = weights.config;
     const std::unique_ptr<Tokenizer> tok = load_tokenizer(o, c);
     const std::vector<std::vector<int>> prompts =
-        ch03::load_prompts(o, p.num_seqs, p.prompts_file, c, tok.get());
+        load_prompts(o, p.num_seqs, p.prompts_file, c, tok.get());
     long longest = 0;
     for (const auto& pr : prompts) {
       check_generation_fits(pr.size(), o.max_new_tokens, c);
@@ -90,8 +91,8 @@ int main(int argc, char** argv) {
     }
     // Default budget: what chapter 2 reserves for these requests (max_seq_len each), as in
     // chapters 3 and 4; --kv-budget-mb smaller than that is where admission and preemption show.
-    const ch03::PoolSize pool =
-        ch03::pool_for_run(c, kv, budget_cap, prompts.size(), p.block_size, longest);
+    const PoolSize pool =
+        pool_for_run(c, kv, budget_cap, prompts.size(), p.block_size, longest);
     ch04::SharedBackend backend(weights, {.device = o.device,
                                           .kv = kv,
                                           .weights = wt,

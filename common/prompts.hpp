@@ -9,7 +9,7 @@
 #include "common/model_config.hpp"
 #include "common/tokenizer.hpp"
 
-namespace kvheap::ch03 {
+namespace kvheap {
 
 /// \brief Sequences one run serves at most: far more than a pool map or a report can show, and
 /// few enough that a mistyped count is an error rather than an out-of-memory failure.
@@ -23,4 +23,4 @@ std::vector<std::vector<int>> load_prompts(const CommonOptions& o, int copies,
                                            const std::string& prompts_file, const ModelConfig& c,
                                            const Tokenizer* tok);
 
-}  // namespace kvheap::ch03
+}  // namespace kvheap

@@ -1,4 +1,4 @@
-#include "chapters/03_paged_blocks/prompt_list.hpp"
+#include "common/prompts.hpp"
 
 #include <fmt/format.h>
 
@@ -8,7 +8,7 @@
 #include "common/file_checks.hpp"
 #include "common/token_ids.hpp"
 
-namespace kvheap::ch03 {
+namespace kvheap {
 
 namespace {
 /// A prompts file larger than this is not a prompt list (65536 prompts of 1 KiB each).
@@ -47,4 +47,4 @@ std::vector<std::vector<int>> load_prompts(const CommonOptions& o, int copies,
   return out;
 }
 
-}  // namespace kvheap::ch03
+}  // namespace kvheap

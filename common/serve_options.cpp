@@ -1,11 +1,11 @@
-#include "chapters/03_paged_blocks/serve_options.hpp"
+#include "common/serve_options.hpp"
 
 #include <fmt/format.h>
 
 #include "base/error.hpp"
 #include "common/model_config.hpp"
 
-namespace kvheap::ch03 {
+namespace kvheap {
 
 void add_serve_options(CommandLine& cli, ServeOptions& p, const std::string& num_seqs_help) {
   cli.option("--block-size", p.block_size, "Token slots per block").show_default();
@@ -35,4 +35,4 @@ void check_serve_options(const CommonOptions& o, const ServeOptions& p) {
                     p.weight_dtype));
 }
 
-}  // namespace kvheap::ch03
+}  // namespace kvheap

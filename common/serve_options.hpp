@@ -7,7 +7,7 @@
 
 #include "common/cli.hpp"
 
-namespace kvheap::ch03 {
+namespace kvheap {
 
 /// \brief The serving flags' values.
 struct ServeOptions {
@@ -28,4 +28,4 @@ void add_serve_options(CommandLine& cli, ServeOptions& p, const std::string& num
 /// weights other than fp32 are asked of the device only. Throws UsageError naming the flag.
 void check_serve_options(const CommonOptions& o, const ServeOptions& p);
 
-}  // namespace kvheap::ch03
+}  // namespace kvheap
