@@ -1,6 +1,6 @@
 // bench_attention_cpu: the CPU twin of decode attention (cpu::attend_batch over a contiguous
 // cache), against a STREAM-like read bandwidth measured in the same process. Builds and runs in
-// every mode, KVHEAP_CUDA=off included; the GPU kernel's benchmark is bench_attention.
+// every mode, KVHEAP_CUDA=off included; the GPU kernel's benchmark is bench_attention_gpu.
 //
 // The work is chapter 1's attention: OpenMP over chunks of up to 2048 positions of each batch row
 // (split into KV-head ranges when the chunks alone would not share out evenly over the threads),

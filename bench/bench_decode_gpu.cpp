@@ -45,7 +45,7 @@ nlohmann::json run(const DeviceInfo& info) {
     GpuForward fwd(host, dt);
     for (int batch : {1, 16}) {
       for (int ctx : {1024, 4096}) {
-        ch02::ContiguousGpuCache cache(c, dt, batch);
+        ch02::ContiguousCache cache(c, dt, batch, Memory::kDevice);
         Batch prefill, step;
         for (int s = 0; s < batch; ++s) {
           const int slot = cache.admit();

@@ -29,19 +29,17 @@
 #include <vector>
 
 #include "base/error.hpp"
-#include "chapters/04_cow_prefix_sharing/shared_backend.hpp"
-#include "chapters/05_batched_scheduler/scheduler.hpp"
+#include "chapters/04_cow_prefix_sharing/shared_cache.hpp"
+#include "chapters/05_batched_scheduler/continuous_batching.hpp"
+#include "common/backend.hpp"
 #include "common/cli.hpp"
 #include "common/model_loader.hpp"
 #include "common/report.hpp"
+#include "common/sampler.hpp"
+#include "common/serve.hpp"
 
 namespace kvheap {
 namespace {
-
-struct Request {
-  std::vector<int> prompt;
-  int max_new = 0;
-};
 
 /// The workload, cut to fit `context` positions (tiny test models have 96): the preamble to a
 /// quarter of it, a prompt to half, a generation to the rest.
@@ -52,23 +50,16 @@ std::vector<Request> make_workload(int n, int vocab, int context, std::uint64_t 
   while (static_cast<int>(preamble.size()) < std::min(32, context / 4)) preamble.push_back(token());
   std::vector<Request> out(n);
   for (Request& r : out) {
+    r.sampling.temperature = 0.0f;  // greedy
+    r.ignore_eos = true;            // every request generates its drawn length
     r.prompt = preamble;
     const int own =
         std::min(8 + static_cast<int>(rng() % 33), context / 2 - static_cast<int>(preamble.size()));
     for (int i = 0; i < own; ++i) r.prompt.push_back(token());
-    r.max_new =
+    r.max_new_tokens =
         std::min(16 + static_cast<int>(rng() % 145), context - static_cast<int>(r.prompt.size()));
   }
   return out;
-}
-
-/// The top-2 gap, relative to the largest |logit|, below which two runs may part (see main):
-/// 1e-4 when weights and cache are fp32, else a few units of the coarser 16-bit type's rounding.
-float near_tie(DType weights, DType kv) {
-  const auto coarse = [](DType t) {
-    return t == DType::BF16 ? 1e-2f : t == DType::F16 ? 2e-3f : 1e-4f;
-  };
-  return std::max(coarse(weights), coarse(kv));
 }
 
 struct Policy {
@@ -87,48 +78,62 @@ struct Outcome {
   int peak_running = 0;
 };
 
-Outcome serve(ch04::SharedBackend& backend, const std::vector<Request>& work, const Policy& p,
-              int max_batch_tokens, const ModelConfig& c, DType kv) {
-  ch05::Scheduler s(backend.blocks(), {max_batch_tokens, p.max_running});
-  Outcome o;
-  o.ids.resize(work.size());
-  o.margin.resize(work.size());
-  std::size_t next = 0;
-  const auto t0 = std::chrono::steady_clock::now();
-  while (next < work.size() || !s.idle()) {
-    if (s.idle()) {  // a new wave (static), or everything at once
-      const std::size_t end = p.wave > 0 ? std::min(work.size(), next + p.wave) : work.size();
-      for (; next < end; ++next) s.submit(work[next].prompt, work[next].max_new);
+/// Chapter 5's policy fed `wave` requests at a time: the next wave once the last one has finished
+/// (static batching), or everything as it arrives (wave 0).
+class Waves final : public ServingPolicy {
+ public:
+  Waves(ch05::ContinuousBatching& inner, int wave) : inner_(inner), wave_(wave) {}
+  void submit(int id, const Request& r) override { held_.emplace_back(id, &r); }
+  StepPlan schedule() override {
+    if (inner_.idle()) {
+      const std::size_t n = wave_ > 0 ? std::min<std::size_t>(held_.size(), wave_) : held_.size();
+      for (std::size_t i = 0; i < n; ++i) inner_.submit(held_[i].first, *held_[i].second);
+      held_.erase(held_.begin(), held_.begin() + static_cast<long>(n));
     }
-    const ch05::StepPlan plan = s.schedule();
-    const std::span<const float> logits = backend.forward(plan.batch);
-    ++o.passes;
-    o.rows += plan.batch.size();
-    o.kv_bytes_read += static_cast<double>(backend.positions_read()) *
-                       static_cast<double>(kv_bytes_per_token(c, kv));
-    o.peak_kv_held = std::max(o.peak_kv_held, backend.blocks().blocks_held());
-    o.peak_running = std::max(o.peak_running, s.num_running());
-    for (std::size_t j = 0; j < plan.logit_requests.size(); ++j) {
-      const int id = plan.logit_requests[j];
-      const auto row = logits.subspan(j * c.vocab_size, c.vocab_size);
-      const int token = static_cast<int>(std::max_element(row.begin(), row.end()) - row.begin());
-      float second = -std::numeric_limits<float>::infinity(), scale = 0.0f;
-      for (int v = 0; v < c.vocab_size; ++v) {
-        if (v != token) second = std::max(second, row[v]);
-        scale = std::max(scale, std::fabs(row[v]));
-      }
-      o.ids[id].push_back(token);
-      o.margin[id].push_back(scale > 0 ? (row[token] - second) / scale : 0.0f);
-      if (static_cast<int>(o.ids[id].size()) == work[id].max_new) {
-        s.finish(id);
-      } else {
-        s.append(id, token);
-      }
-    }
+    return inner_.schedule();
   }
-  o.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  for (const auto& ids : o.ids) o.generated += static_cast<long>(ids.size());
-  o.preemptions = s.counters().preemptions;
+  void append(int request, int token) override { inner_.append(request, token); }
+  void finish(int request) override { inner_.finish(request); }
+  [[nodiscard]] bool idle() const override { return held_.empty() && inner_.idle(); }
+  [[nodiscard]] int running() const override { return inner_.running(); }
+  KVCache& cache() override { return inner_.cache(); }
+  KvUsage usage() override { return inner_.usage(); }
+  [[nodiscard]] std::size_t budget_bytes() const override { return inner_.budget_bytes(); }
+  void check_drained() const override { inner_.check_drained(); }
+
+ private:
+  ch05::ContinuousBatching& inner_;
+  int wave_;
+  std::vector<std::pair<int, const Request*>> held_;
+};
+
+Outcome serve(Backend& backend, const std::vector<Request>& work, const Policy& p,
+              int max_batch_tokens, int num_blocks, int block_size, const ModelConfig& c,
+              DType kv) {
+  auto cache = std::make_unique<ch04::SharedCache>(c, kv, num_blocks, block_size, 1,
+                                                   /*read_once=*/true, backend.memory());
+  const ch04::SharedBlockManager& blocks = cache->blocks();
+  ch05::ContinuousBatching batching(std::move(cache), c, kv, {0, num_blocks},
+                                    {max_batch_tokens, p.max_running});
+  Waves policy(batching, p.wave);
+  Outcome o;
+  o.margin.resize(work.size());
+  ServeHooks hooks;
+  hooks.on_logits = [&](const StepPlan& plan, std::span<const float> logits) {
+    o.peak_kv_held = std::max(o.peak_kv_held, blocks.blocks_held());
+    for (std::size_t j = 0; j < plan.logit_requests.size(); ++j)
+      o.margin[plan.logit_requests[j]].push_back(
+          top2_gap(logits.subspan(j * c.vocab_size, c.vocab_size)));
+  };
+  const ServeResult res = serve(policy, backend, work, c, hooks);
+  for (const RequestRecord& r : res.requests) o.ids.push_back(r.generated);
+  o.seconds = res.seconds;
+  o.passes = res.passes;
+  o.rows = res.prefill_rows + res.decode_rows;
+  o.generated = res.generated_tokens();
+  o.preemptions = batching.scheduler().counters().preemptions;
+  o.kv_bytes_read = res.positions_read * static_cast<double>(kv_bytes_per_token(c, kv));
+  o.peak_running = res.peak_running;
   return o;
 }
 
@@ -165,7 +170,7 @@ int main(int argc, char** argv) {
     const std::vector<Request> work = make_workload(requests, c.vocab_size, c.max_seq_len, seed);
     long longest = 0;
     for (const Request& r : work)
-      longest = std::max<long>(longest, static_cast<long>(r.prompt.size()) + r.max_new - 1);
+      longest = std::max<long>(longest, positions_stored(r.prompt.size(), r.max_new_tokens));
     const int per_request = static_cast<int>((longest + block_size - 1) / block_size);
     const int num_blocks = batch * per_request;
     const double budget_mb = static_cast<double>(num_blocks) * block_size *
@@ -176,23 +181,12 @@ int main(int argc, char** argv) {
         {fmt::format("continuous, at most {}", batch), batch, 0},
         {"continuous, admission by free blocks", 1 << 20, 0}};
     std::vector<Outcome> out;
-    MeasuredPeak peak;
-    std::string device_name;
-    for (const Policy& p : policies) {
-      ch04::SharedBackend backend(weights, {.device = device,
-                                            .kv = kv,
-                                            .weights = wt,
-                                            .num_blocks = num_blocks,
-                                            .block_size = block_size,
-                                            .shuffle_seed = 1,
-                                            .measure_peak = !no_peak && out.empty(),
-                                            .threads = threads});
-      if (out.empty()) {
-        peak = backend.peak();
-        device_name = backend.device_name();
-      }
-      out.push_back(serve(backend, work, p, max_batch_tokens, c, kv));
-    }
+    const auto backend = make_backend(
+        weights, {.device = device, .weights = wt, .measure_peak = !no_peak, .threads = threads});
+    const MeasuredPeak peak = backend->peak();
+    const std::string device_name = backend->device_name();
+    for (const Policy& p : policies)
+      out.push_back(serve(*backend, work, p, max_batch_tokens, num_blocks, block_size, c, kv));
     // Verify before reporting: every policy generated the same ids for every request, except
     // after a near tie. Batches of different sizes may round differently (on the CPU a pass of
     // more than kDotRows rows takes Eigen's matrix product, on a GPU cuBLAS picks its kernels by

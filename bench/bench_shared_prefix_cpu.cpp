@@ -58,13 +58,13 @@ struct Step : bench::SharedPrefixStep {
 
   [[nodiscard]] auto rows_of() const {
     return [this](int i) {
-      const ch03::PagedBatch& p = batch.pages;
+      const KVView& p = batch.view;
       return cpu::PagedRows<T>{k.as<T>(), v.as<T>(), p.indices.data() + p.indptr[p.row_seq[i]],
                                kSharedBlockSize, kv_dim()};
     };
   }
   [[nodiscard]] auto n_ctx_of() const {
-    return [this](int i) { return batch.pages.n_ctx[i]; };
+    return [this](int i) { return batch.view.n_ctx[i]; };
   }
 };
 
@@ -91,8 +91,8 @@ void attend_plain(const Step& s, float* out) {
   cpu::attend_batch<T>(shape(), s.rows(), s.rows_of(), s.n_ctx_of(), s.q.data(), out);
 }
 void attend_read_once(const Step& s, float* out) {
-  cpu::attend_batch_shared_prefix<T>(shape(), s.rows(), s.rows_of(), s.n_ctx_of(), s.batch.prefixes,
-                                     s.q.data(), out);
+  cpu::attend_batch_shared_prefix<T>(shape(), s.rows(), s.rows_of(), s.n_ctx_of(),
+                                     s.batch.view.prefixes, s.q.data(), out);
 }
 
 struct Row {

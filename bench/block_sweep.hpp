@@ -1,4 +1,4 @@
-// What bench_paged_attention (GPU) and bench_paged_attention_cpu share: the block-size sweep's
+// What bench_paged_attention_gpu (GPU) and bench_paged_attention_cpu share: the block-size sweep's
 // batch of mixed context lengths, the tail waste of each block size, the sweep's output (a
 // markdown table on stdout and in PREFIX.md, the same rows in PREFIX.csv for
 // scripts/plot_block_sweep.py).

@@ -6,7 +6,7 @@
 
 #include <memory>
 
-#include "chapters/04_cow_prefix_sharing/shared_batch.hpp"
+#include "chapters/04_cow_prefix_sharing/shared_cache.hpp"
 #include "chapters/04_cow_prefix_sharing/shared_block_manager.hpp"
 #include "common/batch.hpp"
 
@@ -21,21 +21,22 @@ inline constexpr int kSharedBlockSize = 16;
 struct SharedPrefixStep {
   int groups = 0, samples = 0, prefix = 0;
   std::unique_ptr<ch04::SharedBlockManager> blocks;
-  ch04::SharedBatch batch;
+  ch04::SharedView batch;
 
   /// \brief Batch rows (one per sequence).
-  [[nodiscard]] int rows() const { return static_cast<int>(batch.pages.n_ctx.size()); }
+  [[nodiscard]] int rows() const { return static_cast<int>(batch.view.n_ctx.size()); }
   /// \brief Blocks in the pool (all of them hold something or are free; sized to fit).
   [[nodiscard]] int num_blocks() const { return blocks->pool().num_blocks(); }
   /// \brief Bytes one layer's attention reads for the step: each shared prefix once when
   /// `read_once`, else every row's whole context; `row_bytes` is K plus V of one position.
   [[nodiscard]] double bytes(bool read_once, double row_bytes) const {
-    return static_cast<double>(ch04::positions_read(batch, read_once)) * row_bytes;
+    const SharedPrefixPlan& plan = read_once ? batch.view.prefixes : SharedPrefixPlan{};
+    return static_cast<double>(plan.positions_read(batch.view.n_ctx)) * row_bytes;
   }
 };
 
 /// \brief Builds the step: prompts appended and forked, each sample's own positions appended, then
-/// the step's batch built by build_shared_batch (which appends its one token per row).
+/// the step's batch built by shared_view (which appends its one token per row).
 inline SharedPrefixStep make_shared_prefix_step(int groups, int samples, int prefix) {
   SharedPrefixStep s;
   s.groups = groups;
@@ -57,7 +58,7 @@ inline SharedPrefixStep make_shared_prefix_step(int groups, int samples, int pre
     }
   }
   (void)s.blocks->take_copies();  // contents are synthetic: nothing to copy
-  s.batch = ch04::build_shared_batch(*s.blocks, step);
+  s.batch = ch04::shared_view(*s.blocks, step);
   return s;
 }
 

@@ -75,9 +75,8 @@ ReadProbe::ReadProbe(std::size_t bytes) {
 double ReadProbe::pass() {
   // One stream per core is not always the fastest way to read: on some CPUs a core's bandwidth is
   // bound by how many misses its prefetchers keep in flight, and it takes several streams to fill
-  // the memory's pipe (on the 2-vCPU Intel Xeon VM that kvheap was measured on, one stream per
-  // thread read about 15 GB/s and four about 24). A peak must not be beaten by the kernels it
-  // judges, so a pass is the better of both patterns.
+  // the memory's pipe (docs/results/cpu-intel-xeon.md). A peak must not be beaten by the kernels
+  // it judges, so a pass is the better of both patterns.
   const double one = read(1);
   last_sums_[0] = last_sum_;
   const double four = read(4);

@@ -118,7 +118,7 @@ void CommandLine::parse(int argc, const char* const* argv) {
   }
 }
 
-void add_common_options(CommandLine& cli, CommonOptions& o) {
+void add_common_options(CommandLine& cli, CommonOptions& o, const std::string& num_seqs_help) {
   cli.option("--model", o.model,
              "Preset name (synthetic weights), llama2.c .bin file, or safetensors folder")
       .show_default();
@@ -139,13 +139,22 @@ void add_common_options(CommandLine& cli, CommonOptions& o) {
   cli.option("--seed", o.seed, "Sampler seed").show_default();
   cli.option("--model-seed", o.model_seed, "Seed of synthetic weights for preset models")
       .show_default();
+  cli.option("--num-seqs", o.num_seqs, num_seqs_help).show_default();
+  cli.option("--prompts", o.prompts_file,
+             "File with one prompt per line (ids, or text with --tokenizer)")
+      .excludes(cli.get("--num-seqs"))
+      .excludes(cli.get("--prompt"))
+      .excludes(cli.get("--prompt-ids"));
   cli.option("--device", o.device, "Where to run: cpu or cuda").show_default();
+  cli.option("--weight-dtype", o.weight_dtype, "Weights on the device: fp32, fp16 or bf16")
+      .show_default();
   cli.option("--kv-dtype", o.kv_dtype, "KV cache element type: fp32, fp16 or bf16").show_default();
   cli.option("--kv-budget-mb", o.kv_budget_mb, "Cap on KV cache memory in MB; 0 = no cap")
       .show_default();
   cli.option("--threads", o.threads, "CPU threads; 0 = all cores").show_default();
   cli.flag("--json", o.json, "Print one JSON object instead of the report");
   cli.flag("--ignore-eos", o.ignore_eos, "Do not stop at stop tokens (fixed-length runs)");
+  cli.flag("--no-peak", o.no_peak, "Skip measuring the bandwidth peak at start");
 }
 
 int run_cli(CommandLine& cli, int argc, char** argv, const std::function<void()>& body) {

@@ -82,25 +82,33 @@ class CommandLine {
 
 /// \brief Flags common to every chapter's program.
 struct CommonOptions {
-  std::string model = "stories15m";  ///< preset name, llama2.c .bin path, or safetensors folder
-  std::string tokenizer;             ///< llama2.c tokenizer.bin (optional)
-  std::string prompt;                ///< text prompt (needs --tokenizer)
-  std::string prompt_ids;            ///< comma-separated token ids
-  int max_new_tokens = 64;           ///< generation stops after this many tokens
-  float temperature = 0.0f;          ///< 0 = greedy
-  float top_p = 0.9f;                ///< nucleus mass, used when temperature > 0
-  std::uint64_t seed = 42;           ///< sampler seed
-  std::uint64_t model_seed = 1;      ///< seed of synthetic weights for presets
-  std::string device = "cpu";        ///< cpu or cuda
-  std::string kv_dtype = "fp32";     ///< KV storage type: fp32, fp16, bf16
-  double kv_budget_mb = 0.0;         ///< 0 = no cap
-  int threads = 0;                   ///< 0 = all cores
-  bool json = false;                 ///< print one JSON object instead of the report
-  bool ignore_eos = false;           ///< generate exactly max_new_tokens
+  std::string model = "stories15m";   ///< preset name, llama2.c .bin path, or safetensors folder
+  std::string tokenizer;              ///< llama2.c tokenizer.bin (optional)
+  std::string prompt;                 ///< text prompt (needs --tokenizer)
+  std::string prompt_ids;             ///< comma-separated token ids
+  std::string prompts_file;           ///< one prompt per line (ids, or text with a tokenizer)
+  int num_seqs = 1;                   ///< copies of the prompt to serve
+  int max_new_tokens = 64;            ///< generation stops after this many tokens
+  float temperature = 0.0f;           ///< 0 = greedy
+  float top_p = 0.9f;                 ///< nucleus mass, used when temperature > 0
+  std::uint64_t seed = 42;            ///< sampler seed
+  std::uint64_t model_seed = 1;       ///< seed of synthetic weights for presets
+  std::string device = "cpu";         ///< cpu or cuda (auto where a chapter allows it)
+  std::string weight_dtype = "fp32";  ///< weights as the forward pass reads them
+  std::string kv_dtype = "fp32";      ///< KV storage type: fp32, fp16, bf16
+  double kv_budget_mb = 0.0;          ///< 0 = no cap
+  int threads = 0;                    ///< 0 = all cores
+  bool json = false;                  ///< print one JSON object instead of the report
+  bool ignore_eos = false;            ///< generate exactly max_new_tokens
+  bool no_peak = false;               ///< skip measuring the bandwidth peak at start
 };
 
-/// \brief Registers the shared flags on `cli`.
-void add_common_options(CommandLine& cli, CommonOptions& o);
+/// \brief Registers the shared flags on `cli`; `num_seqs_help` says what --num-seqs counts in
+/// this program. `--prompts` excludes --num-seqs, --prompt and --prompt-ids: flags that would be
+/// silently ignored together are refused together.
+void add_common_options(
+    CommandLine& cli, CommonOptions& o,
+    const std::string& num_seqs_help = "Requests to serve (copies of the prompt)");
 
 /// \brief Parses argv and runs `body`, turning every failure into one line on stderr and an exit
 /// code: 0 success (or --help), 2 usage errors (unknown flag, malformed number, bad value),

@@ -3,8 +3,16 @@
 #include <fmt/format.h>
 
 #include "base/error.hpp"
+#include "common/chapter.hpp"
 
 namespace kvheap {
+
+void add_pool_options(CommandLine& cli, PoolOptions& p) {
+  cli.option("--block-size", p.block_size, "Token slots per block").show_default();
+  cli.option("--shuffle-seed", p.shuffle_seed,
+             "Order of the free list; 0 hands out blocks in order")
+      .show_default();
+}
 
 int blocks_for_budget(const ModelConfig& c, DType kv, std::size_t budget_bytes, int block_size,
                       int min_tokens) {
@@ -42,6 +50,11 @@ PoolSize pool_for_run(const ModelConfig& c, DType kv, std::size_t budget_cap,
         e.what(), c.max_seq_len, num_sequences));
   }
   return pool;
+}
+
+PoolSize pool_for_run(const Run& run, int block_size) {
+  return pool_for_run(run.config, run.kv, run.budget_cap, run.requests.size(), block_size,
+                      run.longest);
 }
 
 }  // namespace kvheap

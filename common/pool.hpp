@@ -1,12 +1,22 @@
-// The block pool of a paged run (chapters 3-5): how many blocks a KV budget holds.
+// The block pool of a paged run (chapters 3-5): its flags, and how many blocks a KV budget holds.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
+#include "common/cli.hpp"
 #include "common/model_config.hpp"
 
 namespace kvheap {
+
+/// \brief The pool's flags.
+struct PoolOptions {
+  int block_size = 16;             ///< --block-size: token slots per block
+  std::uint64_t shuffle_seed = 1;  ///< --shuffle-seed: order of the free list (0: in order)
+};
+
+/// \brief Registers --block-size and --shuffle-seed on `cli`.
+void add_pool_options(CommandLine& cli, PoolOptions& p);
 
 /// \brief Blocks needed for a budget: budget / (block_size x kv_bytes_per_token); throws
 /// UsageError for a block size below 1, and ResourceError naming both sizes when the budget
@@ -26,5 +36,10 @@ struct PoolSize {
 /// `longest` positions needs; for the default budget the message says how to give a larger one.
 PoolSize pool_for_run(const ModelConfig& c, DType kv, std::size_t budget_cap,
                       std::size_t num_sequences, int block_size, long longest);
+
+struct Run;
+
+/// \brief pool_for_run() for a chapter's run: its --kv-budget-mb, requests and longest request.
+PoolSize pool_for_run(const Run& run, int block_size);
 
 }  // namespace kvheap

@@ -5,8 +5,6 @@
 
 #include <ostream>
 
-#include "common/tokenizer.hpp"
-
 namespace kvheap {
 
 std::size_t weight_bytes_per_decode_step(const ModelConfig& c, DType w) {
@@ -16,45 +14,102 @@ std::size_t weight_bytes_per_decode_step(const ModelConfig& c, DType w) {
   return (params + c.dim) * dtype_size(w);  // + the one gathered embedding row
 }
 
-double DecodeReport::prefill_tokens_per_s() const {
-  return run.prefill_seconds > 0 ? static_cast<double>(run.prompt.size()) / run.prefill_seconds : 0;
+double RunReport::prefill_tokens_per_s() const {
+  return prefill_seconds > 0 ? static_cast<double>(prompt_tokens) / prefill_seconds : 0;
 }
 
-double DecodeReport::decode_tokens_per_s() const {
-  return run.decode_seconds > 0 ? run.decode_steps / run.decode_seconds : 0;
+double RunReport::decode_tokens_per_s() const {
+  return decode_seconds > 0 ? decode_tokens / decode_seconds : 0;
 }
 
-double DecodeReport::decode_gbps() const {
-  if (run.decode_seconds <= 0) return 0;
-  return step_bytes() * run.decode_steps / run.decode_seconds / 1e9;
+double RunReport::rows_per_s() const {
+  return seconds > 0 ? static_cast<double>(prefill_rows + decode_rows) / seconds : 0;
 }
 
-double DecodeReport::waste_fraction() const {
+double RunReport::decode_gbps() const {
+  if (decode_seconds <= 0) return 0;
+  return step_bytes() * static_cast<double>(decode_steps) / decode_seconds / 1e9;
+}
+
+double RunReport::waste_fraction() const {
   return kv_reserved_bytes > 0
              ? 1.0 - static_cast<double>(kv_used_bytes) / static_cast<double>(kv_reserved_bytes)
              : 0.0;
 }
 
-void fill_bytes(DecodeReport& r, const ModelConfig& c) {
-  r.weight_bytes_per_step = static_cast<double>(weight_bytes_per_decode_step(c, r.weight_dtype));
-  // Each decode step reads K and V of every cached position in every layer.
-  r.kv_bytes_per_step = r.run.decode_steps > 0
-                            ? static_cast<double>(r.run.decode_context) *
-                                  kv_bytes_per_token(c, r.kv_dtype) / r.run.decode_steps
-                            : 0.0;
+RunReport make_report(const ServeResult& result, const std::vector<Request>& requests,
+                      const ModelConfig& c, DType kv, bool whole_run) {
+  RunReport r;
+  r.model = c.name;
+  r.kv_dtype = kv;
+  r.whole_run = whole_run;
+  r.requests = static_cast<int>(requests.size());
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    const RequestRecord& rec = result.requests[i];
+    if (rec.status == "not admitted") {
+      ++r.not_admitted;
+      continue;
+    }
+    if (requests[i].fork_of < 0) r.prompt_tokens += static_cast<long>(requests[i].prompt.size());
+  }
+  r.generated_tokens = result.generated_tokens();
+  if (requests.size() == 1) r.stop_reason = result.requests[0].status;
+  r.passes = result.passes;
+  r.prefill_passes = result.prefill_passes;
+  r.prefill_rows = result.prefill_rows;
+  r.decode_rows = result.decode_rows;
+  r.peak_running = result.peak_running;
+  r.prefill_seconds = result.prefill_seconds;
+  r.seconds = result.seconds;
+  // Napkin math: each decode step reads K and V of every position its rows attend to, in every
+  // layer (a shared prefix once, where the cache reads it once).
+  const double per_position = static_cast<double>(kv_bytes_per_token(c, kv));
+  if (whole_run) {
+    r.decode_seconds = result.seconds;
+    r.decode_steps = result.passes;
+    r.decode_tokens = static_cast<double>(r.generated_tokens);
+    r.kv_bytes_per_step =
+        result.passes > 0 ? result.positions_read * per_position / result.passes : 0.0;
+  } else {
+    r.decode_seconds = result.decode_seconds;
+    r.decode_steps = result.decode_passes();
+    r.decode_tokens = static_cast<double>(result.decode_rows);
+    r.kv_bytes_per_step =
+        r.decode_steps > 0 ? result.decode_positions_read * per_position / r.decode_steps : 0.0;
+  }
+  r.kv_reserved_bytes = result.peak.reserved;
+  r.kv_used_bytes = result.peak.used;
+  return r;
 }
 
-void print_report(const DecodeReport& r, std::ostream& os) {
-  fmt::print(os, "kvheap {} | model {} | {} | weights {} | KV {}\n", r.chapter, r.model, r.device,
+void print_report(const RunReport& r, std::ostream& os) {
+  fmt::print(os, "kvheap {} | model {} | {} | weights {} | KV {}", r.chapter, r.model, r.device,
              dtype_name(r.weight_dtype), dtype_name(r.kv_dtype));
-  fmt::print(os, "  prefill : {:6d} tokens in {:9.3f} ms  = {:10.1f} tokens/s\n",
-             r.run.prompt.size(), r.run.prefill_seconds * 1e3, r.prefill_tokens_per_s());
-  fmt::print(os, "  decode  : {:6d} steps  in {:9.3f} ms  = {:10.1f} tokens/s  (stop: {})\n",
-             r.run.decode_steps, r.run.decode_seconds * 1e3, r.decode_tokens_per_s(),
-             r.run.stop_reason);
+  if (r.kv_budget_bytes > 0) fmt::print(os, " | budget {:.3f} MB", r.kv_budget_bytes / 1e6);
+  fmt::print(os, "\n");
+  fmt::print(os, "  requests: {} served", r.requests - r.not_admitted);
+  if (r.not_admitted > 0) fmt::print(os, ", {} not admitted", r.not_admitted);
+  fmt::print(os, ", at most {} at once; {} forward passes, {} rows ({} prompt, {} decode)\n",
+             r.peak_running, r.passes, r.prefill_rows + r.decode_rows, r.prefill_rows,
+             r.decode_rows);
+  if (r.whole_run) {
+    fmt::print(os,
+               "  run     : {:6d} passes in {:9.3f} ms  = {:10.1f} generated tokens/s, "
+               "{:.1f} rows/s\n",
+               r.decode_steps, r.decode_seconds * 1e3, r.decode_tokens_per_s(), r.rows_per_s());
+  } else {
+    fmt::print(os, "  prefill : {:6d} tokens in {:9.3f} ms  = {:10.1f} tokens/s\n", r.prompt_tokens,
+               r.prefill_seconds * 1e3, r.prefill_tokens_per_s());
+    fmt::print(os, "  decode  : {:6d} steps  in {:9.3f} ms  = {:10.1f} tokens/s", r.decode_steps,
+               r.decode_seconds * 1e3, r.decode_tokens_per_s());
+    if (!r.stop_reason.empty()) fmt::print(os, "  (stop: {})", r.stop_reason);
+    fmt::print(os, "\n");
+  }
   fmt::print(os, "  KV cache: reserved {:.3f} MB, used {:.3f} MB, waste {:.1f} %\n",
              r.kv_reserved_bytes / 1e6, r.kv_used_bytes / 1e6, 100.0 * r.waste_fraction());
-  fmt::print(os, "  bytes/decode step: weights {:.3f} MB + KV {:.3f} MB (average)\n",
+  fmt::print(os,
+             "  bytes/decode step: weights {:.3f} MB (read once for all its rows) + KV {:.3f} "
+             "MB (average)\n",
              r.weight_bytes_per_step / 1e6, r.kv_bytes_per_step / 1e6);
   print_achieved(r.peak, r.decode_gbps(), r.step_bytes(), os);
 }
@@ -71,53 +126,65 @@ void print_achieved(const MeasuredPeak& peak, double gbps, double step_bytes, st
                peak.cached_note("step"));
 }
 
-nlohmann::json metrics_json(const DecodeReport& r) {
-  return {{"prompt_tokens", r.run.prompt.size()},
-          {"generated_tokens", r.run.generated.size()},
-          {"stop_reason", r.run.stop_reason},
-          {"prefill_seconds", r.run.prefill_seconds},
-          {"decode_seconds", r.run.decode_seconds},
-          {"decode_steps", r.run.decode_steps},
-          {"prefill_tokens_per_s", r.prefill_tokens_per_s()},
-          {"decode_tokens_per_s", r.decode_tokens_per_s()},
+nlohmann::json metrics_json(const RunReport& r) {
+  nlohmann::json m = {
+      {"prompt_tokens", r.prompt_tokens},
+      {"generated_tokens", r.generated_tokens},
+      {"decode_seconds", r.decode_seconds},
+      {"decode_steps", r.decode_steps},
+      {"decode_tokens_per_s", r.decode_tokens_per_s()},
+      {"rows_per_s", r.rows_per_s()},
+      {"kv_budget_bytes", r.kv_budget_bytes},
+      {"kv_reserved_bytes", r.kv_reserved_bytes},
+      {"kv_used_bytes", r.kv_used_bytes},
+      {"kv_waste_fraction", r.waste_fraction()},
+      {"weight_bytes_per_step", r.weight_bytes_per_step},
+      {"kv_bytes_per_step", r.kv_bytes_per_step},
+      {"decode_gbps", r.decode_gbps()},
+      {"peak_gbps", r.peak.gbps},
+      {"peak_kind", r.peak.kind},
+      {"peak_cache_bytes", r.peak.cache_bytes},
+      {"step_partly_cached", r.peak.partly_cached(r.step_bytes())},
+      {"cache_note", r.peak.partly_cached(r.step_bytes()) ? r.peak.cached_note("step") : ""},
+      {"device", r.device},
+      {"weight_dtype", dtype_name(r.weight_dtype)},
+      {"kv_dtype", dtype_name(r.kv_dtype)}};
+  if (!r.whole_run) {  // a continuous batcher has no prefill phase and no single stop
+    m["stop_reason"] = r.stop_reason;
+    m["prefill_seconds"] = r.prefill_seconds;
+    m["prefill_tokens_per_s"] = r.prefill_tokens_per_s();
+  }
+  return m;
+}
+
+nlohmann::json serving_json(const RunReport& r) {
+  const double gen_per_s = r.seconds > 0 ? static_cast<double>(r.generated_tokens) / r.seconds : 0;
+  const double req_per_s =
+      r.seconds > 0 ? static_cast<double>(r.requests - r.not_admitted) / r.seconds : 0;
+  return {{"requests", r.requests},
+          {"not_admitted", r.not_admitted},
+          {"peak_running", r.peak_running},
+          {"passes", r.passes},
+          {"prefill_passes", r.prefill_passes},
+          {"prefill_rows", r.prefill_rows},
+          {"decode_rows", r.decode_rows},
+          {"prompt_tokens", r.prompt_tokens},
+          {"generated_tokens", r.generated_tokens},
+          {"seconds", r.seconds},
+          {"generated_tokens_per_s", gen_per_s},
+          {"requests_per_s", req_per_s},
+          {"kv_budget_bytes", r.kv_budget_bytes},
           {"kv_reserved_bytes", r.kv_reserved_bytes},
           {"kv_used_bytes", r.kv_used_bytes},
-          {"kv_waste_fraction", r.waste_fraction()},
           {"weight_bytes_per_step", r.weight_bytes_per_step},
           {"kv_bytes_per_step", r.kv_bytes_per_step},
-          {"decode_gbps", r.decode_gbps()},
+          {"gbps", r.decode_gbps()},
           {"peak_gbps", r.peak.gbps},
-          {"peak_kind", r.peak.kind},
-          {"peak_cache_bytes", r.peak.cache_bytes},
-          {"step_partly_cached", r.peak.partly_cached(r.step_bytes())},
-          {"cache_note", r.peak.partly_cached(r.step_bytes()) ? r.peak.cached_note("step") : ""},
-          {"device", r.device},
-          {"weight_dtype", dtype_name(r.weight_dtype)},
-          {"kv_dtype", dtype_name(r.kv_dtype)}};
+          {"fraction_of_peak", r.peak.gbps > 0 ? r.decode_gbps() / r.peak.gbps : 0.0}};
 }
 
 std::string json_line(const nlohmann::json& j) {
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-}
-
-void print_run(const DecodeReport& r, const ModelConfig& c, const Tokenizer* tok, bool json,
-               std::ostream& os) {
-  if (json) {
-    nlohmann::json j = {{"chapter", r.chapter},
-                        {"model", c.name},
-                        {"prompt_ids", r.run.prompt},
-                        {"generated_ids", r.run.generated},
-                        {"metrics", metrics_json(r)}};
-    if (tok != nullptr) j["text"] = tok->decode(r.run.generated);
-    os << json_line(j) << "\n";
-    return;
-  }
-  os << describe(c) << "\n";
-  if (tok != nullptr)
-    os << "text: " << tok->decode(r.run.generated) << "\n";
-  else
-    fmt::print(os, "generated ids: {}\n", fmt::join(r.run.generated, ","));
-  print_report(r, os);
 }
 
 }  // namespace kvheap

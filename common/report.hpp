@@ -1,4 +1,6 @@
-// What a chapter's program reports after a run, as a table for people and JSON for tools.
+// What every chapter's program reports after a run, as text for people and JSON for tools: the
+// same fields for every chapter, each computed the same way. A chapter leaves out what it does not
+// have (a continuous batcher has no prefill phase) and adds its own lines (ServingPolicy).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -6,10 +8,11 @@
 #include <cstddef>
 #include <iosfwd>
 #include <string>
+#include <vector>
 
 #include "common/bandwidth.hpp"
-#include "common/generate.hpp"
 #include "common/model_config.hpp"
+#include "common/serve.hpp"
 
 namespace kvheap {
 
@@ -19,36 +22,69 @@ namespace kvheap {
 /// unless it doubles as the classifier, which reads it whole.
 std::size_t weight_bytes_per_decode_step(const ModelConfig& c, DType w);
 
-/// \brief Measurements of one generation run.
-struct DecodeReport {
-  std::string chapter;                ///< e.g. "01_cpu_reference"
-  std::string model;                  ///< model name from its config
-  std::string device;                 ///< "cpu (2 threads)", "NVIDIA H200", ...
-  DType weight_dtype = DType::F32;    ///< element type of the weights as read each step
-  DType kv_dtype = DType::F32;        ///< element type of the KV cache
-  GenerationResult run;               ///< tokens and timings
-  std::size_t kv_reserved_bytes = 0;  ///< held by the cache policy at the end of the run
-  std::size_t kv_used_bytes = 0;      ///< holding real tokens
-  double weight_bytes_per_step = 0;   ///< weights read by one decode step
-  double kv_bytes_per_step = 0;       ///< average over decode steps
+/// \brief The figures of one run.
+///
+/// Chapters 1-4 run a prefill phase (passes of prompt rows only) before decode passes, and the
+/// decode figures count the decode passes. A continuous batcher (chapter 5) mixes both in every
+/// pass (`whole_run`): the whole run counts as decoding, and its tokens are the generated ones.
+struct RunReport {
+  std::string chapter;              ///< e.g. "01_cpu_reference"
+  std::string model;                ///< model name from its config
+  std::string device;               ///< "cpu (2 threads)", "NVIDIA H200", ...
+  DType weight_dtype = DType::F32;  ///< element type of the weights as read each step
+  DType kv_dtype = DType::F32;      ///< element type of the KV cache
+  bool whole_run = false;           ///< passes mix prompt and decode rows
+
+  int requests = 0;            ///< requests given
+  int not_admitted = 0;        ///< requests turned away
+  long prompt_tokens = 0;      ///< prompt tokens of the requests served, a forked prompt once
+  long generated_tokens = 0;   ///< tokens generated over all requests
+  std::string stop_reason;     ///< why the one request stopped; "" when there are several
+  long passes = 0;             ///< forward passes
+  long prefill_passes = 0;     ///< passes without a decode row
+  long prefill_rows = 0;       ///< prompt rows computed (recomputation included)
+  long decode_rows = 0;        ///< rows that fed a sampled token
+  int peak_running = 0;        ///< most requests holding memory at once
+  double prefill_seconds = 0;  ///< time in prefill passes
+  double decode_seconds = 0;   ///< time in decode passes (whole_run: the whole run)
+  double seconds = 0;          ///< the whole run
+  long decode_steps = 0;       ///< decode passes (whole_run: every pass)
+  double decode_tokens = 0;    ///< decode rows (whole_run: generated tokens)
+
+  std::size_t kv_budget_bytes = 0;    ///< the budget the policy worked in (0: no cap)
+  std::size_t kv_reserved_bytes = 0;  ///< held at the pass that used the most
+  std::size_t kv_used_bytes = 0;      ///< holding tokens at that pass
+  double weight_bytes_per_step = 0;   ///< weights one pass reads, once for all its rows
+  double kv_bytes_per_step = 0;       ///< KV one decode step reads, on average
   MeasuredPeak peak;                  ///< measured in the same process (gbps 0: not measured)
 
-  /// \brief Prompt tokens per second of the prefill pass.
+  /// \brief Prompt tokens per second of the prefill passes.
   [[nodiscard]] double prefill_tokens_per_s() const;
-  /// \brief Decode steps per second.
+  /// \brief decode_tokens per second of decode time.
   [[nodiscard]] double decode_tokens_per_s() const;
+  /// \brief Rows computed per second of the whole run.
+  [[nodiscard]] double rows_per_s() const;
   /// \brief Bytes one decode step reads: weights plus KV.
   [[nodiscard]] double step_bytes() const { return weight_bytes_per_step + kv_bytes_per_step; }
-  [[nodiscard]] double decode_gbps() const;  ///< step_bytes() x steps / time
+  /// \brief step_bytes() x decode steps / decode time, in GB/s.
+  [[nodiscard]] double decode_gbps() const;
   /// \brief 1 - used / reserved: the share of the cache's memory holding no token.
   [[nodiscard]] double waste_fraction() const;
 };
 
-/// \brief Fills the byte counts of `r` from its run, model and dtypes.
-void fill_bytes(DecodeReport& r, const ModelConfig& c);
+/// \brief The report of a finished run of `requests`.
+RunReport make_report(const ServeResult& result, const std::vector<Request>& requests,
+                      const ModelConfig& c, DType kv, bool whole_run);
 
-/// \brief Human-readable report (a few aligned lines).
-void print_report(const DecodeReport& r, std::ostream& os);
+/// \brief The "metrics" object of --json output.
+nlohmann::json metrics_json(const RunReport& r);
+
+/// \brief The "serving" object of --json output: requests, passes and rows, throughput, and KV,
+/// the same for every chapter.
+nlohmann::json serving_json(const RunReport& r);
+
+/// \brief The report's lines: header, prefill and decode, KV, bytes per step and achieved rate.
+void print_report(const RunReport& r, std::ostream& os);
 
 /// \brief The report's "achieved" line: `gbps`, and its fraction of `peak` when one was measured.
 /// When a step's `step_bytes` are under 4x the cache in front of the peak's memory, a second line
@@ -56,20 +92,9 @@ void print_report(const DecodeReport& r, std::ostream& os);
 /// exceed the memory's peak.
 void print_achieved(const MeasuredPeak& peak, double gbps, double step_bytes, std::ostream& os);
 
-/// \brief The "metrics" object of --json output.
-nlohmann::json metrics_json(const DecodeReport& r);
-
 /// \brief `j` as one line of JSON text. Strings that are not valid UTF-8 (decoded text cut
 /// inside a multi-byte character, or byte tokens that never form one) get U+FFFD in place of
 /// the bad bytes instead of aborting the output.
 std::string json_line(const nlohmann::json& j);
-
-class Tokenizer;
-
-/// \brief Prints a finished run the way every chapter does: one JSON object (`json`) with
-/// chapter, model, prompt_ids, generated_ids, text (when `tok` is given) and metrics; or the
-/// model description, the generated text or ids, and the report.
-void print_run(const DecodeReport& r, const ModelConfig& c, const Tokenizer* tok, bool json,
-               std::ostream& os);
 
 }  // namespace kvheap

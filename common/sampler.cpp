@@ -42,6 +42,23 @@ int argmax(std::span<const float> logits) {
   return static_cast<int>(best);
 }
 
+float top2_gap(std::span<const float> logits) {
+  const int best = argmax(logits);
+  float second = -std::numeric_limits<float>::infinity(), scale = 0.0f;
+  for (std::size_t v = 0; v < logits.size(); ++v) {
+    if (static_cast<int>(v) != best) second = std::max(second, logits[v]);
+    scale = std::max(scale, std::fabs(logits[v]));
+  }
+  return scale > 0 ? (logits[best] - second) / scale : 0.0f;
+}
+
+float near_tie(DType weights, DType kv) {
+  const auto coarse = [](DType t) {
+    return t == DType::BF16 ? 1e-2f : t == DType::F16 ? 2e-3f : 1e-4f;
+  };
+  return std::max(coarse(weights), coarse(kv));
+}
+
 Sampler::Sampler(SamplerConfig config) : config_(config), rng_(config.seed) { config_.validate(); }
 
 float Sampler::next_unit() {

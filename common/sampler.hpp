@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "base/dtype.hpp"
+
 namespace kvheap {
 
 /// \brief How to choose the next token. Defaults match llama2.c's run.c.
@@ -24,6 +26,16 @@ struct SamplerConfig {
 ///
 /// Throws InputError when `logits` is empty or holds a NaN.
 [[nodiscard]] int argmax(std::span<const float> logits);
+
+/// \brief (best - second best) / max |logit| of a row of logits, the best being argmax's pick: how
+/// far greedy decoding is from picking another token (0 for an all-zero row).
+[[nodiscard]] float top2_gap(std::span<const float> logits);
+
+/// \brief The top2_gap below which two computations of the same logits may pick different greedy
+/// tokens. In fp32 they differ only in how sums are ordered (1e-4 covers that); a 16-bit cache or
+/// weights round every K, V or weight to 8 (bf16) or 11 (fp16) bits, so a last-bit difference
+/// before the rounding becomes a whole unit after it, on every later token (1e-2, 2e-3).
+[[nodiscard]] float near_tie(DType weights, DType kv);
 
 /// \brief Draws token ids from logits; holds the random state and scratch buffers.
 class Sampler {

@@ -1,5 +1,5 @@
 // The scheduler fuzz target: arrivals and steps of chapter 5's Scheduler over chapter 4's
-// SharedBlockManager, every planned batch run through build_shared_batch (as a sharing cache's
+// SharedBlockManager, every planned batch run through shared_view (as a sharing cache's
 // prepare() does) onto a stand-in storage that records the token written to every slot.
 //
 //   byte 0: pool size (1..64 blocks)   byte 1: block size (1..8)   byte 2: rows per step (1..32)
@@ -10,7 +10,7 @@
 //   whole pool alone. op % 4 = 1..3 runs one step; each logit row "samples" token arg % 3, and
 //   the request finishes at its limit or when the step's op has bit 7 set.
 //
-// After every step: the batch fit the pool (build_shared_batch never ran out), no more rows than
+// After every step: the batch fit the pool (shared_view never ran out), no more rows than
 // the budget and no more running requests than the cap, every position of every request with a
 // logit row reads back its own token, and the manager's invariants hold. At the end the remaining
 // requests are served to completion within a bounded number of steps, and then only the prefix
@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "base/error.hpp"
-#include "chapters/04_cow_prefix_sharing/shared_batch.hpp"
+#include "chapters/04_cow_prefix_sharing/shared_cache.hpp"
 #include "chapters/05_batched_scheduler/scheduler.hpp"
 #include "fuzz/entry_points.hpp"
 #include "fuzz/fuzz_support.hpp"
@@ -48,13 +48,13 @@ struct Server {
 
   /// One step; `token` is what every logit row samples, `stop` finishes them all early.
   void step(int token, bool stop) {
-    const ch05::StepPlan plan = s.schedule();
+    const StepPlan plan = s.schedule();
     require(plan.batch.size() <= budget, "a batch has more rows than the budget");
     require(s.num_running() <= max_running, "more requests run than the cap allows");
     require(!plan.batch.rows.empty() || s.idle(), "an empty batch while requests wait");
-    ch04::SharedBatch sb;
+    ch04::SharedView sb;
     try {
-      sb = ch04::build_shared_batch(m, plan.batch);
+      sb = ch04::shared_view(m, plan.batch);
     } catch (const ResourceError& e) {
       require(false, std::string("a planned batch did not fit the pool: ") + e.what());
     }
@@ -63,7 +63,7 @@ struct Server {
         storage[static_cast<std::size_t>(c.dst) * block_size + k] =
             storage[static_cast<std::size_t>(c.src) * block_size + k];
     for (std::size_t r = 0; r < plan.batch.rows.size(); ++r)
-      storage[sb.pages.slot_mapping[r]] = plan.batch.rows[r].token;
+      storage[sb.view.slot_mapping[r]] = plan.batch.rows[r].token;
     m.check_invariants();
     std::size_t j = 0;
     for (const BatchRow& row : plan.batch.rows) {

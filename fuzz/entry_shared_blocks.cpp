@@ -6,7 +6,7 @@
 //   then pairs (op, arg): op % 6 = 0 admit the first arg % (4 x block_size + 1) tokens of one of
 //   three prompts that begin alike (arg / 64 picks it), prefilling what the index does not hold;
 //   1 fork live sequence arg; 2 append token arg % 3 to live sequence arg / 3; 3 free live
-//   sequence arg; 4 one batch (build_shared_batch) appending to the first arg % 4 + 1 live
+//   sequence arg; 4 one batch (shared_view) appending to the first arg % 4 + 1 live
 //   sequences, all or nothing; 5 misuse (fork, free or append to a sequence that is not live, or
 //   a batch row that rewrites a held position), which must be refused with an InputError and
 //   change nothing.
@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "base/error.hpp"
-#include "chapters/04_cow_prefix_sharing/shared_batch.hpp"
 #include "chapters/04_cow_prefix_sharing/shared_block_manager.hpp"
+#include "chapters/04_cow_prefix_sharing/shared_cache.hpp"
 #include "fuzz/entry_points.hpp"
 #include "fuzz/fuzz_support.hpp"
 
@@ -144,13 +144,13 @@ FuzzOutcome fuzz_shared_blocks(std::span<const std::uint8_t> input, std::string*
       }
       const int used = w.m.pool().num_used();
       try {
-        const ch04::SharedBatch sb = ch04::build_shared_batch(w.m, b);
+        const ch04::SharedView sb = ch04::shared_view(w.m, b);
         for (const ch04::BlockCopy& c : sb.copies)
           for (int k = 0; k < c.slots; ++k)
             w.storage[static_cast<std::size_t>(c.dst) * bs + k] =
                 w.storage[static_cast<std::size_t>(c.src) * bs + k];
         for (std::size_t r = 0; r < b.rows.size(); ++r) {
-          w.storage[sb.pages.slot_mapping[r]] = b.rows[r].token;
+          w.storage[sb.view.slot_mapping[r]] = b.rows[r].token;
           w.seq[b.rows[r].slot].push_back(b.rows[r].token);
         }
       } catch (const ResourceError&) {
@@ -169,7 +169,7 @@ FuzzOutcome fuzz_shared_blocks(std::span<const std::uint8_t> input, std::string*
           if (!w.seq.empty() && !w.seq.begin()->second.empty()) {
             Batch b;
             b.rows.push_back({0, w.seq.begin()->first, 0, true});  // position 0 is held
-            w.expect_refused([&] { (void)ch04::build_shared_batch(w.m, b); },
+            w.expect_refused([&] { (void)ch04::shared_view(w.m, b); },
                              "a batch rewriting a held position");
           }
       }

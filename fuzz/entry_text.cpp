@@ -10,8 +10,8 @@
 
 #include "base/error.hpp"
 #include "common/cli.hpp"
-#include "common/generate.hpp"
 #include "common/sampler.hpp"
+#include "common/serve.hpp"
 #include "common/tokenizer.hpp"
 #include "fuzz/entry_points.hpp"
 #include "fuzz/fuzz_support.hpp"

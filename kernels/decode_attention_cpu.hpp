@@ -1,30 +1,17 @@
-// Causal grouped-query attention of query rows over cached K/V rows (CPU twin).
+// Causal grouped-query attention of query rows over cached K/V rows: the CPU twin of
+// kernels/decode_attention.cu.
 //
-// The cache layout is hidden behind a row accessor so that every policy (contiguous reservation,
+// The cache layout is hidden behind a row accessor, so that every policy (contiguous reservation,
 // paged blocks, shared prefixes) runs the same arithmetic in the same order; only where a
 // position's K and V rows live differs. That is what makes paged results bitwise equal to
-// contiguous ones on the same device.
+// contiguous ones on the same device. The algorithm is the kernel's: one pass with an online
+// softmax, and long contexts split into chunks merged by log-sum-exp (attend_batch below).
 //
-// The algorithm is the CUDA kernel's (kernels/decode_attention.cu): one pass over the positions
-// with an online softmax, and long contexts split into chunks merged by log-sum-exp
-// (kernels/decode_attention_cpu.hpp). Decode attention reads each cached element once and does only
-// a multiply-add or two on it per query head, so on a CPU the loops must run close to the
-// multiply-add peak just to keep up with memory: positions go in tiles of eight, query heads in
-// fours, and the inner loops (kernels/decode_attention_simd.hpp) keep 8 or 16 accumulators in
-// registers, 16-float ones where the target has AVX-512.
-//
-// The order in which a tile visits memory matters as much as the arithmetic. A tile reads one KV
-// head's slice of eight rows, then the next head's: eight interleaved streams. The hardware
-// prefetchers of x86 cores follow one ascending stream per 4 KiB page, so when several of a
-// tile's rows share a page (rows under 4 KiB: bf16 Llama-3-8B rows are 2 KiB) the prefetchers
-// lose track and the loop waits on memory. A tile therefore takes every S-th position (see
-// tile_stride), which puts its rows in different pages, and the next tiles take the positions in
-// between: each page is still read front to back. On a 2-core EPYC this alone took a bf16 single
-// thread from 7.8 to 11.3 GB/s. When rows are shorter than a page, each tile also prefetches,
-// head by head, the tile two spans ahead into L2 (prefetcht2): about 12 % more for bf16 on that
-// EPYC, though about 15 % less on an Intel Xeon, where it is left off (prefetch_helps).
-// Prefetching into L1 instead made things worse: a tile's rows over all heads fill L1 already,
-// so lines fetched early evict lines still in use.
+// Decode attention does a multiply-add or two per element it reads, so the loops must run near
+// the cores' multiply-add peak to keep up with memory: positions in tiles of eight, query heads in
+// fours, accumulators in registers (decode_attention_simd.hpp), and tiles that read each 4 KiB page
+// front to back so that the hardware prefetchers keep up. docs/pages/cpu_twin.md explains each
+// choice and what it measured.
 #pragma once
 
 #include <omp.h>
@@ -49,8 +36,7 @@ inline constexpr int kAttendTile = simd::kLanes;
 inline constexpr long kPageBytes = 4096;
 /// \brief How many spans of tiles ahead attend_span prefetches, one KV head's slice at a time,
 /// when rows are shorter than a page. Rows of a page or more each get their own page stream,
-/// which the hardware prefetchers follow unaided; prefetching them too only cost instructions
-/// (fp32 Llama-3-8B rows streamed about 7 % slower with it).
+/// which the hardware prefetchers follow unaided; prefetching them too only costs instructions.
 inline constexpr int kPrefetchSpans = 2;
 /// \brief Bytes per prefetch: the x86 and most ARM cache line.
 inline constexpr long kCacheLine = 64;
@@ -89,13 +75,9 @@ inline int tile_stride(long row_bytes, int n_positions) {
   return static_cast<int>(std::min(by_page, std::max(1L, long{n_positions} / kAttendTile)));
 }
 
-/// \brief Whether attend_span prefetches rows shorter than a page itself. On a 2-core AMD EPYC
-/// (Zen 4) that made the bf16 twin about 12 % faster with the 8-float loops, 6 % with the 16-float
-/// ones. On a 2-core Intel Xeon (Sapphire Rapids), whose hardware prefetchers follow the tile's
-/// page streams unaided, the prefetch instructions only got in their way (how, no counter on
-/// that VM could show): the bf16 twin streamed about 15 % faster without them (64-77 % of the
-/// read probe against 50-64 %, three runs each, side by side), and fewer prefetches (a line or
-/// two per row) were slower still. Other CPUs keep them.
+/// \brief Whether attend_span prefetches rows shorter than a page itself: not on Intel CPUs, whose
+/// hardware prefetchers follow the tile's page streams unaided, so that prefetch instructions only
+/// get in their way (measured on two machines: docs/pages/cpu_twin.md).
 inline bool prefetch_helps() {
 #if defined(__x86_64__) && defined(__GNUC__)
   static const bool helps = !__builtin_cpu_is("intel");

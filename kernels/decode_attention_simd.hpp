@@ -1,33 +1,19 @@
 // The inner loops of the CPU attention twin (kernels/decode_attention_cpu.hpp), written on 8-float
-// vectors.
+// vectors, and on 16-float ones where the target has AVX-512.
 //
-// Decode attention does about two multiply-adds per byte of cache it reads, so on a CPU the
-// loops must run near the multiply-add peak just to keep up with memory. Three habits get them
-// there: blocks of accumulators small enough to live in registers yet many enough to hide the
-// multiply-add latency; every loaded row reused by two query heads; and horizontal sums done
-// eight at a time by a transpose, not one lane at a time.
+// Decode attention does about two multiply-adds per byte of cache it reads, so the loops must run
+// near the multiply-add peak just to keep up with memory: blocks of accumulators small enough to
+// live in registers yet many enough to hide the multiply-add latency, every loaded row reused by
+// several query heads, and horizontal sums done eight at a time by a transpose.
 //
-// Every reduction here has an order fixed by the element type and head_dim alone: a dot product
-// keeps each element in a fixed lane (lane d % 8 for fp32 and fp16; for bf16, whose whole blocks
-// of 16 load interleaved, lane i takes elements 2i and 2i + 1 of each block) and adds the eight
-// lanes pairwise, whichever block computed it; an output element accumulates a tile's rows in the
-// order it is handed them. Any caller that hands in the same numbers in the same order gets
-// bitwise the same result, whatever the layout, the blocking or the thread.
-//
-// Where the target has 512-bit vectors (AVX-512) the two hot loops, the dot products and the
-// weighted sum of V, run on 16-float vectors that hold two of the 8-float ones side by side: two
-// rows' accumulators, or sixteen consecutive outputs, at half the instructions. Each lane is
-// written to add the same products in the same order as in the 8-float loops; what they give
-// still depends on the target and the compiler, as before: whether a multiply and an add fuse
-// (FMA), which the optimiser decides loop by loop, and the last bits of the exponentials, which
-// Eigen computes with a different polynomial evaluation for 16-float vectors than for 8-float
-// ones. Built for a Xeon the two loop widths gave the same bits; built for a Zen 4 GCC fused one
-// loop's multiply-adds and not the other's, and they differ in the last bit (forcing every one to
-// an FMA through intrinsics made the bf16 twin stream a third slower there). Every layout runs
-// the same loops, so the layouts of one build agree bit for bit either way. On a 2-core Xeon these
-// loops, with their accumulators kept in registers and the prefetches left to the hardware
-// (kernels/decode_attention_cpu.hpp), took the bf16 twin from about half of the read probe (median
-// 49 %) to two thirds (67 %).
+// Every reduction has an order fixed by the element type and head_dim alone: a dot product keeps
+// each element in a fixed lane (lane d % 8 for fp32 and fp16; for bf16, whose blocks of 16 load
+// interleaved, lane i takes elements 2i and 2i + 1 of each block) and adds the lanes pairwise; an
+// output element accumulates a tile's rows in the order it is handed them. So any caller that hands
+// in the same numbers in the same order gets bitwise the same result, whatever the layout, the
+// blocking or the thread. Whether a multiply and an add fuse is the optimiser's choice, loop by
+// loop, so the 8- and 16-float loops of one build may differ in the last bit; the layouts of one
+// build always agree (docs/pages/cpu_twin.md).
 #pragma once
 
 #include <Eigen/Core>

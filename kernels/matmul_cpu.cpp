@@ -1,24 +1,11 @@
 // CPU matrix products for the forward pass: OpenMP across output columns, and inside each thread
 // either register-blocked dot products (batches of up to kDotRows rows) or Eigen's matrix product.
 //
-// Why two paths. A decode step multiplies a few rows by every weight matrix, and its cost is
-// reading the weights once. Eigen's general product first copies ("packs") the weight slice into a
-// cache-friendly order, which for a handful of rows costs more than the product itself: with 8 rows
-// of stories15m, 54 % of chapter 3's run was that copy, and 8 rows took 3 times as long as one. The
-// dot-product path reads each weight row once, straight from memory, and reuses it for every row of
-// the batch from the L1 or L2 cache. Against Eigen's product, side by side on 2 threads of a Xeon
-// with AVX-512, over the fp32 matrices of stories15m, stories110m and a Llama-3-8B layer: 8 rows
-// 1.5-2.4x as fast (1.03-1.06x for stories110m's 768 x 32000 classifier), 16 rows 1.05-1.45x (0.78x
-// for that classifier, whose 98 MB stream and 16 rows' arithmetic overlap less well here than in
-// Eigen's packed product), and one row within 10 % of Eigen's matrix-vector product. Longer batches
-// (prompts) go to Eigen, whose packing then pays for itself. The dot-product path over longer
-// batches too, in column blocks that stay in L2, would make every row's outputs the same in any
-// batch, but on 2 threads of another Xeon (AVX-512), over 32-256 rows of stories110m's matrices
-// and Llama-3-8B's wq and wk, it reached 150-225 GFLOP/s where Eigen's product reached 165-340:
-// 1.0-2.2x the time, most at 256 rows (the dot path spends a load per two multiply-adds and a
-// horizontal sum per output). A batch-invariant product that fast needs weights packed for an
-// outer-product kernel, as Eigen packs them, and every path, decode included, summing in that
-// kernel's order.
+// A decode step's cost is reading the weights once, and Eigen's product first copies ("packs")
+// the weight slice, which for a handful of rows costs more than the product itself; the dot-product
+// path reads each weight row once and reuses it for every row of the batch. Longer batches
+// (prompts) go to Eigen, whose packing then pays for itself (docs/pages/cpu_twin.md has the
+// measurements, and what a batch-invariant product would need).
 //
 // Every output element of the dot-product path is one dot product whose order is fixed by
 // in_dim alone: element d goes to lane d % P of one packet accumulator (P floats per packet,

@@ -245,7 +245,7 @@ bench() {  # bench EXECUTABLE
 }
 # The GPU's benchmarks only: the CPU ones (bench_*_cpu, bench_capacity) need no GPU and would
 # spend the GPU machine's time. The two the chapters' goals are stated for come first.
-for name in bench_attention bench_paged_attention bench_shared_prefix bench_decode_gpu; do
+for name in bench_attention_gpu bench_paged_attention_gpu bench_shared_prefix_gpu bench_decode_gpu; do
   if [ -x "$bin/bench/$name" ]; then
     step "4. benchmark $name" bench "$bin/bench/$name"
   else

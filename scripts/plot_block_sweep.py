@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Plots the block-size sweep of bench_paged_attention(_cpu): attention time and tail waste vs
+"""Plots the block-size sweep of bench_paged_attention_gpu(_cpu): attention time and tail waste vs
 block size, one line per CSV.
 
 The benchmarks write PREFIX.csv with the columns
@@ -34,7 +34,7 @@ def read_sweep(path):
     missing = [c for c in COLUMNS if c not in rows[0]]
     if missing:
         sys.exit(f"{path}: missing columns {', '.join(missing)}; "
-                 "is it a sweep written by bench_paged_attention(_cpu)?")
+                 "is it a sweep written by bench_paged_attention_gpu(_cpu)?")
     rows.sort(key=lambda r: int(r["block_size"]))
     return {c: [float(r[c]) for r in rows] for c in COLUMNS}
 

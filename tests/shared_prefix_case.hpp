@@ -9,8 +9,8 @@
 #include <random>
 #include <vector>
 
-#include "chapters/03_paged_blocks/paged_batch.hpp"
-#include "chapters/04_cow_prefix_sharing/shared_batch.hpp"
+#include "chapters/03_paged_blocks/paged_cache.hpp"
+#include "chapters/04_cow_prefix_sharing/shared_cache.hpp"
 #include "common/model_config.hpp"
 #include "kernels/decode_attention_cpu.hpp"
 #include "kernels/paged_attention.hpp"
@@ -34,7 +34,7 @@ struct SharedPrefixCase {
   int block_size = 0;
   int num_blocks = 0;
   std::vector<T> k, v;  // [num_blocks * block_size, kv_dim]
-  ch03::PagedBatch pages;
+  KVView pages;
   SharedPrefixPlan plan;
   std::vector<float> q;  // [n, q_dim]
 

@@ -7,11 +7,13 @@
 #include <vector>
 
 #include "base/error.hpp"
+#include "chapters/01_cpu_reference/admission.hpp"
 #include "chapters/01_cpu_reference/reserved_cache.hpp"
+#include "common/backend.hpp"
 #include "common/forward_cpu.hpp"
-#include "common/generate.hpp"
 #include "common/llama2c_loader.hpp"
 #include "common/reference_forward.hpp"
+#include "common/serve.hpp"
 #include "common/synthetic_weights.hpp"
 #include "tests/support/test_support.hpp"
 
@@ -26,21 +28,27 @@ struct Recorded {
   std::vector<std::vector<float>> steps;  // logits that produced each generated token
 };
 
+/// One request served by chapter 1's policy through the serving loop: its record.
+RequestRecord serve_one(const ModelWeights& w, const Request& request, DType kv,
+                        const ServeHooks& hooks = {}) {
+  const auto backend = make_backend(w, {.measure_peak = false});
+  ch01::ReservationAdmission<ReservedCache> policy(std::make_unique<ReservedCache>(w.config, kv),
+                                                   0);
+  return serve(policy, *backend, {request}, w.config, hooks).requests[0];
+}
+
 Recorded run_cached(const ModelWeights& w, std::vector<int> prompt, int steps, DType kv) {
-  ReservedCache cache(w.config, kv);
-  const int slot = cache.admit();
-  CpuForward fwd(w);
   Recorded rec;
-  GenerationConfig gen;
-  gen.max_new_tokens = steps;
-  gen.sampling.temperature = 0.0f;
-  gen.ignore_eos = true;
-  auto forward = [&](const Batch& b) {
-    auto logits = fwd.forward(b, cache);
+  Request request;
+  request.prompt = prompt;
+  request.max_new_tokens = steps;
+  request.sampling.temperature = 0.0f;
+  request.ignore_eos = true;
+  ServeHooks hooks;
+  hooks.on_logits = [&](const StepPlan&, std::span<const float> logits) {
     rec.steps.emplace_back(logits.begin(), logits.end());
-    return logits;
   };
-  GenerationResult r = generate(forward, w.config, slot, prompt, gen);
+  const RequestRecord r = serve_one(w, request, kv, hooks);
   rec.tokens = prompt;
   rec.tokens.insert(rec.tokens.end(), r.generated.begin(), r.generated.end());
   return rec;
@@ -81,22 +89,20 @@ TEST(Ch01CpuReference, CachedDecodeEqualsFullRecomputationStories260K) {
   expect_matches_oracle(w, {1, 400, 260, 430}, 96);
 }
 
-GenerationResult generate_stories(const ModelWeights& w, float temperature, std::uint64_t seed) {
-  ReservedCache cache(w.config, DType::F32);
-  const int slot = cache.admit();
-  CpuForward fwd(w);
-  GenerationConfig gen;
-  gen.max_new_tokens = w.config.max_seq_len;  // room to reach the end of a story
-  gen.sampling.temperature = temperature;
-  gen.sampling.seed = seed;
-  return generate(fwd, cache, slot, std::vector<int>{1}, gen);
+RequestRecord generate_stories(const ModelWeights& w, float temperature, std::uint64_t seed) {
+  Request request;
+  request.prompt = {1};
+  request.max_new_tokens = w.config.max_seq_len;  // room to reach the end of a story
+  request.sampling.temperature = temperature;
+  request.sampling.seed = seed;
+  return serve_one(w, request, DType::F32);
 }
 
 TEST(Ch01CpuReference, Stories260KGreedyFromBosIsDeterministic) {
   KVHEAP_REQUIRE_MODEL(path, "stories260K.bin");
   const ModelWeights w = load_llama2c(path);
-  const GenerationResult a = generate_stories(w, 0.0f, 1);
-  const GenerationResult b = generate_stories(w, 0.0f, 2);  // the seed must not matter greedily
+  const RequestRecord a = generate_stories(w, 0.0f, 1);
+  const RequestRecord b = generate_stories(w, 0.0f, 2);  // the seed must not matter greedily
   EXPECT_EQ(a.generated, b.generated);
   EXPECT_GT(a.generated.size(), 10u);
   EXPECT_EQ(std::count(a.generated.begin(), a.generated.end(), 1), 0)
@@ -112,9 +118,9 @@ TEST(Ch01CpuReference, Stories260KSampledStoriesStopAtBos) {
   const ModelWeights w = load_llama2c(path);
   int stopped = 0;
   for (std::uint64_t seed = 1; seed <= 8; ++seed) {
-    const GenerationResult r = generate_stories(w, 1.0f, seed);
+    const RequestRecord r = generate_stories(w, 1.0f, seed);
     EXPECT_EQ(std::count(r.generated.begin(), r.generated.end(), 1), 0) << "seed " << seed;
-    if (r.stop_reason == "stop token") {
+    if (r.status == "stop token") {
       ++stopped;
       EXPECT_LT(r.generated.size(), static_cast<std::size_t>(w.config.max_seq_len));
     }

@@ -57,7 +57,7 @@ float top2_margin(const std::vector<float>& l) {
 void expect_gpu_matches_cpu(const ModelWeights& w, const std::vector<int>& prompt, int steps,
                             DType weights, DType kv, double logit_tol) {
   const Trace ref = cpu_greedy(w, prompt, steps);
-  ch02::ContiguousGpuCache cache(w.config, kv, 2);
+  ch02::ContiguousCache cache(w.config, kv, 2, Memory::kDevice);
   (void)cache.admit();
   const int slot = cache.admit();  // slot 1: a non-zero slot offset must be honoured
   GpuForward fwd(w, weights);
@@ -111,7 +111,7 @@ TEST(Ch02ContiguousGpu, Bf16GreedyIdsEqualChapter1ForThirtyTwoTokens) {
   const std::vector<int> prompt = {1};
   const int steps = 32;
   const Trace ref = cpu_greedy(w, prompt, steps);
-  ch02::ContiguousGpuCache cache(w.config, DType::BF16, 1);
+  ch02::ContiguousCache cache(w.config, DType::BF16, 1, Memory::kDevice);
   const int slot = cache.admit();
   GpuForward fwd(w, DType::BF16);
   Batch b;
@@ -134,10 +134,10 @@ TEST(Ch02ContiguousGpu, SlotsAreAccountedForAndExhaustionIsAnError) {
   KVHEAP_REQUIRE_DEVICE();
   const ModelConfig c = preset("tiny");
   const std::size_t per_slot = kv_bytes_for_context(c, DType::F16, c.max_seq_len);
-  EXPECT_EQ(ch02::ContiguousGpuCache::slots_for_budget(c, DType::F16, 3 * per_slot + 1), 3);
-  EXPECT_THROW((void)ch02::ContiguousGpuCache::slots_for_budget(c, DType::F16, per_slot - 1),
+  EXPECT_EQ(ch02::ContiguousCache::slots_for_budget(c, DType::F16, 3 * per_slot + 1), 3);
+  EXPECT_THROW((void)ch02::ContiguousCache::slots_for_budget(c, DType::F16, per_slot - 1),
                ResourceError);
-  ch02::ContiguousGpuCache cache(c, DType::F16, 2);
+  ch02::ContiguousCache cache(c, DType::F16, 2, Memory::kDevice);
   EXPECT_EQ(cache.bytes_reserved(), 2 * per_slot);
   const int a = cache.admit();
   (void)cache.admit();
@@ -147,14 +147,14 @@ TEST(Ch02ContiguousGpu, SlotsAreAccountedForAndExhaustionIsAnError) {
   EXPECT_TRUE(cache.can_admit());
   EXPECT_THROW(cache.release(a), InputError);
   EXPECT_EQ(cache.bytes_reserved(), 2 * per_slot) << "releasing a slot keeps its reservation";
-  EXPECT_THROW(ch02::ContiguousGpuCache(c, DType::F16, -1), UsageError);
+  EXPECT_THROW(ch02::ContiguousCache(c, DType::F16, -1, Memory::kDevice), UsageError);
 }
 
 // A re-admitted slot still holds its previous occupant's keys, so a row that skips ahead would
 // read them; and two rows writing one position would race in kv_write. Both are refused.
 TEST(Ch02ContiguousGpu, RowsMustWriteEachSlotsPositionsInOrder) {
   KVHEAP_REQUIRE_DEVICE();
-  ch02::ContiguousGpuCache cache(preset("tiny"), DType::F32, 1);
+  ch02::ContiguousCache cache(preset("tiny"), DType::F32, 1, Memory::kDevice);
   const int slot = cache.admit();
   for (const std::vector<int>& positions : std::vector<std::vector<int>>{{5}, {0, 0}, {1, 0}}) {
     Batch b;

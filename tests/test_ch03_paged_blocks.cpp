@@ -14,13 +14,12 @@
 #include "chapters/01_cpu_reference/reserved_cache.hpp"
 #include "chapters/03_paged_blocks/block_manager.hpp"
 #include "chapters/03_paged_blocks/capacity.hpp"
-#include "chapters/03_paged_blocks/paged_batch.hpp"
-#include "chapters/03_paged_blocks/paged_host_cache.hpp"
+#include "chapters/03_paged_blocks/paged_cache.hpp"
 #include "common/forward_cpu.hpp"
-#include "common/generate.hpp"
 #include "common/llama2c_loader.hpp"
 #include "common/pool.hpp"
 #include "common/sampler.hpp"
+#include "common/serve.hpp"
 #include "common/synthetic_weights.hpp"
 #include "tests/support/test_support.hpp"
 
@@ -28,7 +27,7 @@ namespace kvheap {
 namespace {
 
 using ch03::BlockManager;
-using ch03::PagedHostCache;
+using ch03::PagedCache;
 
 /// Runs three sequences of different prompt lengths together, prefill then greedy decode
 /// (tokens chosen from the contiguous run, so both caches see identical inputs), and checks
@@ -37,7 +36,7 @@ void expect_paged_bitwise_equal(const ModelWeights& w, int block_size, DType kv,
   const ModelConfig& c = w.config;
   const std::vector<std::vector<int>> prompts = {{1, 5, 9, 2, 77, 31, 4}, {1}, {1, 60, 61, 62}};
   ch01::ReservedCache contiguous(c, kv);
-  PagedHostCache paged(c, kv, 256, block_size, /*shuffle_seed=*/block_size * 7919 + 1);
+  PagedCache paged(c, kv, 256, block_size, /*shuffle_seed=*/block_size * 7919 + 1, Memory::kHost);
   CpuForward fwd(w);
   std::vector<int> cslots, pslots;
   Batch cb, pb;
@@ -183,16 +182,16 @@ TEST(Ch03PagedBlocks, ExhaustedBatchChangesNothing) {
   const int s = m.allocate();
   Batch b;
   for (int p = 0; p < 3; ++p) b.rows.push_back({1, s, p, false});
-  (void)ch03::build_paged_batch(m, b);  // 3 positions: 2 blocks
+  (void)ch03::paged_view(m, b);  // 3 positions: 2 blocks
   Batch more;
   for (int p = 3; p < 9; ++p) more.rows.push_back({1, s, p, false});  // needs a fifth block
-  EXPECT_THROW((void)ch03::build_paged_batch(m, more), ResourceError);
+  EXPECT_THROW((void)ch03::paged_view(m, more), ResourceError);
   EXPECT_EQ(m.length(s), 3);
   EXPECT_EQ(m.page_table(s).size(), 2u);
   EXPECT_EQ(m.pool().num_free(), 2);
   m.check_invariants();
   more.rows.pop_back();  // positions 3..7: exactly the four blocks
-  (void)ch03::build_paged_batch(m, more);
+  (void)ch03::paged_view(m, more);
   EXPECT_EQ(m.length(s), 8);
   EXPECT_EQ(m.pool().num_free(), 0);
   m.check_invariants();
@@ -207,16 +206,16 @@ TEST(Ch03PagedBlocks, BatchPositionsMustBeContiguousAndIncreasing) {
   for (const auto& positions : bad) {
     Batch b;
     for (int p : positions) b.rows.push_back({1, s, p, false});
-    EXPECT_THROW((void)ch03::build_paged_batch(m, b), InputError) << positions.size();
+    EXPECT_THROW((void)ch03::paged_view(m, b), InputError) << positions.size();
     EXPECT_EQ(m.length(s), 0);
     EXPECT_EQ(m.pool().num_free(), 8);
   }
   Batch b;
   for (int p = 0; p < 5; ++p) b.rows.push_back({1, s, p, false});
-  const ch03::PagedBatch first = ch03::build_paged_batch(m, b);
+  const KVView first = ch03::paged_view(m, b);
   Batch again;  // rewrite positions 3 and 4, then append 5
   for (int p = 3; p < 6; ++p) again.rows.push_back({1, s, p, false});
-  const ch03::PagedBatch second = ch03::build_paged_batch(m, again);
+  const KVView second = ch03::paged_view(m, again);
   EXPECT_EQ(second.slot_mapping[0], first.slot_mapping[3]);
   EXPECT_EQ(second.slot_mapping[1], first.slot_mapping[4]);
   EXPECT_EQ(m.length(s), 6);
@@ -281,8 +280,7 @@ TEST(Ch03PagedBlocks, BudgetTooSmallForOneSequenceIsRejected) {
   const std::size_t per_token = kv_bytes_per_token(c, DType::F32);
   EXPECT_EQ(blocks_for_budget(c, DType::F32, 10 * 16 * per_token, 16), 10);
   EXPECT_THROW((void)blocks_for_budget(c, DType::F32, 15 * per_token, 16), ResourceError);
-  EXPECT_THROW((void)blocks_for_budget(c, DType::F32, 10 * 16 * per_token, 16, 200),
-               ResourceError);
+  EXPECT_THROW((void)blocks_for_budget(c, DType::F32, 10 * 16 * per_token, 16, 200), ResourceError);
   EXPECT_THROW((void)blocks_for_budget(c, DType::F32, 1 << 20, 0), UsageError);
 }
 

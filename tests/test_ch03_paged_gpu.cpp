@@ -1,8 +1,8 @@
 // Chapter 3's claims on the device: paging changes where K and V live, never what attention
 // computes. cuda::paged_attention is bitwise equal to chapter 2's cuda::decode_attention on the
 // same cache contents (any block size, shuffled blocks, fp32 and bf16, forced split counts), and
-// the GPU decoder over PagedGpuCache returns the same logits, bit for bit, as over
-// ContiguousGpuCache.
+// the GPU decoder over PagedCache in device memory returns the same logits, bit for bit, as over
+// ContiguousCache in device memory.
 //
 // In the simulator build every kernel runs on the CPU; in a real build they run on the GPU and
 // skip with a message when there is none.
@@ -16,8 +16,7 @@
 
 #include "base/error.hpp"
 #include "chapters/02_contiguous_gpu/contiguous_cache.hpp"
-#include "chapters/03_paged_blocks/paged_batch.hpp"
-#include "chapters/03_paged_blocks/paged_gpu_cache.hpp"
+#include "chapters/03_paged_blocks/paged_cache.hpp"
 #include "common/gpu/forward_gpu.hpp"
 #include "common/llama2c_loader.hpp"
 #include "common/sampler.hpp"
@@ -62,7 +61,7 @@ std::vector<unsigned char> random_rows(DType kv, std::size_t elems, std::mt19937
 struct Twins {
   int n_heads = 0, n_kv_heads = 0, head_dim = 0, max_ctx = 0;
   std::vector<int> ctx;                       // [n]
-  ch03::PagedBatch pages;                     // CSR view of the paged side
+  KVView pages;                               // CSR view of the paged side
   std::vector<unsigned char> pool_k, pool_v;  // [num_blocks * block_size, kv_dim]
   std::vector<unsigned char> flat_k, flat_v;  // [(n + 1) * max_ctx, kv_dim]
   std::vector<std::int64_t> base_row;         // [n] contiguous slot * max_ctx
@@ -89,7 +88,7 @@ Twins make_twins(DType kv, int block_size, const std::vector<int>& ctx, int n_he
     for (int p = 0; p + 1 < ctx[i]; ++p) (void)m.append_slot(s);
     batch.rows.push_back({0, s, ctx[i] - 1, true});
   }
-  t.pages = ch03::build_paged_batch(m, batch);
+  t.pages = ch03::paged_view(m, batch);
   std::mt19937 rng(static_cast<unsigned>(block_size) * 31 + static_cast<unsigned>(kv));
   const std::size_t pool_rows = static_cast<std::size_t>(blocks) * block_size;
   t.pool_k = random_rows(kv, pool_rows * kv_dim, rng);
@@ -194,7 +193,7 @@ struct Reference {
 Reference run_contiguous(GpuForward& fwd, DType kv, int steps) {
   const ModelConfig& c = fwd.config();
   const std::vector<std::vector<int>> prompts = {{1, 5, 9, 2, 77, 31, 4}, {1}, {1, 60, 61, 62}};
-  ch02::ContiguousGpuCache cache(c, kv, 3);
+  ch02::ContiguousCache cache(c, kv, 3, Memory::kDevice);
   for (int s = 0; s < 3; ++s) EXPECT_EQ(cache.admit(), s);
   std::vector<int> next(3, -1);  // next token per sequence; -1 = not started
   Reference ref;
@@ -225,7 +224,7 @@ Reference run_contiguous(GpuForward& fwd, DType kv, int steps) {
 /// Replays the reference's batches over a paged cache and expects identical logits at every step.
 void expect_paged_replay_bitwise_equal(GpuForward& fwd, DType kv, const Reference& ref,
                                        int block_size) {
-  ch03::PagedGpuCache paged(fwd.config(), kv, 256, block_size, block_size * 7919 + 1);
+  ch03::PagedCache paged(fwd.config(), kv, 256, block_size, block_size * 7919 + 1, Memory::kDevice);
   std::vector<int> seq;
   for (int s = 0; s < 3; ++s) seq.push_back(paged.blocks().allocate());
   for (std::size_t step = 0; step < ref.batches.size(); ++step) {
@@ -266,7 +265,7 @@ TEST(Ch03PagedGpu, PagedLogitsBitwiseEqualContiguousGpuStories260K) {
 TEST(Ch03PagedGpu, PoolAccountingAndExhaustion) {
   KVHEAP_REQUIRE_DEVICE();
   const ModelConfig c = preset("tiny");
-  ch03::PagedGpuCache cache(c, DType::F16, 4, 2, 5);
+  ch03::PagedCache cache(c, DType::F16, 4, 2, 5, Memory::kDevice);
   EXPECT_EQ(cache.pool_bytes(), 4u * 2 * kv_bytes_per_token(c, DType::F16));
   const int s = cache.blocks().allocate();
   Batch b;

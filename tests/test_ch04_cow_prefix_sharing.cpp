@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "base/error.hpp"
-#include "chapters/04_cow_prefix_sharing/shared_batch.hpp"
 #include "chapters/04_cow_prefix_sharing/shared_block_manager.hpp"
+#include "chapters/04_cow_prefix_sharing/shared_cache.hpp"
 
 namespace kvheap {
 namespace {
@@ -239,7 +239,7 @@ TEST(Ch04CowPrefixSharing, ExhaustionIsAnErrorThatChangesNothing) {
   batch.rows.push_back({4, a, 3, true});
   batch.rows.push_back({5, b, 3, true});
   try {
-    (void)ch04::build_shared_batch(m, batch);
+    (void)ch04::shared_view(m, batch);
     ADD_FAILURE() << "a batch needing a copy of a shared block with no block available ran";
   } catch (const ResourceError& e) {
     // One copy, not two: when a and b both append, the second finds the block unshared.
@@ -249,7 +249,7 @@ TEST(Ch04CowPrefixSharing, ExhaustionIsAnErrorThatChangesNothing) {
   EXPECT_EQ(m.length(a), 3);
   EXPECT_EQ(m.length(b), 3);
   m.free(c);  // its block stays cached and can now be evicted for the copy
-  const ch04::SharedBatch sb = ch04::build_shared_batch(m, batch);
+  const ch04::SharedView sb = ch04::shared_view(m, batch);
   EXPECT_EQ(sb.copies.size(), 1u);
   EXPECT_EQ(m.counters().evictions, 1);
   m.check_invariants();
@@ -262,12 +262,12 @@ TEST(Ch04CowPrefixSharing, AHeldPositionIsNeverRewritten) {
   for (const std::vector<int>& positions : {std::vector<int>{2}, {4}, {3, 3}, {3, 5}}) {
     Batch b;
     for (int p : positions) b.rows.push_back({1, a, p, false});
-    EXPECT_THROW((void)ch04::build_shared_batch(m, b), InputError);
+    EXPECT_THROW((void)ch04::shared_view(m, b), InputError);
     EXPECT_EQ(m.length(a), 3);
   }
   Batch unknown;
   unknown.rows.push_back({1, 5, 0, false});
-  EXPECT_THROW((void)ch04::build_shared_batch(m, unknown), InputError);
+  EXPECT_THROW((void)ch04::shared_view(m, unknown), InputError);
   EXPECT_THROW((void)m.fork(5), InputError);
   m.free(a);
   EXPECT_THROW(m.free(a), InputError) << "double free";

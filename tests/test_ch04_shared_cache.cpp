@@ -6,12 +6,12 @@
 #include <cstring>
 #include <vector>
 
-#include "chapters/03_paged_blocks/paged_host_cache.hpp"
-#include "chapters/04_cow_prefix_sharing/shared_host_cache.hpp"
+#include "chapters/03_paged_blocks/paged_cache.hpp"
+#include "chapters/04_cow_prefix_sharing/shared_cache.hpp"
 #include "common/forward_cpu.hpp"
-#include "common/generate.hpp"
 #include "common/llama2c_loader.hpp"
 #include "common/sampler.hpp"
+#include "common/serve.hpp"
 #include "common/synthetic_weights.hpp"
 #include "tests/ch04_scenario.hpp"
 #include "tests/support/test_support.hpp"
@@ -23,8 +23,8 @@ namespace {
 double shared_vs_unshared(const ModelWeights& w, DType kv, int block_size,
                           const std::vector<int>& pa, const std::vector<int>& pb, int steps) {
   CpuForward fwd(w);
-  ch04::SharedHostCache shared(w.config, kv, 64, block_size, 101);
-  ch03::PagedHostCache alone(w.config, kv, 64, block_size, 202);
+  ch04::SharedCache shared(w.config, kv, 64, block_size, 101, /*read_once=*/true, Memory::kHost);
+  ch03::PagedCache alone(w.config, kv, 64, block_size, 202, Memory::kHost);
   return test::shared_vs_unshared(fwd, shared, alone, w.config, block_size, pa, pb, steps);
 }
 

@@ -1,8 +1,8 @@
 // Chapter 4 on the device. cuda::shared_prefix_attention computes what every row reading its whole
 // context computes (the CPU's plain paged attention), within 1e-5 relative, over group sizes,
 // head sizes, dtypes, groups wider than one kernel block's 16 heads, and prefixes long enough to
-// be split across blocks (split-K) before the merge; and the GPU decoder over SharedGpuCache gives
-// chapter 3's logits while sequences share blocks.
+// be split across blocks (split-K) before the merge; and the GPU decoder over SharedCache in device
+// memory gives chapter 3's logits while sequences share blocks.
 //
 // In the simulator build every kernel runs on the CPU; in a real build they run on the GPU and
 // skip with a message when there is none.
@@ -11,8 +11,8 @@
 #include <cstring>
 #include <vector>
 
-#include "chapters/03_paged_blocks/paged_gpu_cache.hpp"
-#include "chapters/04_cow_prefix_sharing/shared_gpu_cache.hpp"
+#include "chapters/03_paged_blocks/paged_cache.hpp"
+#include "chapters/04_cow_prefix_sharing/shared_cache.hpp"
 #include "common/gpu/forward_gpu.hpp"
 #include "common/llama2c_loader.hpp"
 #include "common/synthetic_weights.hpp"
@@ -129,8 +129,8 @@ double gpu_shared_vs_unshared(const ModelWeights& w, DType kv, int block_size,
                               const std::vector<int>& pa, const std::vector<int>& pb, int steps,
                               bool read_once = true) {
   GpuForward fwd(w, kv);
-  ch04::SharedGpuCache shared(w.config, kv, 64, block_size, 101, read_once);
-  ch03::PagedGpuCache alone(w.config, kv, 64, block_size, 202);
+  ch04::SharedCache shared(w.config, kv, 64, block_size, 101, read_once, Memory::kDevice);
+  ch03::PagedCache alone(w.config, kv, 64, block_size, 202, Memory::kDevice);
   return test::shared_vs_unshared(fwd, shared, alone, w.config, block_size, pa, pb, steps,
                                   read_once);
 }

@@ -8,8 +8,9 @@
 #include <algorithm>
 #include <vector>
 
-#include "chapters/04_cow_prefix_sharing/shared_backend.hpp"
+#include "chapters/04_cow_prefix_sharing/shared_cache.hpp"
 #include "chapters/05_batched_scheduler/scheduler.hpp"
+#include "common/backend.hpp"
 #include "common/llama2c_loader.hpp"
 #include "common/synthetic_weights.hpp"
 #include "tests/support/test_support.hpp"
@@ -23,6 +24,19 @@ namespace {
 
 using ch05::SchedulerConfig;
 
+/// Chapter 4's cache and a forward pass over it on `device`, as the chapter programs build them.
+struct SharedRun {
+  std::unique_ptr<Backend> backend;
+  ch04::SharedCache cache;
+  SharedRun(const ModelWeights& w, const std::string& device, int num_blocks, int block_size,
+            std::uint64_t shuffle_seed)
+      : backend(make_backend(w, {.device = device, .measure_peak = false})),
+        cache(w.config, DType::F32, num_blocks, block_size, shuffle_seed, /*read_once=*/true,
+              backend->memory()) {}
+  ch04::SharedBlockManager& blocks() { return cache.blocks(); }
+  std::span<const float> forward(const Batch& b) { return backend->forward(b, cache); }
+};
+
 /// What a batched run produced for each request: the logits of each of its logit rows.
 struct Served {
   std::vector<std::vector<std::vector<float>>> logits;  // [request][step][vocab]
@@ -31,8 +45,8 @@ struct Served {
 
 /// Serves `prompts` through the scheduler on `backend`, greedy, `max_new` tokens each; request i
 /// arrives before step i x `arrive_every`.
-Served serve(ch04::SharedBackend& backend, const std::vector<std::vector<int>>& prompts,
-             int max_new, SchedulerConfig cfg, int arrive_every, int vocab) {
+Served serve(SharedRun& backend, const std::vector<std::vector<int>>& prompts, int max_new,
+             SchedulerConfig cfg, int arrive_every, int vocab) {
   ch05::Scheduler s(backend.blocks(), cfg);
   Served out;
   out.logits.resize(prompts.size());
@@ -40,7 +54,7 @@ Served serve(ch04::SharedBackend& backend, const std::vector<std::vector<int>>& 
   for (int step = 0; next < prompts.size() || !s.idle(); ++step) {
     for (; next < prompts.size() && static_cast<int>(next) * arrive_every <= step; ++next)
       s.submit(prompts[next], max_new);
-    const ch05::StepPlan plan = s.schedule();
+    const StepPlan plan = s.schedule();
     if (plan.batch.rows.empty()) continue;
     const std::span<const float> logits = backend.forward(plan.batch);
     for (std::size_t j = 0; j < plan.logit_requests.size(); ++j) {
@@ -64,7 +78,7 @@ Served serve(ch04::SharedBackend& backend, const std::vector<std::vector<int>>& 
 
 /// Each request alone on `alone` (nothing reused from the index), fed the batched run's greedy
 /// tokens; returns the largest relative difference of any logits row.
-double worst_against_alone(ch04::SharedBackend& alone, const std::vector<std::vector<int>>& prompts,
+double worst_against_alone(SharedRun& alone, const std::vector<std::vector<int>>& prompts,
                            const Served& served) {
   double worst = 0;
   for (std::size_t i = 0; i < prompts.size(); ++i) {
@@ -111,16 +125,8 @@ long check_device(const ModelWeights& w, const std::string& device,
                   const std::vector<ServeSetup>& setups) {
   long preemptions = 0;
   for (const ServeSetup& st : setups) {
-    ch04::SharedBackend batched(w, {.device = device,
-                                    .num_blocks = st.num_blocks,
-                                    .block_size = st.block_size,
-                                    .shuffle_seed = 7,
-                                    .measure_peak = false});
-    ch04::SharedBackend alone(w, {.device = device,
-                                  .num_blocks = 256,
-                                  .block_size = st.block_size,
-                                  .shuffle_seed = 0,
-                                  .measure_peak = false});
+    SharedRun batched(w, device, st.num_blocks, st.block_size, 7);
+    SharedRun alone(w, device, 256, st.block_size, 0);
     const Served served =
         serve(batched, prompts, max_new, st.cfg, st.arrive_every, w.config.vocab_size);
     EXPECT_LE(worst_against_alone(alone, prompts, served), 1e-5)

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "base/error.hpp"
-#include "chapters/04_cow_prefix_sharing/shared_batch.hpp"
+#include "chapters/04_cow_prefix_sharing/shared_cache.hpp"
 #include "chapters/05_batched_scheduler/scheduler.hpp"
 
 namespace kvheap {
@@ -20,13 +20,10 @@ namespace {
 using ch04::SharedBlockManager;
 using ch05::RequestState;
 using ch05::Scheduler;
-using ch05::StepPlan;
 
 /// Runs a planned batch the way a sharing cache's prepare() does: every row appended to its
 /// sequence (ResourceError if the pool cannot hold them).
-void run(SharedBlockManager& m, const StepPlan& plan) {
-  (void)ch04::build_shared_batch(m, plan.batch);
-}
+void run(SharedBlockManager& m, const StepPlan& plan) { (void)ch04::shared_view(m, plan.batch); }
 
 std::vector<int> iota_tokens(int n, int first = 1) {
   std::vector<int> t(n);
@@ -252,13 +249,13 @@ TEST(Ch05BatchedScheduler, RandomWorkloadsFitEveryBatchAndReturnEveryBlock) {
       ASSERT_LE(plan.batch.size(), budget);
       ASSERT_LE(s.num_running(), max_running);
       // The batch runs: every row's slot gets its token (the copies first, as a cache makes them).
-      ch04::SharedBatch sb;
-      ASSERT_NO_THROW(sb = ch04::build_shared_batch(m, plan.batch))
+      ch04::SharedView sb;
+      ASSERT_NO_THROW(sb = ch04::shared_view(m, plan.batch))
           << "trial " << trial << ", step " << step << ": the plan does not fit the pool";
       for (const ch04::BlockCopy& c : sb.copies)
         for (int i = 0; i < c.slots; ++i) storage[c.dst * bs + i] = storage[c.src * bs + i];
       for (std::size_t i = 0; i < plan.batch.rows.size(); ++i)
-        storage[sb.pages.slot_mapping[i]] = plan.batch.rows[i].token;
+        storage[sb.view.slot_mapping[i]] = plan.batch.rows[i].token;
       ASSERT_NO_THROW(m.check_invariants()) << "trial " << trial << ", step " << step;
       std::size_t j = 0;
       for (const auto& row : plan.batch.rows) {

@@ -10,9 +10,9 @@
 
 #include "base/error.hpp"
 #include "chapters/01_cpu_reference/reserved_cache.hpp"
-#include "common/device_kv_cache.hpp"
 #include "common/forward_cpu.hpp"
 #include "common/gpu/forward_gpu.hpp"
+#include "common/kv_cache.hpp"
 #include "common/sampler.hpp"
 #include "common/synthetic_weights.hpp"
 #include "kernels/decode_attention_cpu.hpp"
@@ -25,14 +25,14 @@ using test::rel_close;
 
 /// Stores K/V rows in device memory, [slots, n_layers, max_seq_len, kv_dim] each, and attends on
 /// the host with the CPU twin.
-class HostAttentionCache final : public DeviceKVCache {
+class HostAttentionCache final : public KVCache {
  public:
   HostAttentionCache(const ModelConfig& c, int slots)
       : c_(c), k_(elements(c, slots)), v_(elements(c, slots)) {}
 
   void prepare(const Batch& batch) override { batch_ = batch; }
 
-  void write(int layer, const float* k, const float* v) override {
+  void write(int layer, const Batch&, const float* k, const float* v) override {
     const std::size_t row_bytes = sizeof(float) * c_.kv_dim();
     for (int i = 0; i < batch_.size(); ++i) {
       const BatchRow& r = batch_.rows[i];
@@ -44,7 +44,7 @@ class HostAttentionCache final : public DeviceKVCache {
     }
   }
 
-  void attend(int layer, const float* q, float* out) override {
+  void attend(int layer, const Batch&, const float* q, float* out) override {
     const int n = batch_.size();
     const int hd = c_.head_dim, group = c_.group_size();
     std::vector<float> hq(static_cast<std::size_t>(n) * c_.q_dim());
@@ -67,6 +67,7 @@ class HostAttentionCache final : public DeviceKVCache {
 
   [[nodiscard]] std::size_t bytes_reserved() const override { return k_.bytes() + v_.bytes(); }
   [[nodiscard]] std::size_t bytes_used() const override { return 0; }  // not tracked here
+  [[nodiscard]] long positions_read() const override { return 0; }     // not tracked here
 
  private:
   static std::size_t elements(const ModelConfig& c, int slots) {

@@ -59,7 +59,7 @@ TEST(PrintAchieved, FractionOfThePeakAndTheCacheWarning) {
 }
 
 TEST(MetricsJson, SaysWhetherAStepIsPartlyCached) {
-  DecodeReport r;
+  RunReport r;
   r.peak = {25.0, "STREAM-like read", 100 * kMiB};
   r.weight_bytes_per_step = 410e6;  // 4x the cache is 419.4e6 bytes
   r.kv_bytes_per_step = 1e6;

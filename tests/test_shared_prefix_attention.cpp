@@ -6,8 +6,8 @@
 #include <random>
 #include <vector>
 
-#include "chapters/03_paged_blocks/paged_batch.hpp"
-#include "chapters/04_cow_prefix_sharing/shared_batch.hpp"
+#include "chapters/03_paged_blocks/paged_cache.hpp"
+#include "chapters/04_cow_prefix_sharing/shared_cache.hpp"
 #include "common/model_config.hpp"
 #include "kernels/decode_attention_cpu.hpp"
 #include "kernels/paged_attention.hpp"
@@ -72,7 +72,7 @@ TEST(SharedPrefixAttention, PositionsReadCountEachPrefixOnce) {
 // the whole blocks their shortest row attends to; a lone sequence (even with several rows) or a
 // prefix shorter than a block makes no group.
 TEST(SharedPrefixAttention, PlanGroupsSequencesByTheirCommonFirstBlocks) {
-  ch03::PagedBatch pb;
+  KVView pb;
   pb.indptr = {0, 3, 6, 8, 10, 11};
   pb.indices = {7, 2, 9, /**/ 7, 2, 4, /**/ 7, 5, /**/ 1, 3, /**/ 8};
   pb.row_seq = {0, 1, 2, 3, 3, 4};

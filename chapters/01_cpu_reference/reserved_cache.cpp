@@ -8,6 +8,7 @@
 #include "base/error.hpp"
 #include "common/host_buffer.hpp"
 #include "kernels/decode_attention_cpu.hpp"
+#include "kernels/kv_write.hpp"
 
 namespace kvheap::ch01 {
 
@@ -75,25 +76,25 @@ void ReservedCache::prepare(const Batch& batch) {
   // to a gap.
   for (const auto& [slot, len] : lengths_after(batch, [this](int s) { return length(s); }))
     slot_at(slot).length = len;
+  positions_read_ = 0;
+  for (const BatchRow& row : batch.rows) positions_read_ += row.pos + 1;
+}
+
+int ReservedCache::num_admitted() const {
+  return static_cast<int>(
+      std::count_if(slots_.begin(), slots_.end(), [](const auto& s) { return s != nullptr; }));
 }
 
 void ReservedCache::write(int layer, const Batch& batch, const float* k, const float* v) {
   const long kv_dim = config_.kv_dim();
-  cpu::with_kv_type(kv_, [&](auto tag) {
-    using T = decltype(tag);
-    for (int i = 0; i < batch.size(); ++i) {
-      const BatchRow& row = batch.rows[i];
-      Reservation& r = slot_at(row.slot);
-      // [layer][pos][kv_dim] inside the slot's reservation.
-      const long offset = (static_cast<long>(layer) * config_.max_seq_len + row.pos) * kv_dim;
-      T* kd = r.k.as<T>() + offset;
-      T* vd = r.v.as<T>() + offset;
-      for (long e = 0; e < kv_dim; ++e) {
-        cpu::from_float(k[i * kv_dim + e], kd[e]);
-        cpu::from_float(v[i * kv_dim + e], vd[e]);
-      }
-    }
-  });
+  for (int i = 0; i < batch.size(); ++i) {
+    const BatchRow& row = batch.rows[i];
+    Reservation& r = slot_at(row.slot);
+    // Row [layer][pos] of the slot's [n_layers, max_seq_len, kv_dim] reservation.
+    const std::int64_t dst = static_cast<std::int64_t>(layer) * config_.max_seq_len + row.pos;
+    cpu::kv_write(kv_, r.k.data(), r.v.data(), k + i * kv_dim, v + i * kv_dim, &dst, 1,
+                  config_.kv_dim());
+  }
 }
 
 void ReservedCache::attend(int layer, const Batch& batch, const float* q, float* out) {

@@ -1,4 +1,5 @@
-// Chapter 1's policy: every admitted sequence reserves max_seq_len K and V rows per layer.
+// Chapter 1's policy: every admitted sequence reserves max_seq_len K and V rows per layer, in host
+// memory, the moment it is admitted.
 //
 // This is what a first implementation does and what early serving systems did: simple, and
 // wasteful, because most sequences end long before max_seq_len. The waste is the point of the
@@ -32,12 +33,16 @@ class ReservedCache final : public KVCache {
   void release(int slot);
   /// \brief Tokens cached for `slot` (highest position written + 1).
   [[nodiscard]] int length(int slot) const;
+  /// \brief Slots admitted and not released.
+  [[nodiscard]] int num_admitted() const;
 
   void prepare(const Batch& batch) override;
   void write(int layer, const Batch& batch, const float* k, const float* v) override;
   void attend(int layer, const Batch& batch, const float* q, float* out) override;
   [[nodiscard]] std::size_t bytes_reserved() const override;
   [[nodiscard]] std::size_t bytes_used() const override;
+  /// \brief Positions the last batch's rows attend to: pos + 1 each.
+  [[nodiscard]] long positions_read() const override { return positions_read_; }
 
  private:
   struct Reservation;
@@ -47,6 +52,7 @@ class ReservedCache final : public KVCache {
   DType kv_;
   std::size_t budget_;
   std::vector<std::unique_ptr<Reservation>> slots_;  // null = free slot id
+  long positions_read_ = 0;                          // of the last prepared batch
 };
 
 }  // namespace kvheap::ch01

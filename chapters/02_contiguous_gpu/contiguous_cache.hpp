@@ -1,26 +1,27 @@
-// Chapter 2's policy on the GPU: the same max_seq_len reservation as chapter 1, as one
-// contiguous array in device memory.
+// Chapter 2's policy: the max_seq_len reservation of chapter 1, made once, up front, as one
+// contiguous array, the way a GPU server reserves its KV memory when it starts.
 #pragma once
 
 #include <cstddef>
-#include <cstdint>
 #include <memory>
 #include <vector>
 
-#include "common/device_kv_cache.hpp"
+#include "common/kv_cache.hpp"
+#include "common/kv_storage.hpp"
 #include "common/model_config.hpp"
 
 namespace kvheap::ch02 {
 
-/// \brief Per layer, K and V are device arrays [max_slots, max_seq_len, n_kv_heads, head_dim];
-/// a slot is a sequence's reservation. The whole array is allocated up front, as a GPU server
-/// does, so the waste is decided the moment the server starts.
-class ContiguousGpuCache final : public DeviceKVCache {
+/// \brief Per layer, K and V are arrays [max_slots, max_seq_len, n_kv_heads, head_dim]; a slot is
+/// one sequence's reservation. The whole array is allocated when the cache is made, so the waste
+/// is decided before the first request arrives. Written once for both memories: the storage
+/// (host memory and the CPU twin, or device memory and cuda::decode_attention) holds the bytes.
+class ContiguousCache final : public KVCache {
  public:
-  /// \brief Reserves `max_slots` sequences of max_seq_len tokens in dtype `kv`; throws
-  /// ResourceError when that does not fit the device's free memory.
-  ContiguousGpuCache(const ModelConfig& config, DType kv, int max_slots);
-  ~ContiguousGpuCache() override;
+  /// \brief Reserves `max_slots` sequences of max_seq_len tokens in dtype `kv` in `memory`.
+  /// Throws UsageError for fewer than one slot, and ResourceError when the memory cannot hold
+  /// them.
+  ContiguousCache(const ModelConfig& config, DType kv, int max_slots, Memory memory);
 
   /// \brief Slots (sequences) that fit `budget_bytes` under max_seq_len reservation; throws
   /// ResourceError naming both sizes when not even one does.
@@ -34,23 +35,25 @@ class ContiguousGpuCache final : public DeviceKVCache {
   void release(int slot);
   /// \brief Tokens cached for `slot`.
   [[nodiscard]] int length(int slot) const;
+  /// \brief Slots admitted and not released.
+  [[nodiscard]] int num_admitted() const;
 
+  /// \brief Checks the rows' positions, grows the slots' lengths and loads the storage's view:
+  /// position t of a row of slot s is slot s x max_seq_len + t of the array. Throws InputError,
+  /// changing nothing, for a row that does not continue its sequence.
   void prepare(const Batch& batch) override;
-  void write(int layer, const float* k, const float* v) override;
-  void attend(int layer, const float* q, float* out) override;
+  void write(int layer, const Batch& batch, const float* k, const float* v) override;
+  void attend(int layer, const Batch& batch, const float* q, float* out) override;
+  /// \brief Every slot's reservation, admitted or not: the array allocated up front.
   [[nodiscard]] std::size_t bytes_reserved() const override;
   [[nodiscard]] std::size_t bytes_used() const override;
+  [[nodiscard]] long positions_read() const override { return storage_->positions_read(); }
 
  private:
-  struct Device;  // device buffers and the attention workspace, kept out of this header
-
   ModelConfig config_;
   DType kv_;
-  int max_slots_;
   std::vector<int> length_;  // [max_slots]; -1 = free slot
-  int rows_ = 0;             // rows of the prepared batch
-  int max_ctx_ = 0;          // longest context in the prepared batch
-  std::unique_ptr<Device> dev_;
+  std::unique_ptr<KVStorage> storage_;
 };
 
 }  // namespace kvheap::ch02

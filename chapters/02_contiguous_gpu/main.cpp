@@ -1,140 +1,45 @@
-// ch02_contiguous_gpu: chapter 1's decoder and reservation policy on the GPU (or on the CPU twins
-// with --device cpu), reporting bytes moved per decode step against a peak measured at start.
-#include <fmt/format.h>
+/*! \file
+    \brief ch02_contiguous_gpu: chapter 1's reservation as one contiguous array, on the GPU (or
+    on the CPU twins with --device cpu), with the bytes each decode step moves against a peak
+    measured at start.
 
-#include <iostream>
+    What is new in this chapter:
+      1. the decode attention kernel, grouped-query aware with split-K (kernels/decode_attention.*),
+         and the forward pass on the device (common/gpu/forward_gpu.cpp);
+      2. ContiguousCache: every reservation made up front, as a GPU server does when it starts;
+      3. the achieved bandwidth against the device's copy peak: decoding is a bandwidth problem.
+
+    Sample command:
+      build/sim/bin/ch02_contiguous_gpu --device cuda --model tiny --num-seqs 2 --max-new-tokens 32
+*/
+#include <algorithm>
 #include <memory>
 
-#include "base/error.hpp"
-#include "chapters/01_cpu_reference/reserved_cache.hpp"
-#include "common/bandwidth.hpp"
-#include "common/cli.hpp"
-#include "common/forward_cpu.hpp"
-#include "common/generate.hpp"
-#include "common/model_loader.hpp"
-#include "common/report.hpp"
-#include "common/tokenizer.hpp"
-
-#if KVHEAP_HAS_CUDA
+#include "chapters/01_cpu_reference/admission.hpp"
 #include "chapters/02_contiguous_gpu/contiguous_cache.hpp"
-#include "common/gpu/device_bandwidth.hpp"
-#include "common/gpu/forward_gpu.hpp"
-#include "device/device.hpp"
-#endif
+#include "common/chapter.hpp"
 
 using namespace kvheap;
 
-namespace {
-
-/// --device auto|cpu|cuda resolved against what this build and machine have.
-std::string resolve_device(const std::string& requested) {
-  if (requested != "auto" && requested != "cpu" && requested != "cuda")
-    throw UsageError(fmt::format("--device {}: expected auto, cpu or cuda", requested));
-#if KVHEAP_HAS_CUDA
-  if (requested == "auto") return device_count() > 0 ? "cuda" : "cpu";
-#else
-  if (requested == "cuda")
-    throw ResourceError(
-        "--device cuda: this build has no CUDA support (configured with "
-        "KVHEAP_CUDA=off); rebuild with the cuda or sim preset, or use --device cpu");
-  if (requested == "auto") return "cpu";
-#endif
-  return requested;
-}
-
-/// The CPU backend: chapter 1's forward pass and reservation, whose attention is the CPU twin of
-/// this chapter's kernel.
-GenerationResult run_cpu(const ModelWeights& w, DType kv, std::size_t budget,
-                         const std::vector<int>& prompt, const GenerationConfig& gen,
-                         DecodeReport& rep) {
-  ch01::ReservedCache cache(w.config, kv, budget);
-  const int slot = cache.admit();
-  CpuForward fwd(w);
-  GenerationResult r = generate(fwd, cache, slot, prompt, gen);
-  rep.kv_reserved_bytes = cache.bytes_reserved();
-  rep.kv_used_bytes = cache.bytes_used();
-  return r;
-}
-
-#if KVHEAP_HAS_CUDA
-GenerationResult run_cuda(const ModelWeights& w, DType kv, DType wt, std::size_t budget,
-                          const std::vector<int>& prompt, const GenerationConfig& gen,
-                          DecodeReport& rep) {
-  const int slots =
-      budget > 0 ? ch02::ContiguousGpuCache::slots_for_budget(w.config, kv, budget) : 1;
-  ch02::ContiguousGpuCache cache(w.config, kv, slots);
-  const int slot = cache.admit();
-  GpuForward fwd(w, wt);
-  GenerationResult r;
-  if (gen.sampling.temperature == 0.0f) {
-    // Greedy: the argmax runs on the device and only one id per step comes back.
-    r = generate_with([&](const Batch& b) { return fwd.forward_greedy(b, cache).back(); }, w.config,
-                      slot, prompt, gen);
-  } else {
-    r = generate([&](const Batch& b) { return fwd.forward(b, cache); }, w.config, slot, prompt,
-                 gen);
-  }
-  rep.kv_reserved_bytes = cache.bytes_reserved();
-  rep.kv_used_bytes = cache.bytes_used();
-  return r;
-}
-#endif
-
-}  // namespace
-
 int main(int argc, char** argv) {
-  CommandLine cli{"kvheap chapter 2: the contiguous per-sequence cache on the GPU",
-                  "ch02_contiguous_gpu"};
-  CommonOptions o;
-  o.device = "auto";
-  add_common_options(cli, o);
-  std::string weight_dtype = "fp32";
-  bool no_peak = false;
-  cli.option("--weight-dtype", weight_dtype, "Weights on the device: fp32, fp16 or bf16")
-      .show_default();
-  cli.flag("--no-peak", no_peak, "Skip measuring the bandwidth peak at start");
-
-  return run_cli(cli, argc, argv, [&] {
-    const std::string device = resolve_device(o.device);
-    const DType kv = parse_dtype(o.kv_dtype);
-    const DType wt = parse_dtype(weight_dtype);
-    if (device == "cpu" && wt != DType::F32)
-      throw UsageError(
-          fmt::format("--weight-dtype {} needs --device cuda: the CPU backend "
-                      "computes with fp32 weights",
-                      weight_dtype));
-    const std::size_t budget = kv_budget_bytes(o);
-    const int threads = apply_threads(o);
-    const ModelWeights weights = load_model(o.model, o.model_seed);
-    const ModelConfig& c = weights.config;
-    const std::unique_ptr<Tokenizer> tok = load_tokenizer(o, c);
-    const std::vector<int> prompt = resolve_prompt(o, c, tok.get());
-    check_generation_fits(prompt.size(), o.max_new_tokens, c);
-    const GenerationConfig gen{o.max_new_tokens, sampler_config(o), o.ignore_eos};
-
-    DecodeReport rep;
-    rep.chapter = "02_contiguous_gpu";
-    rep.model = c.name;
-    rep.kv_dtype = kv;
-    rep.weight_dtype = wt;
-    if (device == "cpu") {
-      rep.device = fmt::format("cpu ({} threads)", threads);
-      if (!no_peak) {
-        rep.peak = cpu_read_peak();
-      }
-      rep.run = run_cpu(weights, kv, budget, prompt, gen, rep);
-    } else {
-#if KVHEAP_HAS_CUDA
-      const DeviceInfo info = require_cuda_device();
-      rep.device = info.is_simulator ? info.name + " (not a performance model)" : info.name;
-      if (!no_peak && !info.is_simulator) {
-        rep.peak = gpu_copy_peak();
-      }
-      rep.run = run_cuda(weights, kv, wt, budget, prompt, gen, rep);
-#endif
-    }
-    fill_bytes(rep, c);
-
-    print_run(rep, c, tok.get(), o.json, std::cout);
-  });
+  Chapter chapter;
+  chapter.name = "02_contiguous_gpu";
+  chapter.title = "kvheap chapter 2: the contiguous per-sequence cache on the GPU";
+  chapter.default_device = "auto";
+  chapter.one_request_flat = true;
+  chapter.make_policy = [](const Run& run) {
+    // One reservation per request, or as many as the budget holds: a static batch never uses more.
+    const int requests = static_cast<int>(run.requests.size());
+    const int slots =
+        run.budget_cap > 0
+            ? std::min(ch02::ContiguousCache::slots_for_budget(run.config, run.kv, run.budget_cap),
+                       requests)
+            : requests;
+    auto cache =
+        std::make_unique<ch02::ContiguousCache>(run.config, run.kv, slots, run.backend.memory());
+    const std::size_t budget = run.budget_cap > 0 ? run.budget_cap : cache->bytes_reserved();
+    return std::make_unique<ch01::ReservationAdmission<ch02::ContiguousCache>>(std::move(cache),
+                                                                               budget);
+  };
+  return run_chapter(chapter, argc, argv);
 }

@@ -1,4 +1,5 @@
-// Admission with sharing: how many blocks a request can take at most, counting what it will share.
+// Admission with sharing (chapter 4): how many blocks a request can take at most, counting what
+// it will share, and the static batches that prefill one prompt per pass and fork its samples.
 //
 // Chapter 3 admits a sequence when the pool can hold its worst case. With sharing, that worst case
 // shrinks twice: the prompt's full blocks that an earlier prompt already fills are taken from the
@@ -12,8 +13,16 @@
 // (copy-on-write) and the blocks its generated tokens fill.
 #pragma once
 
+#include <cstddef>
+#include <memory>
 #include <span>
+#include <string>
+#include <unordered_map>
 #include <vector>
+
+#include "chapters/04_cow_prefix_sharing/shared_cache.hpp"
+#include "common/pool.hpp"
+#include "common/static_batches.hpp"
 
 namespace kvheap::ch04 {
 
@@ -34,5 +43,58 @@ struct RequestPlan {
 [[nodiscard]] RequestPlan plan_request(std::span<const int> prompt,
                                        const std::vector<std::vector<int>>& earlier, int samples,
                                        int max_new_tokens, int block_size);
+
+/// \brief Each prompt of `requests` as `samples` requests: the prompt's own, then samples - 1
+/// forks of it (Request::fork_of). Throws UsageError for a count outside 1..kMaxSeqs, or more
+/// than kMaxSeqs requests in all.
+std::vector<Request> with_samples(const std::vector<Request>& requests, int samples);
+
+/// \brief Static batches over a sharing cache: admitted by their worst case net of sharing,
+/// prefilled one prompt per pass (each finds the full blocks of the prompts before it in the
+/// prefix index), the prompt's samples forked from it after its pass.
+class SharingAdmission final : public StaticBatches {
+ public:
+  /// \brief Serves over `cache`, cut from `pool`.
+  SharingAdmission(std::unique_ptr<SharedCache> cache, const ModelConfig& config, DType kv,
+                   PoolSize pool);
+
+  /// \brief The next step; adds up what a decode step's rows would read without sharing.
+  StepPlan schedule() override;
+  KVCache& cache() override { return *cache_; }
+  [[nodiscard]] std::size_t budget_bytes() const override { return pool_.budget_bytes; }
+  /// \brief Only the prefix index holds blocks once every sequence has been freed.
+  void check_drained() const override;
+  /// \brief "request" (its prompt's index) and "prompt_tokens_reused".
+  void add_request_json(int request, nlohmann::json& entry) const override;
+  /// \brief "sharing": what sharing saved in positions computed, blocks stored and bytes read.
+  void add_json(nlohmann::json& root, const ServeResult& result) const override;
+  [[nodiscard]] std::string describe_request(int request) const override;
+  void print(std::ostream& os, const ServeResult& result) const override;
+
+ protected:
+  bool fits(int id, const Request& request, int forks, std::string& why) override;
+  int allocate(int id, const Request& request) override;
+  [[nodiscard]] int length(int seq) const override { return cache_->blocks().length(seq); }
+  int fork(int seq) override { return cache_->blocks().fork(seq); }
+  void release(const std::vector<int>& seqs) override;
+
+ private:
+  [[nodiscard]] int root(int request) const;
+  [[nodiscard]] double unshared_bytes_per_step() const;
+
+  std::unique_ptr<SharedCache> cache_;
+  ModelConfig config_;
+  DType kv_;
+  PoolSize pool_;
+  long committed_ = 0;
+  std::vector<std::vector<int>> admitted_prompts_;  // in admission order
+  int prompts_seen_ = 0;
+  std::unordered_map<int, int> prompt_of_;  // request with a prompt of its own -> its index
+  std::unordered_map<int, int> reused_;     // the same -> prompt positions from the index
+  long prompt_positions_ = 0;               // prompt positions of the prefilled prompts
+  double unshared_positions_ = 0;           // what decode rows attend to, shared ones each time
+  long decode_steps_ = 0;
+  long blocks_held_ = 0, blocks_referenced_ = 0;  // at the end of the batch
+};
 
 }  // namespace kvheap::ch04

@@ -28,6 +28,7 @@
 
 #include "chapters/04_cow_prefix_sharing/shared_block_manager.hpp"
 #include "common/batch.hpp"
+#include "common/serve.hpp"
 
 namespace kvheap::ch05 {
 
@@ -55,14 +56,6 @@ struct SchedulerCounters {
   long positions_reused = 0;  ///< positions taken from the prefix index at admission (prompts,
                               ///< and a preempted request's own blocks when it comes back)
   int peak_running = 0;       ///< most requests running in one step
-};
-
-/// \brief One forward pass to run, and whose logits come back.
-struct StepPlan {
-  Batch batch;                      ///< rows: slot = the request's sequence id
-  std::vector<int> logit_requests;  ///< request id of each logit row, in row order
-  int decode_rows = 0;              ///< rows of requests decoding
-  int prefill_rows = 0;             ///< rows of requests prefilling
 };
 
 /// \brief Requests in, batches out: admission by free blocks, chunked prefill, preemption.

@@ -79,7 +79,7 @@ void GpuForward::project(const void* a, const DeviceMatrix& w, float* y, int row
   gemm(blas_, w.dtype, a, w.data(), y, GemmShape{rows, w.rows, w.cols}, kStream);
 }
 
-int GpuForward::run(const Batch& batch, DeviceKVCache& cache) {
+int GpuForward::run(const Batch& batch, KVCache& cache) {
   const ModelConfig& c = config();
   validate_batch(batch, c);
   const int n = batch.size();
@@ -122,8 +122,8 @@ int GpuForward::run(const Batch& batch, DeviceKVCache& cache) {
                kStream);
     cuda::rope(k_.data(), pos_.data(), n, c.n_kv_heads, c.head_dim, inv_freq_.data(), interleaved,
                kStream);
-    cache.write(l, k_.data(), v_.data());
-    cache.attend(l, q_.data(), att_.data());
+    cache.write(l, batch, k_.data(), v_.data());
+    cache.attend(l, batch, q_.data(), att_.data());
     project(gemm_input(att_.data(), static_cast<long>(n) * c.q_dim()), L.wo, proj_.data(), n);
     cuda::residual_add(x_.data(), proj_.data(), n_dim, kStream);
 
@@ -150,14 +150,14 @@ int GpuForward::run(const Batch& batch, DeviceKVCache& cache) {
   return m;
 }
 
-std::span<const float> GpuForward::forward(const Batch& batch, DeviceKVCache& cache) {
+std::span<const float> GpuForward::forward(const Batch& batch, KVCache& cache) {
   const int m = run(batch, cache);
   host_logits_.resize(static_cast<std::size_t>(m) * config().vocab_size);
   logits_.download(host_logits_, 0, kStream);  // synchronises: the span is ready on return
   return host_logits_;
 }
 
-std::vector<int> GpuForward::forward_greedy(const Batch& batch, DeviceKVCache& cache) {
+std::vector<int> GpuForward::forward_greedy(const Batch& batch, KVCache& cache) {
   const int m = run(batch, cache);
   std::vector<int> ids(static_cast<std::size_t>(m));
   if (m == 0) return ids;

@@ -1,4 +1,5 @@
-// The GPU forward pass: CpuForward's steps, one for one, on device memory behind DeviceKVCache.
+// The GPU forward pass: CpuForward's steps, one for one, on device memory behind a KVCache whose
+// storage is in device memory.
 #pragma once
 
 #include <cstddef>
@@ -6,7 +7,7 @@
 #include <vector>
 
 #include "common/batch.hpp"
-#include "common/device_kv_cache.hpp"
+#include "common/kv_cache.hpp"
 #include "common/gpu/device_weights.hpp"
 #include "common/weights.hpp"
 #include "device/buffers.hpp"
@@ -15,7 +16,7 @@
 namespace kvheap {
 
 /// \brief Runs batches through the model on a GPU (or the CPU simulator of one), reading and
-/// extending a DeviceKVCache.
+/// extending a KVCache that keeps its K and V in device memory.
 ///
 /// Owns the weights in device memory, one BLAS handle, and scratch activations that grow to the
 /// largest batch seen and are reused after that. Everything runs on the default stream: the
@@ -31,14 +32,14 @@ class GpuForward {
   /// downloaded into host memory owned by this object (valid until the next call).
   ///
   /// Throws InputError for a token id outside the vocabulary or a position past max_seq_len.
-  std::span<const float> forward(const Batch& batch, DeviceKVCache& cache);
+  std::span<const float> forward(const Batch& batch, KVCache& cache);
 
   /// \brief One forward pass with greedy sampling on the device: the argmax token id of each
   /// logit row ([batch.num_logit_rows()]); only the ids cross to the host.
   ///
   /// Ties go to the lowest id, as kvheap::argmax. Throws InputError as forward() does, and when a
   /// row of logits holds a NaN.
-  std::vector<int> forward_greedy(const Batch& batch, DeviceKVCache& cache);
+  std::vector<int> forward_greedy(const Batch& batch, KVCache& cache);
 
   /// \brief The model this pass runs.
   [[nodiscard]] const ModelConfig& config() const noexcept { return w_.config(); }
@@ -48,7 +49,7 @@ class GpuForward {
   [[nodiscard]] std::size_t scratch_bytes() const noexcept;
 
  private:
-  int run(const Batch& batch, DeviceKVCache& cache);
+  int run(const Batch& batch, KVCache& cache);
   void reserve(int n, int m);
   const void* gemm_input(const float* x, long count);
   void project(const void* a, const DeviceMatrix& w, float* y, int rows);

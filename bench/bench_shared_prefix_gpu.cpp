@@ -1,4 +1,4 @@
-// bench_shared_prefix: what reading a shared prefix once buys decode attention on a GPU.
+// bench_shared_prefix_gpu: what reading a shared prefix once buys decode attention on a GPU.
 //
 // The step of bench_shared_prefix_cpu (bench/shared_prefix_step.hpp): `groups` prompts of
 // `prefix` positions, each forked into `samples` sequences with 256 positions of their own, laid
@@ -79,7 +79,7 @@ std::string make_problem(Problem& p, int groups, int samples, int prefix) {
   KVHEAP_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
   if (2 * pool + (std::size_t{512} << 20) > free_bytes)
     return fmt::format("needs {:.1f} GB of KV, {:.1f} GB free", 2 * pool / 1e9, free_bytes / 1e9);
-  const ch03::PagedBatch& pb = p.step.batch.pages;
+  const KVView& pb = p.step.batch.view;
   const int n = p.step.rows();
   p.shape = {n, kHeads, kKvHeads, kHeadDim, pb.max_ctx};
   // Every slot holds finite bf16 values 0x3c00..0x3cff, in [0.0078, 0.0156), different per slot.
@@ -98,7 +98,7 @@ std::string make_problem(Problem& p, int groups, int samples, int prefix) {
   p.n_ctx = DeviceBuffer<int>::from_host(pb.n_ctx);
   p.loc = PagedLocator{p.indptr.data(), p.indices.data(), p.last_page_len.data(), p.row_seq.data(),
                        bench::kSharedBlockSize};
-  const SharedPrefixArrays a(p.step.batch.prefixes, pb.row_seq, pb.n_ctx);
+  const SharedPrefixArrays a(p.step.batch.view.prefixes, pb.row_seq, pb.n_ctx);
   p.prefix_len = DeviceBuffer<int>::from_host(a.prefix_len);
   p.prefix_seq = DeviceBuffer<int>::from_host(a.prefix_seq);
   p.group_rows = DeviceBuffer<int>::from_host(a.group_rows);
@@ -107,7 +107,7 @@ std::string make_problem(Problem& p, int groups, int samples, int prefix) {
   p.own_ctx = DeviceBuffer<int>::from_host(a.own_ctx);
   p.row_group = DeviceBuffer<int>::from_host(a.row_group);
   p.row_member = DeviceBuffer<int>::from_host(a.row_member);
-  p.view.groups = p.step.batch.prefixes.groups();
+  p.view.groups = p.step.batch.view.prefixes.groups();
   p.view.widest = a.widest;
   p.view.max_prefix =
       a.prefix_len.empty() ? 0 : *std::max_element(a.prefix_len.begin(), a.prefix_len.end());
@@ -134,8 +134,8 @@ std::string make_problem(Problem& p, int groups, int samples, int prefix) {
 /// Bytes read-once attention reads: each prefix once per 16-head slice of its wide row, plus
 /// every row's own positions.
 double read_once_bytes(const Problem& p) {
-  return static_cast<double>(p.step.batch.prefixes.positions_read(p.step.batch.pages.n_ctx, kGroup,
-                                                                  kGpuHeadsPerBlock)) *
+  return static_cast<double>(p.step.batch.view.prefixes.positions_read(p.step.batch.view.n_ctx,
+                                                                       kGroup, kGpuHeadsPerBlock)) *
          2.0 * kRowBytes;
 }
 
@@ -173,14 +173,14 @@ struct Kernels {
 int smoke() {
   Problem p;
   if (const std::string err = make_problem(p, 2, 3, 64); !err.empty()) {
-    fmt::print(stderr, "bench_shared_prefix --smoke: {}\n", err);
+    fmt::print(stderr, "bench_shared_prefix_gpu --smoke: {}\n", err);
     return 1;
   }
   Kernels k(p);
   const double diff = k.max_rel_diff();
   const double plain = p.step.bytes(false, 2.0 * kRowBytes), once = read_once_bytes(p);
   fmt::print(
-      "bench_shared_prefix --smoke: {} groups, outputs agree within {:.3g} relative; "
+      "bench_shared_prefix_gpu --smoke: {} groups, outputs agree within {:.3g} relative; "
       "{:.0f} bytes read plain, {:.0f} read once\n",
       p.view.groups, diff, plain, once);
   return diff <= 1e-5 && p.view.groups == 2 && once < plain ? 0 : 1;
@@ -245,13 +245,14 @@ int main(int argc, char** argv) {
   if (listing) return bench::list_benchmarks();
   if (is_simulator()) {
     fmt::print(
-        "bench_shared_prefix: KVHEAP_CUDA=sim runs kernels on the CPU simulator, which is not a "
+        "bench_shared_prefix_gpu: KVHEAP_CUDA=sim runs kernels on the CPU simulator, which is not "
+        "a "
         "performance model; no timings are reported. Build with KVHEAP_CUDA=real and run on a "
         "GPU (bench_shared_prefix_cpu measures the CPU twin).\n");
     return 0;
   }
   if (auto why = device_unavailable_reason()) {
-    fmt::print("bench_shared_prefix: skipped, {}\n", *why);
+    fmt::print("bench_shared_prefix_gpu: skipped, {}\n", *why);
     return 0;
   }
   const DeviceInfo info = device_info();
@@ -259,7 +260,7 @@ int main(int argc, char** argv) {
   g_peak_gbps = peak.gbps;
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
-  if (g_rows.empty()) return bench::exit_status("bench_shared_prefix");  // nothing measured
+  if (g_rows.empty()) return bench::exit_status("bench_shared_prefix_gpu");  // nothing measured
   fmt::print(
       "\nShared-prefix attention, {} ({} SMs), one layer, bf16, block size {}. Device-to-device "
       "copy peak: {:.0f} GB/s.\n\n"
@@ -280,5 +281,5 @@ int main(int argc, char** argv) {
       "traffic lies between the read-once bytes and its own, and its GB/s can exceed the copy "
       "peak.\n",
       static_cast<double>(info.l2_bytes) / (1 << 20));
-  return bench::exit_status("bench_shared_prefix");
+  return bench::exit_status("bench_shared_prefix_gpu");
 }

@@ -1,4 +1,4 @@
-// bench_attention: chapter 2's decode-attention kernel on the contiguous cache, against a
+// bench_attention_gpu: chapter 2's decode-attention kernel on the contiguous cache, against a
 // device-to-device copy measured in the same process.
 //
 // Decode attention is a streaming read: every row reads K and V of all its cached positions once
@@ -142,13 +142,13 @@ int main(int argc, char** argv) {
   if (listing) return bench::list_benchmarks();
   if (is_simulator()) {
     fmt::print(
-        "bench_attention: KVHEAP_CUDA=sim runs kernels on the CPU simulator, which is not "
+        "bench_attention_gpu: KVHEAP_CUDA=sim runs kernels on the CPU simulator, which is not "
         "a performance model; no timings are reported. Build with KVHEAP_CUDA=real and run "
         "on a GPU.\n");
     return 0;
   }
   if (auto why = device_unavailable_reason()) {
-    fmt::print("bench_attention: skipped, {}\n", *why);
+    fmt::print("bench_attention_gpu: skipped, {}\n", *why);
     return 0;
   }
   const DeviceInfo info = device_info();
@@ -156,7 +156,8 @@ int main(int argc, char** argv) {
   g_peak_gbps = peak.gbps;
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
-  if (g_rows.empty()) return bench::exit_status("bench_attention");  // nothing measured: no table
+  if (g_rows.empty())
+    return bench::exit_status("bench_attention_gpu");  // nothing measured: no table
 
   fmt::print("\n{}: {} SMs. Device-to-device copy peak: {:.0f} GB/s (read + write, {:.0f} MiB)\n",
              info.name, info.sm_count, g_peak_gbps, static_cast<double>(peak.bytes) / (1 << 20));
@@ -165,5 +166,5 @@ int main(int argc, char** argv) {
   for (const Row& r : g_rows)
     fmt::print("| {} | {:.0f} | {:.2f} | {:.1f} | {:.0f} | {:.1f} | {} |\n", r.config, r.budget_mb,
                r.mb_moved, r.us, r.gbps, 100.0 * r.gbps / g_peak_gbps, r.splits);
-  return bench::exit_status("bench_attention");
+  return bench::exit_status("bench_attention_gpu");
 }

@@ -1,4 +1,4 @@
-#include "chapters/04_cow_prefix_sharing/shared_batch.hpp"
+#include "chapters/04_cow_prefix_sharing/shared_cache.hpp"
 
 #include <fmt/format.h>
 
@@ -11,7 +11,7 @@
 
 namespace kvheap::ch04 {
 
-SharedBatch build_shared_batch(SharedBlockManager& blocks, const Batch& batch) {
+SharedView shared_view(SharedBlockManager& blocks, const Batch& batch, bool read_once) {
   // Check every row and count the blocks first, so a batch that cannot run changes nothing.
   std::unordered_map<int, int> next;  // sequence -> the position its next row must write
   for (int i = 0; i < batch.size(); ++i) {
@@ -44,38 +44,31 @@ SharedBatch build_shared_batch(SharedBlockManager& blocks, const Batch& batch) {
         "ones) and {} of {} are free or only cached; no sequence was grown",
         need, need == 1 ? "" : "s", bs, blocks.num_available(), blocks.pool().num_blocks()));
 
-  SharedBatch sb;
-  sb.pages.slot_mapping.resize(batch.size());
+  SharedView sv;
+  sv.view.slot_mapping.resize(batch.size());
   for (int i = 0; i < batch.size(); ++i)
-    sb.pages.slot_mapping[i] = blocks.append_slot(batch.rows[i].slot, batch.rows[i].token);
-  sb.copies = blocks.take_copies();
-  ch03::add_page_tables(
-      sb.pages, batch, bs,
+    sv.view.slot_mapping[i] = blocks.append_slot(batch.rows[i].slot, batch.rows[i].token);
+  sv.copies = blocks.take_copies();
+  add_page_tables(
+      sv.view, batch, bs,
       [&](int seq) -> const std::vector<int>& { return blocks.page_table(seq); },
       [&](int seq) { return blocks.length(seq); });
-  sb.prefixes = plan_shared_prefixes(sb.pages, bs);
-  return sb;
+  if (read_once) sv.view.prefixes = plan_shared_prefixes(sv.view, bs);
+  return sv;
 }
 
-long positions_read(const SharedBatch& batch, bool read_once, int group, int heads_per_pass) {
-  if (read_once) return batch.prefixes.positions_read(batch.pages.n_ctx, group, heads_per_pass);
-  long total = 0;
-  for (int c : batch.pages.n_ctx) total += c;
-  return total;
-}
-
-SharedPrefixPlan plan_shared_prefixes(const ch03::PagedBatch& pages, int block_size) {
-  const int n = static_cast<int>(pages.row_seq.size());
+SharedPrefixPlan plan_shared_prefixes(const KVView& view, int block_size) {
+  const int n = static_cast<int>(view.row_seq.size());
   auto table = [&](int s) {
-    return std::span<const int>(pages.indices.data() + pages.indptr[s],
-                                pages.indices.data() + pages.indptr[s + 1]);
+    return std::span<const int>(view.indices.data() + view.indptr[s],
+                                view.indices.data() + view.indptr[s + 1]);
   };
   // Candidate groups: rows by their sequence's first block, in order of first appearance.
   std::map<int, std::vector<int>> by_first;
   std::vector<int> order;
   for (int i = 0; i < n; ++i) {
-    const auto pt = table(pages.row_seq[i]);
-    if (pt.empty() || pages.n_ctx[i] < block_size) continue;
+    const auto pt = table(view.row_seq[i]);
+    if (pt.empty() || view.n_ctx[i] < block_size) continue;
     auto [it, fresh] = by_first.try_emplace(pt.front());
     if (fresh) order.push_back(pt.front());
     it->second.push_back(i);
@@ -83,15 +76,15 @@ SharedPrefixPlan plan_shared_prefixes(const ch03::PagedBatch& pages, int block_s
   SharedPrefixPlan plan;
   for (int first : order) {
     const std::vector<int>& rows = by_first[first];
-    const auto lead = table(pages.row_seq[rows[0]]);
+    const auto lead = table(view.row_seq[rows[0]]);
     long blocks = static_cast<long>(lead.size());
     bool several = false;
     for (int i : rows) {
-      const auto pt = table(pages.row_seq[i]);
-      several |= pages.row_seq[i] != pages.row_seq[rows[0]];
+      const auto pt = table(view.row_seq[i]);
+      several |= view.row_seq[i] != view.row_seq[rows[0]];
       const auto diff = std::mismatch(lead.begin(), lead.end(), pt.begin(), pt.end());
       blocks = std::min<long>(blocks, diff.first - lead.begin());
-      blocks = std::min<long>(blocks, pages.n_ctx[i] / block_size);
+      blocks = std::min<long>(blocks, view.n_ctx[i] / block_size);
     }
     if (!several || blocks == 0) continue;
     plan.rows.insert(plan.rows.end(), rows.begin(), rows.end());
@@ -99,6 +92,43 @@ SharedPrefixPlan plan_shared_prefixes(const ch03::PagedBatch& pages, int block_s
     plan.prefix_len.push_back(static_cast<int>(blocks * block_size));
   }
   return plan;
+}
+
+SharedCache::SharedCache(const ModelConfig& config, DType kv, int num_blocks, int block_size,
+                         std::uint64_t shuffle_seed, bool read_once, Memory memory)
+    : bytes_per_token_(kv_bytes_per_token(config, kv)),
+      read_once_(read_once),
+      blocks_(num_blocks, block_size, shuffle_seed),
+      storage_(
+          make_storage(memory, config, kv, std::int64_t{num_blocks} * block_size,
+                       fmt::format("KV pool of {} blocks x {} tokens", num_blocks, block_size))) {}
+
+void SharedCache::prepare(const Batch& batch) {
+  SharedView sv = shared_view(blocks_, batch, read_once_);
+  const std::int64_t bs = blocks_.pool().block_size();
+  for (const BlockCopy& c : sv.copies) storage_->copy_slots(c.src * bs, c.dst * bs, c.slots);
+  storage_->load(std::move(sv.view));
+}
+
+void SharedCache::write(int layer, const Batch&, const float* k, const float* v) {
+  storage_->write(layer, k, v);
+}
+
+void SharedCache::attend(int layer, const Batch&, const float* q, float* out) {
+  storage_->attend(layer, q, out);
+}
+
+std::size_t SharedCache::bytes_reserved() const {
+  return blocks_.slots_in_use() * bytes_per_token_;
+}
+
+std::size_t SharedCache::bytes_used() const { return blocks_.slots_stored() * bytes_per_token_; }
+
+std::unique_ptr<SharedCache> make_shared_cache(const Run& run, const PoolOptions& pool,
+                                               bool read_once, PoolSize& size) {
+  size = pool_for_run(run, pool.block_size);
+  return std::make_unique<SharedCache>(run.config, run.kv, size.num_blocks, pool.block_size,
+                                       pool.shuffle_seed, read_once, run.backend.memory());
 }
 
 }  // namespace kvheap::ch04

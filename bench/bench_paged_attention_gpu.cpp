@@ -1,5 +1,5 @@
-// bench_paged_attention: what paging costs decode attention on a GPU. The same batch is stored in
-// chapter 2's per-sequence reservation and in chapter 3's block pool (block ids shuffled), and
+// bench_paged_attention_gpu: what paging costs decode attention on a GPU. The same batch is stored
+// in chapter 2's per-sequence reservation and in chapter 3's block pool (block ids shuffled), and
 // cuda::decode_attention and cuda::paged_attention run over each, side by side.
 //
 // Two parts, on Llama-3-8B's heads (32 query, 8 KV, head_dim 128) with a bf16 cache, one layer:
@@ -12,8 +12,8 @@
 //
 // Each iteration times both layouts back to back (order alternating), flushing L2 (a read of twice
 // its size, L2Flush) before each call, and the tables report medians. Contiguous slots reserve 32k
-// positions each, as in bench_attention, and go to rows in shuffled order. Both layouts hold the
-// same values and must give bitwise equal outputs before anything is timed.
+// positions each, as in bench_attention_gpu, and go to rows in shuffled order. Both layouts hold
+// the same values and must give bitwise equal outputs before anything is timed.
 //
 // The simulator is not a performance model: in a KVHEAP_CUDA=sim build this program says so and
 // reports nothing (a listing, --benchmark_list_tests, still prints the names).
@@ -249,13 +249,13 @@ int main(int argc, char** argv) {
   if (listing) return bench::list_benchmarks();
   if (is_simulator()) {
     fmt::print(
-        "bench_paged_attention: KVHEAP_CUDA=sim runs kernels on the CPU simulator, which "
+        "bench_paged_attention_gpu: KVHEAP_CUDA=sim runs kernels on the CPU simulator, which "
         "is not a performance model; no timings are reported. Build with KVHEAP_CUDA=real "
         "and run on a GPU (bench_paged_attention_cpu measures the CPU twin).\n");
     return 0;
   }
   if (auto why = device_unavailable_reason()) {
-    fmt::print("bench_paged_attention: skipped, {}\n", *why);
+    fmt::print("bench_paged_attention_gpu: skipped, {}\n", *why);
     return 0;
   }
   const std::string prefix = bench::flag_value(argc, argv, "sweep-out", "block_size_sweep_gpu");
@@ -287,5 +287,5 @@ int main(int argc, char** argv) {
       bench::finish_sweep(prefix, md, fmt::format("{} ({} SMs)", info.name, info.sm_count),
                           fmt::format("Copy peak {:.0f} GB/s", g_peak_gbps), sweep_batch(), command,
                           g_sweep, 2 * kRowBytes);
-  return bench::exit_status("bench_paged_attention", status);
+  return bench::exit_status("bench_paged_attention_gpu", status);
 }

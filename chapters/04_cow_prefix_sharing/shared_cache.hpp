@@ -1,0 +1,88 @@
+// Chapter 4's policy: reference-counted blocks with fork, copy-on-write and a prefix index, over
+// a pool in host or device memory, with shared prefixes read once per step.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "chapters/04_cow_prefix_sharing/shared_block_manager.hpp"
+#include "common/chapter.hpp"
+#include "common/kv_cache.hpp"
+#include "common/kv_storage.hpp"
+#include "common/model_config.hpp"
+#include "common/pool.hpp"
+
+namespace kvheap::ch04 {
+
+/// \brief What a sharing cache hands its storage for one batch: the view (slot mapping, page
+/// tables and the shared-prefix plan), and the copies-on-write to make before any row writes.
+struct SharedView {
+  KVView view;                    ///< as chapter 3 builds it, plus view.prefixes when reading once
+  std::vector<BlockCopy> copies;  ///< to make, in order, before the batch's first write
+};
+
+/// \brief Groups the rows of `view` whose sequences hold the same physical first blocks.
+///
+/// Rows are grouped by their sequence's first block; a group's prefix is the run of blocks that
+/// all its sequences' page tables begin with, cut to the whole blocks its shortest row attends
+/// to. Only groups of at least two sequences with a prefix of at least one block are kept: one
+/// level of sharing, enough for forks of a prompt and prompts that begin alike.
+SharedPrefixPlan plan_shared_prefixes(const KVView& view, int block_size);
+
+/// \brief Appends every row's token to its sequence and builds the batch's view; with
+/// `read_once`, rows that share a prefix are planned to read it once (plan_shared_prefixes).
+///
+/// Each row must write its sequence's next position, in order: a position a sequence holds may be
+/// shared, so it is never rewritten here (InputError names the row). When the pool cannot supply
+/// the new blocks and copies the batch needs, even by evicting cached blocks, it throws
+/// ResourceError before any sequence grows.
+SharedView shared_view(SharedBlockManager& blocks, const Batch& batch, bool read_once = true);
+
+/// \brief Reference-counted blocks with fork, copy-on-write and a prefix index; K and V in
+/// [num_blocks, block_size, n_kv_heads, head_dim] arrays per layer, in host or device memory.
+/// Sequences are SharedBlockManager ids (the batch's `slot` field).
+class SharedCache final : public KVCache {
+ public:
+  /// \brief A pool of `num_blocks` blocks of `block_size` slots in `memory` (shuffled when
+  /// `shuffle_seed` is non-zero). With `read_once`, rows that share a prefix read it once per
+  /// step for all of them; without, every row reads its whole context, as in chapter 3. Throws
+  /// ResourceError when the memory cannot hold the pool.
+  SharedCache(const ModelConfig& config, DType kv, int num_blocks, int block_size,
+              std::uint64_t shuffle_seed, bool read_once, Memory memory);
+
+  /// \brief True when rows that share a prefix read it once per step.
+  [[nodiscard]] bool reads_once() const { return read_once_; }
+  /// \brief The allocator: admit, fork, grow and free sequences through it.
+  SharedBlockManager& blocks() { return blocks_; }
+  /// \copydoc blocks()
+  [[nodiscard]] const SharedBlockManager& blocks() const { return blocks_; }
+
+  /// \brief Appends the batch's rows (shared_view), makes the copies-on-write it asked for, then
+  /// loads the view, before any layer writes.
+  void prepare(const Batch& batch) override;
+  void write(int layer, const Batch& batch, const float* k, const float* v) override;
+  void attend(int layer, const Batch& batch, const float* q, float* out) override;
+  /// \brief Every block in use, held by a sequence or only cached by the prefix index.
+  [[nodiscard]] std::size_t bytes_reserved() const override;
+  /// \brief Slots that hold a position, each shared slot once.
+  [[nodiscard]] std::size_t bytes_used() const override;
+  /// \brief Positions the last batch's attention read per layer: shared prefixes once when
+  /// reading once (once per slice of 16 query heads per KV head on a GPU), else every row's
+  /// whole context.
+  [[nodiscard]] long positions_read() const override { return storage_->positions_read(); }
+
+ private:
+  std::size_t bytes_per_token_;
+  bool read_once_;
+  SharedBlockManager blocks_;
+  std::unique_ptr<KVStorage> storage_;
+};
+
+/// \brief The sharing cache of a chapter's run: a pool cut from its budget (pool_for_run) in blocks
+/// of `pool.block_size`, in the backend's memory. `size` receives the pool's size.
+std::unique_ptr<SharedCache> make_shared_cache(const Run& run, const PoolOptions& pool,
+                                               bool read_once, PoolSize& size);
+
+}  // namespace kvheap::ch04
