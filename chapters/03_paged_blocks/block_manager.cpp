@@ -29,30 +29,22 @@ int BlockManager::allocate(long num_tokens) {
                     num_tokens, need, pool_.block_size(), pool_.num_free(), pool_.num_blocks()));
   // Everything that can throw (the vectors growing) happens before the first block leaves the
   // pool, so a failure leaves no block unowned and no half-admitted sequence.
-  // The lowest free id, searched from the hint: admitting N sequences without freeing any stays
-  // linear in N (a search from 0 made bench_capacity's million admissions quadratic).
-  int id = first_free_;
-  while (id < static_cast<int>(seqs_.size()) && seqs_[id].live) ++id;
-  if (id == static_cast<int>(seqs_.size())) seqs_.emplace_back();
-  std::vector<int> blocks;
-  blocks.reserve(static_cast<std::size_t>(need));
-  for (long i = 0; i < need; ++i) blocks.push_back(pool_.allocate());  // cannot run out: checked
-  Sequence& s = seqs_[id];
-  s.blocks = std::move(blocks);
-  s.length = 0;
-  s.live = true;
-  first_free_ = id + 1;
+  const int id = seqs_.next_id();
+  Sequence s;
+  s.blocks.reserve(static_cast<std::size_t>(need));
+  for (long i = 0; i < need; ++i) s.blocks.push_back(pool_.allocate());  // cannot run out: checked
+  seqs_.add(id, std::move(s));
   return id;
 }
 
 bool BlockManager::can_append(int seq) const {
-  const Sequence& s = live_seq(seq, "can_append");
+  const Sequence& s = seqs_.at(seq, "can_append");
   const bool room = s.length < static_cast<long>(s.blocks.size()) * pool_.block_size();
   return room || pool_.can_allocate(1);
 }
 
 std::int64_t BlockManager::append_slot(int seq) {
-  Sequence& s = live_seq(seq, "append_slot");
+  Sequence& s = seqs_.at(seq, "append_slot");
   if (s.length == static_cast<long>(s.blocks.size()) * pool_.block_size()) {
     if (!pool_.can_allocate(1))
       throw ResourceError(fmt::format(
@@ -67,7 +59,7 @@ std::int64_t BlockManager::append_slot(int seq) {
 }
 
 std::int64_t BlockManager::slot_of(int seq, int pos) const {
-  const Sequence& s = live_seq(seq, "slot_of");
+  const Sequence& s = seqs_.at(seq, "slot_of");
   const int bs = pool_.block_size();
   if (pos < 0 || pos >= static_cast<long>(s.blocks.size()) * bs)
     throw InputError(
@@ -78,28 +70,19 @@ std::int64_t BlockManager::slot_of(int seq, int pos) const {
 }
 
 void BlockManager::free(int seq) {
-  Sequence& s = live_seq(seq, "free");
-  for (int b : s.blocks) pool_.release(b);
-  s = Sequence{};
-  first_free_ = std::min(first_free_, seq);
+  for (int b : seqs_.at(seq, "free").blocks) pool_.release(b);
+  seqs_.remove(seq);
 }
 
-bool BlockManager::is_live(int seq) const {
-  return seq >= 0 && seq < static_cast<int>(seqs_.size()) && seqs_[seq].live;
-}
+bool BlockManager::is_live(int seq) const { return seqs_.is_live(seq); }
 
-int BlockManager::length(int seq) const { return live_seq(seq, "length").length; }
+int BlockManager::length(int seq) const { return seqs_.at(seq, "length").length; }
 
 const std::vector<int>& BlockManager::page_table(int seq) const {
-  return live_seq(seq, "page_table").blocks;
+  return seqs_.at(seq, "page_table").blocks;
 }
 
-std::vector<int> BlockManager::live_sequences() const {
-  std::vector<int> ids;
-  for (int i = 0; i < static_cast<int>(seqs_.size()); ++i)
-    if (seqs_[i].live) ids.push_back(i);
-  return ids;
-}
+std::vector<int> BlockManager::live_sequences() const { return seqs_.live_ids(); }
 
 std::size_t BlockManager::slots_held() const {
   return static_cast<std::size_t>(pool_.num_used()) * pool_.block_size();
@@ -107,29 +90,16 @@ std::size_t BlockManager::slots_held() const {
 
 std::size_t BlockManager::tokens_held() const {
   std::size_t n = 0;
-  for (const Sequence& s : seqs_) n += s.live ? s.length : 0;
+  for (const Sequence& s : seqs_.all()) n += s.live ? s.length : 0;
   return n;
-}
-
-BlockManager::Sequence& BlockManager::live_seq(int seq, const char* what) {
-  if (!is_live(seq)) throw InputError(fmt::format("{}: sequence {} is not allocated", what, seq));
-  return seqs_[seq];
-}
-
-const BlockManager::Sequence& BlockManager::live_seq(int seq, const char* what) const {
-  if (!is_live(seq)) throw InputError(fmt::format("{}: sequence {} is not allocated", what, seq));
-  return seqs_[seq];
 }
 
 void BlockManager::check_invariants() const {
   pool_.check_invariants();
   std::vector<int> owners(pool_.num_blocks(), 0);
-  for (std::size_t id = 0; id < seqs_.size(); ++id) {
-    const Sequence& s = seqs_[id];
-    if (!s.live && static_cast<int>(id) < first_free_)
-      throw std::logic_error(
-          fmt::format("sequence {} is free but below the search hint {}: allocate would skip it",
-                      id, first_free_));
+  seqs_.check_hint();
+  for (std::size_t id = 0; id < seqs_.all().size(); ++id) {
+    const Sequence& s = seqs_.all()[id];
     if (!s.live) {
       if (!s.blocks.empty())
         throw std::logic_error(fmt::format("dead sequence {} holds blocks", id));

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "chapters/03_paged_blocks/block_pool.hpp"
+#include "chapters/03_paged_blocks/sequence_table.hpp"
 
 namespace kvheap::ch03 {
 
@@ -69,12 +70,9 @@ class BlockManager {
     int length = 0;
     std::vector<int> blocks;  // page table: logical block i -> physical block id
   };
-  Sequence& live_seq(int seq, const char* what);
-  [[nodiscard]] const Sequence& live_seq(int seq, const char* what) const;
 
   BlockPool pool_;
-  std::vector<Sequence> seqs_;  // indexed by sequence id
-  int first_free_ = 0;          // every id below it is live: where allocate's search starts
+  SequenceTable<Sequence> seqs_;
 };
 
 }  // namespace kvheap::ch03

@@ -42,13 +42,6 @@ long SharedBlockManager::cached_evictable_blocks(std::span<const int> prompt) co
   return std::count_if(found.begin(), found.end(), [&](int b) { return index_.is_evictable(b); });
 }
 
-int SharedBlockManager::new_sequence_id() {
-  int id = 0;
-  while (id < static_cast<int>(seqs_.size()) && seqs_[id].live) ++id;
-  if (id == static_cast<int>(seqs_.size())) seqs_.emplace_back();
-  return id;
-}
-
 int SharedBlockManager::allocate(std::span<const int> prompt) {
   // Everything that can throw (building the new table) happens before the first reference is
   // taken, so a failure leaves the pool and the index as they were.
@@ -62,24 +55,24 @@ int SharedBlockManager::allocate(std::span<const int> prompt) {
     s.blocks.push_back(hit.block);
     s.chain = hit.chain;
   }
-  const int id = new_sequence_id();
+  const int id = seqs_.next_id();
   for (int b : s.blocks) retain(b);
-  seqs_[id] = std::move(s);
+  seqs_.add(id, std::move(s));
   counters_.tokens_reused += n * bs;
   return id;
 }
 
 int SharedBlockManager::fork(int parent) {
-  Sequence child = live_seq(parent, "fork");  // a copy: same tokens, same page table
-  const int id = new_sequence_id();           // may move seqs_, so after the copy
+  Sequence child = seqs_.at(parent, "fork");  // a copy: same tokens, same page table
+  const int id = seqs_.next_id();             // may move the records, so after the copy
   for (int b : child.blocks) retain(b);
-  seqs_[id] = std::move(child);
+  seqs_.add(id, std::move(child));
   ++counters_.forks;
   return id;
 }
 
 long SharedBlockManager::blocks_to_append(int seq) const {
-  const Sequence& s = live_seq(seq, "blocks_to_append");
+  const Sequence& s = seqs_.at(seq, "blocks_to_append");
   const bool full =
       s.tokens.size() == s.blocks.size() * static_cast<std::size_t>(pool_.block_size());
   return full || pool_.ref_count(s.blocks.back()) > 1 ? 1 : 0;
@@ -90,7 +83,7 @@ bool SharedBlockManager::can_append(int seq) const {
 }
 
 std::int64_t SharedBlockManager::append_slot(int seq, int token) {
-  Sequence& s = live_seq(seq, "append_slot");
+  Sequence& s = seqs_.at(seq, "append_slot");
   const int bs = pool_.block_size();
   const long len = static_cast<long>(s.tokens.size());
   const bool full = len == static_cast<long>(s.blocks.size()) * bs;
@@ -141,7 +134,7 @@ void SharedBlockManager::index_full_block(Sequence& s) {
 }
 
 std::int64_t SharedBlockManager::slot_of(int seq, int pos) const {
-  const Sequence& s = live_seq(seq, "slot_of");
+  const Sequence& s = seqs_.at(seq, "slot_of");
   const int bs = pool_.block_size();
   if (pos < 0 || pos >= static_cast<long>(s.tokens.size()))
     throw InputError(fmt::format("position {} of sequence {} is not held (it holds {})", pos, seq,
@@ -152,11 +145,11 @@ std::int64_t SharedBlockManager::slot_of(int seq, int pos) const {
 std::vector<BlockCopy> SharedBlockManager::take_copies() { return std::exchange(copies_, {}); }
 
 void SharedBlockManager::free(int seq) {
-  Sequence& s = live_seq(seq, "free");
+  Sequence& s = seqs_.at(seq, "free");
   // Last block first: cached blocks join the eviction order tail before head, so a prefix loses
   // its end before its beginning, which more prompts share.
   for (auto it = s.blocks.rbegin(); it != s.blocks.rend(); ++it) release(*it);
-  s = Sequence{};
+  seqs_.remove(seq);
 }
 
 int SharedBlockManager::take_block() {
@@ -211,46 +204,39 @@ void SharedBlockManager::forget_twin(int block) {
   twin_of_.erase(it);
 }
 
-bool SharedBlockManager::is_live(int seq) const {
-  return seq >= 0 && seq < static_cast<int>(seqs_.size()) && seqs_[seq].live;
-}
+bool SharedBlockManager::is_live(int seq) const { return seqs_.is_live(seq); }
 
 int SharedBlockManager::length(int seq) const {
-  return static_cast<int>(live_seq(seq, "length").tokens.size());
+  return static_cast<int>(seqs_.at(seq, "length").tokens.size());
 }
 
 const std::vector<int>& SharedBlockManager::tokens(int seq) const {
-  return live_seq(seq, "tokens").tokens;
+  return seqs_.at(seq, "tokens").tokens;
 }
 
 const std::vector<int>& SharedBlockManager::page_table(int seq) const {
-  return live_seq(seq, "page_table").blocks;
+  return seqs_.at(seq, "page_table").blocks;
 }
 
-std::vector<int> SharedBlockManager::live_sequences() const {
-  std::vector<int> ids;
-  for (int i = 0; i < static_cast<int>(seqs_.size()); ++i)
-    if (seqs_[i].live) ids.push_back(i);
-  return ids;
-}
+std::vector<int> SharedBlockManager::live_sequences() const { return seqs_.live_ids(); }
 
 long SharedBlockManager::blocks_held() const {
   std::vector<char> held(pool_.num_blocks(), 0);
   long n = 0;
-  for (const Sequence& s : seqs_)
+  for (const Sequence& s : seqs_.all())
     for (int b : s.blocks) n += held[b]++ == 0 ? 1 : 0;
   return n;
 }
 
 long SharedBlockManager::blocks_referenced() const {
   long n = 0;
-  for (const Sequence& s : seqs_) n += static_cast<long>(s.blocks.size());
+  for (const Sequence& s : seqs_.all()) n += static_cast<long>(s.blocks.size());
   return n;
 }
 
 std::size_t SharedBlockManager::tokens_held() const {
   std::size_t n = 0;
-  for (const Sequence& s : seqs_) n += s.tokens.size();
+  for (const Sequence& s : seqs_.all()) n += s.tokens.size();
   return n;
 }
 
@@ -259,7 +245,7 @@ std::size_t SharedBlockManager::slots_stored() const {
   // on those positions; that is why they can share it).
   const int bs = pool_.block_size();
   std::vector<int> filled(pool_.num_blocks(), 0);
-  for (const Sequence& s : seqs_)
+  for (const Sequence& s : seqs_.all())
     for (std::size_t i = 0; i < s.blocks.size(); ++i) {
       const long in_block = static_cast<long>(s.tokens.size()) - static_cast<long>(i) * bs;
       int& f = filled[s.blocks[i]];
@@ -270,22 +256,13 @@ std::size_t SharedBlockManager::slots_stored() const {
   return n;
 }
 
-SharedBlockManager::Sequence& SharedBlockManager::live_seq(int seq, const char* what) {
-  if (!is_live(seq)) throw InputError(fmt::format("{}: sequence {} is not allocated", what, seq));
-  return seqs_[seq];
-}
-
-const SharedBlockManager::Sequence& SharedBlockManager::live_seq(int seq, const char* what) const {
-  if (!is_live(seq)) throw InputError(fmt::format("{}: sequence {} is not allocated", what, seq));
-  return seqs_[seq];
-}
-
 void SharedBlockManager::check_invariants() const {
   pool_.check_invariants();
   const int bs = pool_.block_size();
   std::vector<int> owners(pool_.num_blocks(), 0);
-  for (std::size_t id = 0; id < seqs_.size(); ++id) {
-    const Sequence& s = seqs_[id];
+  seqs_.check_hint();
+  for (std::size_t id = 0; id < seqs_.all().size(); ++id) {
+    const Sequence& s = seqs_.all()[id];
     if (!s.live) {
       if (!s.blocks.empty() || !s.tokens.empty())
         throw std::logic_error(fmt::format("dead sequence {} holds blocks or tokens", id));

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "chapters/03_paged_blocks/block_pool.hpp"
+#include "chapters/03_paged_blocks/sequence_table.hpp"
 #include "chapters/04_cow_prefix_sharing/prefix_index.hpp"
 
 namespace kvheap::ch04 {
@@ -128,9 +129,6 @@ class SharedBlockManager {
     std::vector<int> blocks;                   // page table: logical block i -> physical block id
     std::uint64_t chain = PrefixIndex::kRoot;  // names the prefix of its full blocks
   };
-  Sequence& live_seq(int seq, const char* what);
-  [[nodiscard]] const Sequence& live_seq(int seq, const char* what) const;
-  int new_sequence_id();
   int take_block();
   void retain(int block);
   void release(int block);
@@ -140,7 +138,7 @@ class SharedBlockManager {
 
   ch03::BlockPool pool_;
   PrefixIndex index_;
-  std::vector<Sequence> seqs_;  // indexed by sequence id
+  ch03::SequenceTable<Sequence> seqs_;
   std::vector<BlockCopy> copies_;
   SharingCounters counters_;
   // Full blocks a sequence filled with content the index already held in another block: indexed
