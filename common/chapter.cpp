@@ -1,6 +1,7 @@
 #include "common/chapter.hpp"
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <fmt/ostream.h>
 #include <fmt/ranges.h>
 

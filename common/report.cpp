@@ -1,6 +1,7 @@
 #include "common/report.hpp"
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <fmt/ostream.h>
 
 #include <ostream>

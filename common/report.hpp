@@ -3,7 +3,7 @@
 // have (a continuous batcher has no prefill phase) and adds its own lines (ServingPolicy).
 #pragma once
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include <cstddef>
 #include <iosfwd>

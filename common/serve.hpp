@@ -9,7 +9,7 @@
 // pass, samples every logit row with its request's sampler, and tells the policy what came out.
 #pragma once
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include <cstddef>
 #include <functional>

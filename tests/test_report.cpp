@@ -2,6 +2,7 @@
 // warning that a step small enough to stay in the cache in front of that memory measures the
 // cache (a 61 MB model on a CPU with a 260 MiB L3 reached 119 % of the read peak).
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <sstream>
 #include <string>

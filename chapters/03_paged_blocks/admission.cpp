@@ -1,6 +1,7 @@
 #include "chapters/03_paged_blocks/admission.hpp"
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <fmt/ostream.h>
 
 #include <ostream>

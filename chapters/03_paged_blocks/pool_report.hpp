@@ -1,7 +1,7 @@
 // Reports on a block pool in the spirit of malloc statistics, and a picture of who owns what.
 #pragma once
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include <cstddef>
 #include <iosfwd>

@@ -1,6 +1,7 @@
 #include "chapters/04_cow_prefix_sharing/admission.hpp"
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <fmt/ostream.h>
 
 #include <algorithm>

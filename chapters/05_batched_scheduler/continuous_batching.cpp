@@ -1,6 +1,7 @@
 #include "chapters/05_batched_scheduler/continuous_batching.hpp"
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <fmt/ostream.h>
 
 #include <algorithm>
