@@ -31,16 +31,18 @@ void StaticBatches::submit(int id, const Request& request) {
   Entry& e = entries_[id];
   e.request = &request;
   e.next_pos = static_cast<int>(request.prompt.size());
-  if (request.fork_of < 0) waiting_.push_back(id);  // a fork joins with its prompt's request
+  if (request.fork_of < 0) {
+    waiting_.push_back(id);
+  } else {
+    entry(request.fork_of).forks.push_back(id);  // a fork joins with its prompt's request
+  }
 }
 
 void StaticBatches::admit(StepPlan& plan) {
   std::vector<int> still_waiting;
   for (std::size_t w = 0; w < waiting_.size(); ++w) {
     const int id = waiting_[w];
-    std::vector<int> forks;
-    for (int f = id + 1; f < static_cast<int>(entries_.size()); ++f)
-      if (entries_[f].request != nullptr && entries_[f].request->fork_of == id) forks.push_back(f);
+    const std::vector<int> forks = entry(id).forks;
     std::string why;
     if (fits(id, request(id), static_cast<int>(forks.size()), why)) {
       batch_.push_back(id);

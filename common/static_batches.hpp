@@ -71,6 +71,7 @@ class StaticBatches : public ServingPolicy {
     int pending = -1;  // sampled token to feed next; -1 when none
     int next_pos = 0;  // position the next fed token takes
     bool done = false;
+    std::vector<int> forks;  // requests forked from this one's prompt pass, in id order
   };
   Entry& entry(int id);
   [[nodiscard]] const Entry& entry(int id) const;

@@ -124,22 +124,22 @@ double SharingAdmission::unshared_bytes_per_step() const {
              : 0.0;
 }
 
-void SharingAdmission::add_request_json(int request, nlohmann::json& entry) const {
+std::pair<int, int> SharingAdmission::prompt_and_reused(int request) const {
   const int r = root(request);
   const auto p = prompt_of_.find(r);
   const auto reused = reused_.find(r);
-  entry["request"] = p == prompt_of_.end() ? r : p->second;
-  entry["prompt_tokens_reused"] = reused == reused_.end() ? 0 : reused->second;
+  return {p == prompt_of_.end() ? r : p->second, reused == reused_.end() ? 0 : reused->second};
+}
+
+void SharingAdmission::add_request_json(int request, nlohmann::json& entry) const {
+  const auto [prompt, reused] = prompt_and_reused(request);
+  entry["request"] = prompt;
+  entry["prompt_tokens_reused"] = reused;
 }
 
 std::string SharingAdmission::describe_request(int request) const {
-  const nlohmann::json fields = [&] {
-    nlohmann::json j;
-    add_request_json(request, j);
-    return j;
-  }();
-  return fmt::format(" (prompt {}, {} prompt tokens from the cache)", fields["request"].get<int>(),
-                     fields["prompt_tokens_reused"].get<int>());
+  const auto [prompt, reused] = prompt_and_reused(request);
+  return fmt::format(" (prompt {}, {} prompt tokens from the cache)", prompt, reused);
 }
 
 void SharingAdmission::add_json(nlohmann::json& root, const ServeResult&) const {

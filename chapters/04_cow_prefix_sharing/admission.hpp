@@ -18,6 +18,7 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "chapters/04_cow_prefix_sharing/shared_cache.hpp"
@@ -80,6 +81,8 @@ class SharingAdmission final : public StaticBatches {
 
  private:
   [[nodiscard]] int root(int request) const;
+  /// The index of the request's prompt and the prompt positions it took from the prefix index.
+  [[nodiscard]] std::pair<int, int> prompt_and_reused(int request) const;
   [[nodiscard]] double unshared_bytes_per_step() const;
 
   std::unique_ptr<SharedCache> cache_;
