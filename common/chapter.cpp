@@ -17,6 +17,7 @@
 #include "common/report.hpp"
 #include "common/sampler.hpp"
 #include "common/tokenizer.hpp"
+#include "common/workload.hpp"
 
 namespace kvheap {
 namespace {
@@ -74,10 +75,37 @@ bool verify(const ModelWeights& w, const std::vector<Request>& requests, const S
   return passed;
 }
 
+/// --top2-gaps: each request's gaps, one per logit row it was sampled from, and the near-tie
+/// threshold of the run's element types.
+struct Gaps {
+  bool wanted = false;
+  float near_tie = 0;
+  const std::vector<std::vector<float>>& per_request;
+};
+
+/// The on_logits hook of --top2-gaps: appends each logit row's top2_gap to its request's list,
+/// and a prompt pass's to the requests forked from it (their first token comes from that row).
+std::function<void(const StepPlan&, std::span<const float>)> top2_gap_recorder(
+    const std::vector<Request>& requests, int vocab, std::vector<std::vector<float>>& gaps) {
+  std::vector<std::vector<int>> forks(requests.size());
+  for (std::size_t i = 0; i < requests.size(); ++i)
+    if (requests[i].fork_of >= 0) forks[requests[i].fork_of].push_back(static_cast<int>(i));
+  return [forks = std::move(forks), vocab, &gaps](const StepPlan& plan,
+                                                  std::span<const float> logits) {
+    for (std::size_t j = 0; j < plan.logit_requests.size(); ++j) {
+      const int id = plan.logit_requests[j];
+      const float gap = top2_gap(logits.subspan(j * vocab, vocab));
+      if (gaps[id].empty())
+        for (const int child : forks[id]) gaps[child].push_back(gap);
+      gaps[id].push_back(gap);
+    }
+  };
+}
+
 /// Prints a finished run: one JSON object, or the text report.
 void print_run(const Chapter& chapter, const ServingPolicy& policy, const RunReport& report,
                const ServeResult& res, const std::vector<Request>& requests, const ModelConfig& c,
-               const Tokenizer* tok, bool json, std::ostream& os) {
+               const Tokenizer* tok, bool json, const Gaps& top2, std::ostream& os) {
   const bool flat = chapter.one_request_flat && requests.size() == 1;
   if (json) {
     nlohmann::json root = {{"chapter", report.chapter},
@@ -88,6 +116,7 @@ void print_run(const Chapter& chapter, const ServingPolicy& policy, const RunRep
       root["prompt_ids"] = requests[0].prompt;
       root["generated_ids"] = res.requests[0].generated;
       if (tok != nullptr) root["text"] = tok->decode(res.requests[0].generated);
+      if (top2.wanted) root["top2_gaps"] = top2.per_request[0];
     } else {
       nlohmann::json seqs = nlohmann::json::array(), ids = nlohmann::json::array();
       for (std::size_t i = 0; i < requests.size(); ++i) {
@@ -98,6 +127,11 @@ void print_run(const Chapter& chapter, const ServingPolicy& policy, const RunRep
                             {"arrival_step", rec.arrival_step},
                             {"finish_step", rec.finish_step}};
         if (tok != nullptr) s["text"] = tok->decode(rec.generated);
+        if (top2.wanted) s["top2_gaps"] = top2.per_request[i];
+        const double ttft =
+            rec.first_token_seconds >= 0 ? rec.first_token_seconds - rec.arrival_seconds : -1.0;
+        s["arrival_s"] = rec.arrival_seconds;
+        s["ttft_s"] = ttft;
         policy.add_request_json(static_cast<int>(i), s);
         seqs.push_back(s);
         ids.push_back(rec.generated);
@@ -105,7 +139,9 @@ void print_run(const Chapter& chapter, const ServingPolicy& policy, const RunRep
       root["generated_ids"] = ids;
       root["sequences"] = seqs;
     }
-    if (policy.refuses()) root["not_admitted"] = res.refusals;
+    root["not_admitted"] = res.refusals;
+    if (top2.wanted) root["near_tie_gap"] = top2.near_tie;
+    root["timeline"] = timeline_json(res.timeline);
     policy.add_json(root, res);
     os << json_line(root) << "\n";
     return;
@@ -139,8 +175,9 @@ int run_chapter(const Chapter& chapter, int argc, char** argv) {
   Flag check = cli.flag("--self-check", self_check,
                         "Run on the tiny model and compare every request's greedy ids with "
                         "the reference forward pass; prints Disposition: Passed or Failed");
-  for (const char* set : {"--model", "--tokenizer", "--prompt", "--prompt-ids", "--prompts",
-                          "--num-seqs", "--max-new-tokens", "--temperature", "--json"})
+  for (const char* set :
+       {"--model", "--tokenizer", "--prompt", "--prompt-ids", "--prompts", "--workload",
+        "--num-seqs", "--max-new-tokens", "--temperature", "--json", "--top2-gaps"})
     check.excludes(cli.get(set));
   if (chapter.add_flags) chapter.add_flags(cli);
 
@@ -180,22 +217,28 @@ int run_chapter(const Chapter& chapter, int argc, char** argv) {
     const std::unique_ptr<Tokenizer> tok = load_tokenizer(o, c);
 
     std::vector<Request> requests;
-    const std::vector<std::vector<int>> prompts =
-        self_check ? kSelfCheckPrompts : load_prompts(o, o.num_seqs, o.prompts_file, c, tok.get());
-    for (const std::vector<int>& prompt : prompts) {
-      check_generation_fits(prompt.size(), o.max_new_tokens, c);
-      Request r;
-      r.prompt = prompt;
-      r.max_new_tokens = o.max_new_tokens;
-      r.ignore_eos = o.ignore_eos;
-      requests.push_back(std::move(r));
+    if (!o.workload_file.empty()) {
+      requests = load_workload(o.workload_file, c, tok.get(), o.max_new_tokens);
+    } else {
+      const std::vector<std::vector<int>> prompts =
+          self_check ? kSelfCheckPrompts
+                     : load_prompts(o, o.num_seqs, o.prompts_file, c, tok.get());
+      for (const std::vector<int>& prompt : prompts) {
+        check_generation_fits(prompt.size(), o.max_new_tokens, c);
+        Request r;
+        r.prompt = prompt;
+        r.max_new_tokens = o.max_new_tokens;
+        requests.push_back(std::move(r));
+      }
     }
+    for (Request& r : requests) r.ignore_eos = o.ignore_eos;
     if (chapter.shape_requests) chapter.shape_requests(requests);
     long longest = 0;
     for (std::size_t i = 0; i < requests.size(); ++i) {
       requests[i].sampling = sampler_config(o);
       requests[i].sampling.seed += i;  // each request draws its own tokens
-      longest = std::max(longest, positions_stored(requests[i].prompt.size(), o.max_new_tokens));
+      longest = std::max(longest,
+                         positions_stored(requests[i].prompt.size(), requests[i].max_new_tokens));
     }
 
     const std::unique_ptr<Backend> backend = make_backend(
@@ -204,6 +247,12 @@ int run_chapter(const Chapter& chapter, int argc, char** argv) {
     const std::unique_ptr<ServingPolicy> policy = chapter.make_policy(run);
     ServeHooks hooks;
     hooks.after_step = chapter.after_step;
+    if (!self_check) {
+      hooks.progress = &std::cerr;
+      hooks.progress_label = program;
+    }
+    std::vector<std::vector<float>> gaps(requests.size());  // --top2-gaps, per generated token
+    if (o.top2_gaps) hooks.on_logits = top2_gap_recorder(requests, c.vocab_size, gaps);
     const ServeResult res = serve(*policy, *backend, requests, c, hooks);
 
     if (self_check) {
@@ -224,7 +273,8 @@ int run_chapter(const Chapter& chapter, int argc, char** argv) {
     report.kv_budget_bytes = policy->budget_bytes();
     report.weight_bytes_per_step = static_cast<double>(weight_bytes_per_decode_step(c, wt));
     report.peak = backend->peak();
-    print_run(chapter, *policy, report, res, requests, c, tok.get(), o.json, std::cout);
+    const Gaps top2{o.top2_gaps, near_tie(wt, kv), gaps};
+    print_run(chapter, *policy, report, res, requests, c, tok.get(), o.json, top2, std::cout);
   });
   return parsed != 0 ? parsed : status;
 }

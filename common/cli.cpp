@@ -145,6 +145,13 @@ void add_common_options(CommandLine& cli, CommonOptions& o, const std::string& n
       .excludes(cli.get("--num-seqs"))
       .excludes(cli.get("--prompt"))
       .excludes(cli.get("--prompt-ids"));
+  cli.option("--workload", o.workload_file,
+             "JSONL file of requests: prompt, max_new_tokens, stop_ids, arrival (see "
+             "common/workload.hpp; scripts/make_workload.py writes them)")
+      .excludes(cli.get("--num-seqs"))
+      .excludes(cli.get("--prompt"))
+      .excludes(cli.get("--prompt-ids"))
+      .excludes(cli.get("--prompts"));
   cli.option("--device", o.device, "Where to run: cpu or cuda").show_default();
   cli.option("--weight-dtype", o.weight_dtype, "Weights on the device: fp32, fp16 or bf16")
       .show_default();
@@ -155,6 +162,9 @@ void add_common_options(CommandLine& cli, CommonOptions& o, const std::string& n
   cli.flag("--json", o.json, "Print one JSON object instead of the report");
   cli.flag("--ignore-eos", o.ignore_eos, "Do not stop at stop tokens (fixed-length runs)");
   cli.flag("--no-peak", o.no_peak, "Skip measuring the bandwidth peak at start");
+  cli.flag("--top2-gaps", o.top2_gaps,
+           "Record each generated token's top-2 logit gap (JSON: top2_gaps), to tell near ties "
+           "from real differences; every pass then computes its logits");
 }
 
 int run_cli(CommandLine& cli, int argc, char** argv, const std::function<void()>& body) {

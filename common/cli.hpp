@@ -87,6 +87,7 @@ struct CommonOptions {
   std::string prompt;                 ///< text prompt (needs --tokenizer)
   std::string prompt_ids;             ///< comma-separated token ids
   std::string prompts_file;           ///< one prompt per line (ids, or text with a tokenizer)
+  std::string workload_file;          ///< JSONL requests with lengths and arrivals (workload.hpp)
   int num_seqs = 1;                   ///< copies of the prompt to serve
   int max_new_tokens = 64;            ///< generation stops after this many tokens
   float temperature = 0.0f;           ///< 0 = greedy
@@ -101,11 +102,12 @@ struct CommonOptions {
   bool json = false;                  ///< print one JSON object instead of the report
   bool ignore_eos = false;            ///< generate exactly max_new_tokens
   bool no_peak = false;               ///< skip measuring the bandwidth peak at start
+  bool top2_gaps = false;             ///< record each generated token's top-2 logit gap
 };
 
 /// \brief Registers the shared flags on `cli`; `num_seqs_help` says what --num-seqs counts in
-/// this program. `--prompts` excludes --num-seqs, --prompt and --prompt-ids: flags that would be
-/// silently ignored together are refused together.
+/// this program. `--prompts` and `--workload` exclude --num-seqs, --prompt, --prompt-ids and each
+/// other: flags that would be silently ignored together are refused together.
 void add_common_options(
     CommandLine& cli, CommonOptions& o,
     const std::string& num_seqs_help = "Requests to serve (copies of the prompt)");

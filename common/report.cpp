@@ -38,6 +38,15 @@ double RunReport::waste_fraction() const {
              : 0.0;
 }
 
+double RunReport::prefix_hit_rate() const {
+  const double needed = static_cast<double>(counters.positions_reused + prefill_rows);
+  return needed > 0 ? static_cast<double>(counters.positions_reused) / needed : 0.0;
+}
+
+double RunReport::output_tokens_per_s() const {
+  return seconds > 0 ? static_cast<double>(generated_tokens) / seconds : 0;
+}
+
 RunReport make_report(const ServeResult& result, const std::vector<Request>& requests,
                       const ModelConfig& c, DType kv, bool whole_run) {
   RunReport r;
@@ -80,6 +89,9 @@ RunReport make_report(const ServeResult& result, const std::vector<Request>& req
   }
   r.kv_reserved_bytes = result.peak.reserved;
   r.kv_used_bytes = result.peak.used;
+  r.latency = latencies(result);
+  r.counters = result.counters;
+  r.requests_served = r.requests - r.not_admitted;
   return r;
 }
 
@@ -106,6 +118,17 @@ void print_report(const RunReport& r, std::ostream& os) {
     if (!r.stop_reason.empty()) fmt::print(os, "  (stop: {})", r.stop_reason);
     fmt::print(os, "\n");
   }
+  const auto ms = [](const Distribution& d) {
+    return fmt::format("p50 {:.1f} / p90 {:.1f} / p99 {:.1f} ms", d.p50 * 1e3, d.p90 * 1e3,
+                       d.p99 * 1e3);
+  };
+  fmt::print(os, "  latency : TTFT {}; TPOT {}\n", ms(r.latency.ttft), ms(r.latency.tpot));
+  fmt::print(os, "            queueing {}; {:.1f} requests/s, {:.1f} output tokens/s\n",
+             ms(r.latency.queueing), r.seconds > 0 ? r.requests_served / r.seconds : 0.0,
+             r.output_tokens_per_s());
+  if (r.counters.preemptions > 0 || r.counters.positions_reused > 0)
+    fmt::print(os, "  reuse   : {} preemptions; prefix hit rate {:.1f} % ({} prompt positions)\n",
+               r.counters.preemptions, 100.0 * r.prefix_hit_rate(), r.counters.positions_reused);
   fmt::print(os, "  KV cache: reserved {:.3f} MB, used {:.3f} MB, waste {:.1f} %\n",
              r.kv_reserved_bytes / 1e6, r.kv_used_bytes / 1e6, 100.0 * r.waste_fraction());
   fmt::print(os,
@@ -158,10 +181,16 @@ nlohmann::json metrics_json(const RunReport& r) {
   return m;
 }
 
+namespace {
+
+nlohmann::json distribution_json(const Distribution& d) {
+  return {{"count", d.count}, {"mean", d.mean}, {"p50", d.p50}, {"p90", d.p90}, {"p99", d.p99}};
+}
+
+}  // namespace
+
 nlohmann::json serving_json(const RunReport& r) {
-  const double gen_per_s = r.seconds > 0 ? static_cast<double>(r.generated_tokens) / r.seconds : 0;
-  const double req_per_s =
-      r.seconds > 0 ? static_cast<double>(r.requests - r.not_admitted) / r.seconds : 0;
+  const double req_per_s = r.seconds > 0 ? static_cast<double>(r.requests_served) / r.seconds : 0;
   return {{"requests", r.requests},
           {"not_admitted", r.not_admitted},
           {"peak_running", r.peak_running},
@@ -172,8 +201,15 @@ nlohmann::json serving_json(const RunReport& r) {
           {"prompt_tokens", r.prompt_tokens},
           {"generated_tokens", r.generated_tokens},
           {"seconds", r.seconds},
-          {"generated_tokens_per_s", gen_per_s},
+          {"generated_tokens_per_s", r.output_tokens_per_s()},
           {"requests_per_s", req_per_s},
+          {"ttft_s", distribution_json(r.latency.ttft)},
+          {"tpot_s", distribution_json(r.latency.tpot)},
+          {"itl_s", distribution_json(r.latency.itl)},
+          {"queueing_s", distribution_json(r.latency.queueing)},
+          {"preemptions", r.counters.preemptions},
+          {"prompt_positions_reused", r.counters.positions_reused},
+          {"prefix_hit_rate", r.prefix_hit_rate()},
           {"kv_budget_bytes", r.kv_budget_bytes},
           {"kv_reserved_bytes", r.kv_reserved_bytes},
           {"kv_used_bytes", r.kv_used_bytes},
@@ -182,6 +218,25 @@ nlohmann::json serving_json(const RunReport& r) {
           {"gbps", r.decode_gbps()},
           {"peak_gbps", r.peak.gbps},
           {"fraction_of_peak", r.peak.gbps > 0 ? r.decode_gbps() / r.peak.gbps : 0.0}};
+}
+
+nlohmann::json timeline_json(const std::vector<StepSample>& timeline) {
+  nlohmann::json step = nlohmann::json::array(), seconds = nlohmann::json::array(),
+                 running = nlohmann::json::array(), rows = nlohmann::json::array(),
+                 held = nlohmann::json::array(), cached = nlohmann::json::array(),
+                 free = nlohmann::json::array();
+  for (const StepSample& s : timeline) {
+    step.push_back(s.step);
+    seconds.push_back(s.seconds);
+    running.push_back(s.running);
+    rows.push_back(s.rows);
+    held.push_back(s.kv.held);
+    cached.push_back(s.kv.cached);
+    free.push_back(s.kv.free);
+  }
+  return {{"step", step},         {"seconds", seconds},    {"running", running},
+          {"rows", rows},         {"kv_held_bytes", held}, {"kv_cached_bytes", cached},
+          {"kv_free_bytes", free}};
 }
 
 std::string json_line(const nlohmann::json& j) {

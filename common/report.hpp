@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/bandwidth.hpp"
+#include "common/latency.hpp"
 #include "common/model_config.hpp"
 #include "common/serve.hpp"
 
@@ -58,6 +59,10 @@ struct RunReport {
   double kv_bytes_per_step = 0;       ///< KV one decode step reads, on average
   MeasuredPeak peak;                  ///< measured in the same process (gbps 0: not measured)
 
+  Latencies latency;         ///< TTFT, TPOT, inter-token and queueing times
+  PolicyCounters counters;   ///< preemptions and prompt positions taken from a prefix index
+  long requests_served = 0;  ///< requests given minus those turned away
+
   /// \brief Prompt tokens per second of the prefill passes.
   [[nodiscard]] double prefill_tokens_per_s() const;
   /// \brief decode_tokens per second of decode time.
@@ -70,6 +75,11 @@ struct RunReport {
   [[nodiscard]] double decode_gbps() const;
   /// \brief 1 - used / reserved: the share of the cache's memory holding no token.
   [[nodiscard]] double waste_fraction() const;
+  /// \brief Prompt positions taken from a prefix index over all prompt positions the run needed
+  /// (taken or computed, recomputation after preemption included).
+  [[nodiscard]] double prefix_hit_rate() const;
+  /// \brief Generated tokens per second of the whole run.
+  [[nodiscard]] double output_tokens_per_s() const;
 };
 
 /// \brief The report of a finished run of `requests`.
@@ -79,9 +89,13 @@ RunReport make_report(const ServeResult& result, const std::vector<Request>& req
 /// \brief The "metrics" object of --json output.
 nlohmann::json metrics_json(const RunReport& r);
 
-/// \brief The "serving" object of --json output: requests, passes and rows, throughput, and KV,
-/// the same for every chapter.
+/// \brief The "serving" object of --json output: requests, passes and rows, throughput, latency
+/// percentiles, preemptions and prefix hits, and KV, the same for every chapter.
 nlohmann::json serving_json(const RunReport& r);
+
+/// \brief The "timeline" object of --json output: one entry per forward pass in each array
+/// (step, seconds, running, rows, kv_held_bytes, kv_cached_bytes, kv_free_bytes).
+nlohmann::json timeline_json(const std::vector<StepSample>& timeline);
 
 /// \brief The report's lines: header, prefill and decode, KV, bytes per step and achieved rate.
 void print_report(const RunReport& r, std::ostream& os);

@@ -1,12 +1,14 @@
 #include "common/serve.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ostream.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
 #include <ostream>
 #include <stdexcept>
+#include <thread>
 
 #include "base/error.hpp"
 
@@ -15,6 +17,11 @@ namespace kvheap {
 void ServingPolicy::add_json(nlohmann::json&, const ServeResult&) const {}
 void ServingPolicy::add_request_json(int, nlohmann::json&) const {}
 std::string ServingPolicy::describe_request(int) const { return ""; }
+
+KvOccupancy ServingPolicy::occupancy() {
+  const std::size_t held = usage().reserved, budget = budget_bytes();
+  return {held, 0, budget > held ? budget - held : 0};
+}
 void ServingPolicy::print(std::ostream&, const ServeResult&) const {}
 
 long ServeResult::generated_tokens() const {
@@ -51,8 +58,10 @@ long positions_stored(std::size_t prompt_tokens, int max_new_tokens) {
 
 std::string take_token(int token, const ModelConfig& c, const Request& request,
                        std::vector<int>& generated) {
-  const bool is_stop = std::find(c.stop_ids.begin(), c.stop_ids.end(), token) != c.stop_ids.end();
-  if (is_stop && !request.ignore_eos) return "stop token";
+  const auto stops = [token](const std::vector<int>& ids) {
+    return std::find(ids.begin(), ids.end(), token) != ids.end();
+  };
+  if ((stops(c.stop_ids) && !request.ignore_eos) || stops(request.stop_ids)) return "stop token";
   generated.push_back(token);
   return static_cast<int>(generated.size()) == request.max_new_tokens ? "max_new_tokens" : "";
 }
@@ -64,6 +73,28 @@ using Clock = std::chrono::steady_clock;
 double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
+
+/// Writes a progress line every few seconds once a run has taken a few.
+class Progress {
+ public:
+  Progress(std::ostream* os, std::string label, std::size_t requests)
+      : os_(os), label_(std::move(label)), requests_(requests) {}
+  void update(const ServeResult& res, double now) {
+    if (os_ == nullptr || now < next_) return;
+    next_ = now + kEvery;
+    const long tokens = res.generated_tokens();
+    fmt::print(*os_, "{}: {} of {} requests done, {} tokens in {:.1f} s = {:.1f} tokens/s so far\n",
+               label_, res.finished, requests_, tokens, now, tokens / now);
+    os_->flush();
+  }
+
+ private:
+  static constexpr double kFirst = 3.0, kEvery = 5.0;
+  std::ostream* os_;
+  std::string label_;
+  std::size_t requests_;
+  double next_ = kFirst;
+};
 
 }  // namespace
 
@@ -90,18 +121,35 @@ ServeResult serve(ServingPolicy& policy, Backend& backend, const std::vector<Req
   std::vector<char> started(n, 0);  // a token was sampled for it
 
   const Clock::time_point t0 = Clock::now();
+  const auto now = [&] { return seconds_between(t0, Clock::now()); };
+  Progress progress(hooks.progress, hooks.progress_label, n);
   long step = 0;
   std::size_t next = 0;  // next request to arrive
+  // Request i arrives at its wall-clock time, else before its step.
+  const auto arrived = [&](const Request& r) {
+    return r.arrival_seconds >= 0 ? now() >= r.arrival_seconds : r.arrival_step <= step;
+  };
+  // Nothing can run until request `next` arrives: skip ahead to its step, or sleep until its time.
+  const auto wait_for_next = [&] {
+    const Request& r = requests[next];
+    if (r.arrival_seconds < 0) {
+      step = std::max(step, r.arrival_step);
+      return;
+    }
+    std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Clock::duration>(
+                                           std::chrono::duration<double>(r.arrival_seconds)));
+  };
   bool sampled_usage = false;
   while (true) {
-    // Arrivals: request i comes in before its arrival step; an idle server skips ahead to it.
-    if (policy.idle() && next < n) step = std::max(step, requests[next].arrival_step);
-    for (; next < n && requests[next].arrival_step <= step; ++next) {
+    if (policy.idle() && next < n) wait_for_next();
+    for (; next < n && arrived(requests[next]); ++next) {
       RequestRecord& rec = res.requests[next];
       rec.arrival_step = step;
-      rec.arrival_seconds = seconds_between(t0, Clock::now());
+      rec.arrival_seconds =
+          requests[next].arrival_seconds >= 0 ? requests[next].arrival_seconds : now();
       if (requests[next].max_new_tokens == 0) {  // nothing to generate, so nothing runs
         rec.status = "max_new_tokens";
+        ++res.finished;
         continue;
       }
       policy.submit(static_cast<int>(next), requests[next]);
@@ -110,13 +158,22 @@ ServeResult serve(ServingPolicy& policy, Backend& backend, const std::vector<Req
     const StepPlan plan = policy.schedule();
     for (const auto& [id, why] : plan.refused) {
       res.requests[id].status = "not admitted";
+      ++res.finished;
       if (!why.empty()) res.refusals.push_back(why);
+    }
+    for (const int id : plan.admitted) {
+      RequestRecord& rec = res.requests[id];
+      if (rec.admitted_seconds < 0) rec.admitted_seconds = seconds_between(t0, pass_start);
+      for (const int child : forks[id])
+        if (res.requests[child].admitted_seconds < 0)
+          res.requests[child].admitted_seconds = rec.admitted_seconds;
     }
     if (plan.batch.rows.empty()) {
       if (next == n && policy.idle()) break;
       if (next == n)
         throw std::logic_error(
             "serve: the policy planned nothing while requests wait and none is still to come");
+      if (requests[next].arrival_seconds >= 0) wait_for_next();
       ++step;
       continue;
     }
@@ -133,22 +190,26 @@ ServeResult serve(ServingPolicy& policy, Backend& backend, const std::vector<Req
     const KvUsage usage = policy.usage();
     if (!sampled_usage || usage.used > res.peak.used) res.peak = usage;
     sampled_usage = true;
-    res.peak_running = std::max(res.peak_running, policy.running());
+    const KvOccupancy occupancy = policy.occupancy();
+    const int running = policy.running();
+    res.peak_running = std::max(res.peak_running, running);
     const double positions = static_cast<double>(policy.cache().positions_read());
     res.positions_read += positions;
     if (plan.decode_rows > 0) res.decode_positions_read += positions;
 
     // Each logit row's token, for its request and the requests forked from its prompt pass.
     const auto vocab = static_cast<std::size_t>(config.vocab_size);
+    const double sampled_at = now();
     const auto take = [&](int id, std::size_t row) {
       const int token = greedy ? ids[row] : samplers[id].sample(logits.subspan(row * vocab, vocab));
       RequestRecord& rec = res.requests[id];
       if (!started[id]) {
         started[id] = 1;
         rec.first_token_step = step;
-        rec.first_token_seconds = seconds_between(t0, Clock::now());
+        rec.first_token_seconds = sampled_at;
       }
       const std::string done = take_token(token, config, requests[id], rec.generated);
+      if (rec.token_seconds.size() < rec.generated.size()) rec.token_seconds.push_back(sampled_at);
       if (done.empty()) {
         rec.status = "running";
         policy.append(id, token);
@@ -156,7 +217,8 @@ ServeResult serve(ServingPolicy& policy, Backend& backend, const std::vector<Req
       }
       rec.status = done;
       rec.finish_step = step + 1;
-      rec.finish_seconds = seconds_between(t0, Clock::now());
+      rec.finish_seconds = sampled_at;
+      ++res.finished;
       policy.finish(id);
     };
     for (std::size_t j = 0; j < plan.logit_requests.size(); ++j) {
@@ -177,11 +239,15 @@ ServeResult serve(ServingPolicy& policy, Backend& backend, const std::vector<Req
     } else {
       res.decode_seconds += pass_seconds;
     }
+    res.timeline.push_back(
+        {step, sampled_at, running, static_cast<int>(plan.batch.rows.size()), occupancy});
     ++step;
     if (hooks.after_step) hooks.after_step(step);
+    progress.update(res, sampled_at);
   }
-  res.seconds = seconds_between(t0, Clock::now());
+  res.seconds = now();
   res.steps = step;
+  res.counters = policy.counters();
   policy.check_drained();
   return res;
 }

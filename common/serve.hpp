@@ -32,8 +32,12 @@ struct Request {
   std::vector<int> prompt;  ///< token ids; never empty
   int max_new_tokens = 0;   ///< at most this many tokens are generated (0: done at once)
   long arrival_step = 0;    ///< the loop submits it before this step, or when idle before
-  SamplerConfig sampling;   ///< greedy, temperature, top-p, seed: the request's own sampler
-  bool ignore_eos = false;  ///< generate exactly max_new_tokens
+  /// \brief Seconds after the loop starts at which it arrives, against the wall clock; the loop
+  /// waits for it when idle, and its latencies count from then. Negative: arrival_step counts.
+  double arrival_seconds = -1;
+  std::vector<int> stop_ids;  ///< tokens that end it besides the model's stop ids (never ignored)
+  SamplerConfig sampling;     ///< greedy, temperature, top-p, seed: the request's own sampler
+  bool ignore_eos = false;    ///< generate exactly max_new_tokens
   /// \brief Another request, before this one, whose prompt this one shares as a fork (chapter
   /// 4's samples): its first token is sampled from that request's prompt pass, and its sequence
   /// forks that request's. -1: a prompt of its own.
@@ -46,6 +50,7 @@ struct StepPlan {
   std::vector<int> logit_requests;  ///< request id of each logit row, in row order
   int decode_rows = 0;              ///< rows of requests decoding (feeding a sampled token)
   int prefill_rows = 0;             ///< rows of prompts (or of a preempted request computed again)
+  std::vector<int> admitted;        ///< requests that took memory in this step (again: preempted)
   /// \brief Requests turned away in this step, and why (they are never served); a request
   /// turned away with another (a fork with its prompt) has no reason of its own.
   std::vector<std::pair<int, std::string>> refused;
@@ -55,6 +60,20 @@ struct StepPlan {
 struct KvUsage {
   std::size_t reserved = 0;  ///< bytes set aside (reservations, blocks held)
   std::size_t used = 0;      ///< bytes that hold a token's K and V
+};
+
+/// \brief The policy's KV memory at one step, by what holds it; the three add up to the pool (a
+/// policy without one: to its budget, or to what it holds when it has no cap).
+struct KvOccupancy {
+  std::size_t held = 0;    ///< bytes held for running requests (reservations, their blocks)
+  std::size_t cached = 0;  ///< bytes no request holds that a prefix index keeps for reuse
+  std::size_t free = 0;    ///< bytes free
+};
+
+/// \brief What a policy counts that the loop cannot see.
+struct PolicyCounters {
+  long preemptions = 0;       ///< times a running request gave its memory back
+  long positions_reused = 0;  ///< prompt positions taken from a prefix index, not computed
 };
 
 struct ServeResult;
@@ -84,6 +103,11 @@ class ServingPolicy {
   /// \brief KV memory held now; the loop asks after every forward pass, before the pass's tokens
   /// are sampled. By default the cache's bytes_reserved() and bytes_used().
   virtual KvUsage usage() { return {cache().bytes_reserved(), cache().bytes_used()}; }
+  /// \brief KV memory by what holds it, sampled after every pass. By default usage().reserved is
+  /// held and the rest of budget_bytes() is free.
+  virtual KvOccupancy occupancy();
+  /// \brief Preemptions and prefix reuse so far (none by default).
+  [[nodiscard]] virtual PolicyCounters counters() const { return {}; }
   /// \brief The KV budget the policy works in, in bytes (0: no cap).
   [[nodiscard]] virtual std::size_t budget_bytes() const = 0;
   /// \brief Called once every request has finished: throws std::logic_error unless every block
@@ -93,8 +117,6 @@ class ServingPolicy {
   /// \brief True when a pass may mix prompt and decode rows (continuous batching): the report
   /// then counts the whole run as decoding.
   [[nodiscard]] virtual bool mixed_passes() const { return false; }
-  /// \brief True when the policy turns requests away rather than letting them wait.
-  [[nodiscard]] virtual bool refuses() const { return false; }
   /// \brief Adds the chapter's own blocks to the --json object (`root`), after the common ones.
   virtual void add_json(nlohmann::json& root, const ServeResult& result) const;
   /// \brief Adds the chapter's own fields to request `request`'s entry of "sequences".
@@ -107,14 +129,25 @@ class ServingPolicy {
 
 /// \brief What became of one request.
 struct RequestRecord {
-  std::vector<int> generated;       ///< sampled tokens, without a stop token
-  std::string status = "waiting";   ///< stop token, max_new_tokens, not admitted
-  long arrival_step = 0;            ///< step at which it was submitted
-  long first_token_step = -1;       ///< step whose pass sampled its first token (-1: none)
-  long finish_step = 0;             ///< the step after its last token (0: never finished)
-  double arrival_seconds = 0;       ///< since the loop started
-  double first_token_seconds = -1;  ///< since the loop started (-1: no token)
-  double finish_seconds = 0;        ///< since the loop started
+  std::vector<int> generated;         ///< sampled tokens, without a stop token
+  std::string status = "waiting";     ///< stop token, max_new_tokens, not admitted
+  long arrival_step = 0;              ///< step at which it was submitted
+  long first_token_step = -1;         ///< step whose pass sampled its first token (-1: none)
+  long finish_step = 0;               ///< the step after its last token (0: never finished)
+  double arrival_seconds = 0;         ///< since the loop started (a wall-clock arrival: its time)
+  double admitted_seconds = -1;       ///< since the loop started, when it first took memory
+  double first_token_seconds = -1;    ///< since the loop started (-1: no token)
+  double finish_seconds = 0;          ///< since the loop started
+  std::vector<double> token_seconds;  ///< when each generated token was sampled, since the start
+};
+
+/// \brief The loop's state after one forward pass.
+struct StepSample {
+  long step = 0;       ///< the loop's step
+  double seconds = 0;  ///< since the loop started, after the pass's tokens were taken
+  int running = 0;     ///< requests holding memory
+  int rows = 0;        ///< rows in the pass
+  KvOccupancy kv;      ///< the policy's KV memory
 };
 
 /// \brief A finished run: every request's outcome and the loop's measurements.
@@ -122,6 +155,7 @@ struct ServeResult {
   std::vector<RequestRecord> requests;  ///< in request order
   std::vector<std::string> refusals;    ///< why each request turned away was, in order
   long steps = 0;                       ///< loop steps, idle ones included
+  long finished = 0;                    ///< requests done or turned away
   long passes = 0;                      ///< forward passes
   long prefill_passes = 0;              ///< passes without a decode row
   long prefill_rows = 0;                ///< rows of prompts (and recomputation) over all passes
@@ -133,6 +167,8 @@ struct ServeResult {
   double decode_positions_read = 0;     ///< the same over passes with decode rows
   KvUsage peak;                         ///< at the pass that used the most KV
   int peak_running = 0;                 ///< most requests holding memory at one pass
+  std::vector<StepSample> timeline;     ///< one sample per forward pass
+  PolicyCounters counters;              ///< the policy's, at the end
 
   /// \brief Passes with decode rows.
   [[nodiscard]] long decode_passes() const { return passes - prefill_passes; }
@@ -147,6 +183,10 @@ struct ServeHooks {
   std::function<void(const StepPlan&, std::span<const float>)> on_logits;
   /// \brief Called after each step's tokens were handed to the policy, with the steps done.
   std::function<void(long)> after_step;
+  /// \brief When set, a run longer than a few seconds writes a progress line here every few
+  /// seconds, headed by `progress_label`: requests done, tokens so far and tokens/s.
+  std::ostream* progress = nullptr;
+  std::string progress_label;  ///< e.g. the program's name
 };
 
 /// \brief Serves `requests` through `policy` on `backend` until every one has finished or been
@@ -165,8 +205,9 @@ void check_generation_fits(std::size_t prompt_tokens, int max_new_tokens, const 
 long positions_stored(std::size_t prompt_tokens, int max_new_tokens);
 
 /// \brief Takes a sampled token into `generated` unless it ends the request. Returns "stop token"
-/// (not added) for one of the model's stop ids unless the request ignores them, "max_new_tokens"
-/// (added) for the last token allowed, and "" (added) when the request goes on.
+/// (not added) for one of the model's stop ids unless the request ignores them, or for one of the
+/// request's own stop_ids; "max_new_tokens" (added) for the last token allowed, and "" (added)
+/// when the request goes on.
 std::string take_token(int token, const ModelConfig& c, const Request& request,
                        std::vector<int>& generated);
 

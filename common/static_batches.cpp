@@ -47,22 +47,22 @@ void StaticBatches::admit(StepPlan& plan) {
     if (fits(id, request(id), static_cast<int>(forks.size()), why)) {
       batch_.push_back(id);
       batch_.insert(batch_.end(), forks.begin(), forks.end());
+      plan.admitted.push_back(id);
+      plan.admitted.insert(plan.admitted.end(), forks.begin(), forks.end());
       continue;
     }
-    if (!options_.refuse_when_full) {  // first come, first served: everyone behind waits too
+    if (!batch_.empty()) {  // first come, first served: everyone behind waits too
       still_waiting.assign(waiting_.begin() + static_cast<long>(w), waiting_.end());
       break;
     }
+    // Not even an empty batch holds it: it never fits, so it is turned away with its forks.
     plan.refused.emplace_back(id, why);
-    for (const int f : forks) plan.refused.emplace_back(f, "");  // turned away with their prompt
+    for (const int f : forks) plan.refused.emplace_back(f, "");
     for (const int r : forks) entries_[r].done = true;
     entry(id).done = true;
   }
   waiting_ = std::move(still_waiting);
   std::sort(batch_.begin(), batch_.end());
-  if (batch_.empty() && !waiting_.empty())
-    throw std::logic_error(fmt::format(
-        "static batches: request {} does not fit even an empty batch", waiting_.front()));
 }
 
 StepPlan StaticBatches::schedule() {

@@ -1,9 +1,11 @@
 // Static batching: the serving policy of chapters 1 to 4.
 //
-// Requests are admitted in arrival order while they fit. The batch's prompts are prefilled (all
-// in one pass, or one per pass), then every request of the batch decodes one row per step until
-// all of them have finished; only then, at the next step, does the batch give its memory back,
-// and the next batch is admitted. A chapter says what "fits" means (a reservation, a worst case in
+// Requests are admitted in arrival order while they fit; the first that does not waits for the
+// next batch, and so does everyone behind it. The batch's prompts are prefilled (all in one pass,
+// or one per pass), then every request of the batch decodes one row per step until all of them
+// have finished; only then, at the next step, does the batch give its memory back, and the next
+// batch is admitted. A request that does not fit even an empty batch never will: it is turned
+// away, with the chapter's reason. A chapter says what "fits" means (a reservation, a worst case in
 // blocks) and where sequences live; this class does the rest.
 //
 //   step 0: [A0 A1 A2 | B0 B1 | C0]   prefill (one pass, or A, B, C in passes of their own)
@@ -23,8 +25,6 @@ class StaticBatches : public ServingPolicy {
  public:
   /// \brief How a batch is admitted and prefilled.
   struct Options {
-    /// A request that does not fit is turned away (true), or waits for the next batch (false).
-    bool refuse_when_full = false;
     /// Prompts are prefilled one per pass, in order, so that each finds the blocks of the ones
     /// before it in a prefix index (chapter 4); else all in one pass.
     bool one_prompt_per_pass = false;
@@ -37,7 +37,6 @@ class StaticBatches : public ServingPolicy {
   /// \brief True when nothing waits and the last batch has finished.
   [[nodiscard]] bool idle() const override;
   [[nodiscard]] int running() const override { return static_cast<int>(batch_.size()); }
-  [[nodiscard]] bool refuses() const override { return options_.refuse_when_full; }
 
  protected:
   /// \brief A policy that admits and prefills as `options` say.

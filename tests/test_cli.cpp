@@ -188,16 +188,23 @@ TEST(Cli, Chapter3GeneratesPerSequenceIdsEqualToChapter1) {
   }
 }
 
-TEST(Cli, Chapter3ReportsSequencesTheBudgetCannotAdmit) {
+TEST(Cli, Chapter3SequencesBeyondTheBudgetWaitForTheNextBatch) {
   // tiny: 2 layers x 2 KV heads x 16 dims x 2 x 4 B = 512 B per token; 0.01 MB = 19 blocks of 1.
-  // A sequence stores at most 1 + 8 - 1 = 8 positions (the last token is never fed back).
-  const auto r = run_program(
-      "ch03_paged_blocks", {"--model", "tiny", "--num-seqs", "3", "--max-new-tokens", "8",
-                            "--block-size", "1", "--kv-budget-mb", "0.01", "--json", "--no-peak"});
+  // A sequence stores at most 1 + 8 - 1 = 8 positions (the last token is never fed back), so
+  // two worst cases fit at once and the third waits for the first batch to end.
+  const auto r =
+      run_program("ch03_paged_blocks",
+                  {"--model", "tiny", "--num-seqs", "3", "--max-new-tokens", "8", "--ignore-eos",
+                   "--block-size", "1", "--kv-budget-mb", "0.01", "--json", "--no-peak"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
-  EXPECT_EQ(j["not_admitted"].size(), 1u) << r.out;  // 8 blocks each: two fit in 19
-  EXPECT_EQ(j["sequences"][2]["status"], "not admitted");
+  EXPECT_EQ(j["not_admitted"].size(), 0u) << r.out;
+  EXPECT_EQ(j["serving"]["peak_running"], 2);
+  for (const auto& s : j["sequences"]) EXPECT_EQ(s["status"], "max_new_tokens") << r.out;
+  EXPECT_GE(j["sequences"][2]["arrival_step"], 0);
+  EXPECT_GT(j["sequences"][2]["finish_step"].get<long>(),
+            j["sequences"][1]["finish_step"].get<long>() + 7)
+      << "the third sequence ran after the first batch, not beside it";
 }
 
 TEST(Cli, Chapter3BudgetTooSmallForOneSequenceExitsOne) {

@@ -3,6 +3,7 @@
 // for it alone, and prints the same "serving" block.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -96,6 +97,92 @@ TEST(Cli, SelfCheckRefusesTheRequestFlagsItSetsItself) {
     EXPECT_EQ(r.exit_code, 2) << chapter;
     expect_one_line_error(r, "--self-check");
   }
+}
+
+/// Writes `lines` to a workload file in the test's temporary folder and returns its path.
+std::string workload(const std::string& name, const std::vector<std::string>& lines) {
+  const std::string path = testing::TempDir() + "/" + name + ".jsonl";
+  std::ofstream f(path);
+  for (const std::string& line : lines) f << line << "\n";
+  return path;
+}
+
+// The timeline's KV samples are the pool, whole, at every pass: held by running requests, cached
+// by a prefix index, or free. Chapter 5 here preempts, so blocks move between all three.
+TEST(Cli, OccupancyAddsUpToThePoolAtEveryPass) {
+  const std::string w = workload(
+      "occupancy", {R"({"prompt_ids": [1, 5, 9, 2, 77, 31, 4, 8], "max_new_tokens": 12})",
+                    R"({"prompt_ids": [1, 5, 9, 2, 77, 31, 4, 8, 60], "max_new_tokens": 9})",
+                    R"({"prompt_ids": [1, 70], "max_new_tokens": 14, "arrival_step": 3})",
+                    R"({"prompt_ids": [1], "max_new_tokens": 6, "arrival_step": 5})"});
+  // tiny: 512 B per position; 0.0123 MB = 24 blocks of 1 (12288 B): enough for one request alone
+  // (at most 20 positions), not for all four at once.
+  for (const std::string& chapter :
+       {"ch03_paged_blocks", "ch04_cow_prefix_sharing", "ch05_batched_scheduler"}) {
+    std::vector<std::string> args = {"--workload",     w,       "--block-size", "1",
+                                     "--kv-budget-mb", "0.0123"};
+    args.insert(args.end(), kGreedy.begin(), kGreedy.end());
+    if (chapter == "ch04_cow_prefix_sharing") args.insert(args.end(), {"--samples", "1"});
+    const auto r = run_program(chapter, args);
+    ASSERT_EQ(r.exit_code, 0) << chapter << ": " << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    const auto& t = j["timeline"];
+    const std::size_t passes = j["serving"]["passes"];
+    ASSERT_EQ(t["step"].size(), passes) << chapter;
+    std::size_t cached = 0;
+    int most_running = 0;
+    for (std::size_t i = 0; i < passes; ++i) {
+      const std::size_t sum = t["kv_held_bytes"][i].get<std::size_t>() +
+                              t["kv_cached_bytes"][i].get<std::size_t>() +
+                              t["kv_free_bytes"][i].get<std::size_t>();
+      EXPECT_EQ(sum, 24u * 512) << chapter << " pass " << i;
+      if (t["running"][i] > 0) EXPECT_GT(t["kv_held_bytes"][i], 0u) << chapter << " pass " << i;
+      cached = std::max(cached, t["kv_cached_bytes"][i].get<std::size_t>());
+      most_running = std::max(most_running, t["running"][i].get<int>());
+    }
+    EXPECT_EQ(most_running, j["serving"]["peak_running"]) << chapter;
+    if (chapter != "ch03_paged_blocks") EXPECT_GT(cached, 0u) << chapter << ": nothing cached";
+    if (chapter == "ch05_batched_scheduler") EXPECT_GT(j["serving"]["preemptions"], 0) << r.out;
+    for (const auto& s : j["sequences"]) EXPECT_EQ(s["status"], "max_new_tokens") << chapter;
+  }
+}
+
+// Arrivals in seconds are kept against the wall clock: the loop waits for a late request, and
+// its TTFT counts from its arrival, not from the start of the run.
+TEST(Cli, WallClockArrivalsAreWaitedForAndLatencyCountsFromThem) {
+  const std::string w =
+      workload("clock", {R"({"prompt_ids": [1, 5], "max_new_tokens": 10, "arrival_s": 0})",
+                         R"({"prompt_ids": [1, 6], "max_new_tokens": 10, "arrival_s": 0.4})"});
+  for (const std::string& chapter : {"ch03_paged_blocks", "ch05_batched_scheduler"}) {
+    std::vector<std::string> args = {"--workload", w};
+    args.insert(args.end(), kGreedy.begin(), kGreedy.end());
+    const auto r = run_program(chapter, args);
+    ASSERT_EQ(r.exit_code, 0) << chapter << ": " << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_GE(j["serving"]["seconds"].get<double>(), 0.4) << chapter;
+    const auto& late = j["sequences"][1];
+    EXPECT_DOUBLE_EQ(late["arrival_s"].get<double>(), 0.4) << chapter;
+    EXPECT_GE(late["ttft_s"].get<double>(), 0.0) << chapter;
+    EXPECT_LT(late["ttft_s"].get<double>(), 0.3) << chapter << ": TTFT counted from the start";
+    const auto& ttft = j["serving"]["ttft_s"];
+    EXPECT_EQ(ttft["count"], 2);
+    EXPECT_LE(ttft["p50"].get<double>(), ttft["p99"].get<double>());
+    EXPECT_EQ(j["sequences"][1]["generated_ids"], alone("1,6")) << chapter;
+  }
+}
+
+// A workload file with a bad line stops the program before anything runs, naming line and field.
+TEST(Cli, AMalformedWorkloadLineIsOneErrorNamingIt) {
+  const std::string w =
+      workload("bad", {R"({"prompt_ids": [1, 2]})", R"({"prompt_ids": [1, 999]})"});
+  for (const std::string& chapter : kChapters) {
+    const auto r = run_program(chapter, {"--model", "tiny", "--workload", w, "--no-peak"});
+    EXPECT_EQ(r.exit_code, 1) << chapter;
+    expect_one_line_error(r, "line 2: 'prompt_ids' element 2 is 999");
+  }
+  const auto both =
+      run_program("ch03_paged_blocks", {"--model", "tiny", "--workload", w, "--num-seqs", "2"});
+  EXPECT_EQ(both.exit_code, 2) << both.err;
 }
 
 }  // namespace

@@ -11,7 +11,7 @@ namespace kvheap::ch03 {
 
 WorstCaseAdmission::WorstCaseAdmission(std::unique_ptr<PagedCache> cache, const ModelConfig& config,
                                        DType kv, PoolSize pool, std::string pool_map)
-    : StaticBatches({.refuse_when_full = true}),
+    : StaticBatches({}),
       cache_(std::move(cache)),
       config_(config),
       kv_(kv),
@@ -25,9 +25,8 @@ bool WorstCaseAdmission::fits(int id, const Request& r, int, std::string& why) {
   const int num_blocks = cache_->blocks().pool().num_blocks();
   if (committed_ + need > num_blocks) {
     why = fmt::format(
-        "sequence {} not admitted: its worst case needs {} blocks and {} of the pool's {} are "
-        "left",
-        id, need, num_blocks - committed_, num_blocks);
+        "sequence {} not admitted: its worst case needs {} blocks and the whole pool holds {}", id,
+        need, num_blocks);
     return false;
   }
   committed_ += need;
@@ -39,6 +38,14 @@ StepPlan WorstCaseAdmission::schedule() {
   StepPlan plan = StaticBatches::schedule();
   if (!plan.batch.rows.empty()) ++passes_;
   return plan;
+}
+
+KvOccupancy WorstCaseAdmission::occupancy() {
+  const BlockPool& p = cache_->blocks().pool();
+  const std::size_t block =
+      static_cast<std::size_t>(p.block_size()) * kv_bytes_per_token(config_, kv_);
+  return {static_cast<std::size_t>(p.num_used()) * block, 0,
+          static_cast<std::size_t>(p.num_free()) * block};
 }
 
 int WorstCaseAdmission::allocate(int, const Request&) { return cache_->blocks().allocate(0); }

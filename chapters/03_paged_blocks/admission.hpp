@@ -1,7 +1,8 @@
 // Admission by worst case in blocks (chapter 3): a request is admitted only if the pool can hold
 // every position it may store, prompt + max_new_tokens - 1, on top of the worst cases already
-// admitted, so no running sequence can run out of blocks. What does not fit is turned away;
-// preemption, which would let more in, is chapter 5's.
+// admitted, so no running sequence can run out of blocks. What does not fit waits for the next
+// batch (one whose worst case exceeds the whole pool is turned away); preemption, which would let
+// more in, is chapter 5's.
 #pragma once
 
 #include <cstddef>
@@ -30,6 +31,8 @@ class WorstCaseAdmission final : public StaticBatches {
   /// \brief The allocator, for a picture of the pool.
   [[nodiscard]] const BlockManager& blocks() const { return cache_->blocks(); }
   [[nodiscard]] std::size_t budget_bytes() const override { return pool_.budget_bytes; }
+  /// \brief Blocks in use are held, the free list is free: the pool, whole.
+  KvOccupancy occupancy() override;
   /// \brief Every block is back on the free list and the allocator is sound.
   void check_drained() const override;
   /// \brief "pool": the malloc-style statistics at the end of the batch; "metrics" gains how many

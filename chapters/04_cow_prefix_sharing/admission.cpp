@@ -35,6 +35,14 @@ RequestPlan plan_request(std::span<const int> prompt, const std::vector<std::vec
   return plan;
 }
 
+KvOccupancy occupancy(const SharedBlockManager& blocks, std::size_t bytes_per_token) {
+  const ch03::BlockPool& p = blocks.pool();
+  const std::size_t block = static_cast<std::size_t>(p.block_size()) * bytes_per_token;
+  return {static_cast<std::size_t>(blocks.blocks_held()) * block,
+          static_cast<std::size_t>(blocks.index().num_evictable()) * block,
+          static_cast<std::size_t>(p.num_free()) * block};
+}
+
 std::vector<Request> with_samples(const std::vector<Request>& requests, int samples) {
   if (samples <= 0 || samples > kMaxSeqs)
     throw UsageError(fmt::format("--samples must be from 1 to {}, got {}", kMaxSeqs, samples));
@@ -54,7 +62,7 @@ std::vector<Request> with_samples(const std::vector<Request>& requests, int samp
 
 SharingAdmission::SharingAdmission(std::unique_ptr<SharedCache> cache, const ModelConfig& config,
                                    DType kv, PoolSize pool)
-    : StaticBatches({.refuse_when_full = true, .one_prompt_per_pass = true}),
+    : StaticBatches({.one_prompt_per_pass = true}),
       cache_(std::move(cache)),
       config_(config),
       kv_(kv),
@@ -66,19 +74,18 @@ int SharingAdmission::root(int request) const {
 }
 
 bool SharingAdmission::fits(int id, const Request& r, int forks, std::string& why) {
-  const int p = prompts_seen_++;
-  prompt_of_[id] = p;
   const int samples = 1 + forks;
   const int bs = cache_->blocks().pool().block_size();
   const int num_blocks = cache_->blocks().pool().num_blocks();
   const RequestPlan plan = plan_request(r.prompt, admitted_prompts_, samples, r.max_new_tokens, bs);
   if (committed_ + plan.need > num_blocks) {
     why = fmt::format(
-        "prompt {} not admitted: its {} samples need up to {} blocks beyond the {} they share, and "
-        "{} of the pool's {} are left",
-        p, samples, plan.need, plan.reused_blocks, num_blocks - committed_, num_blocks);
+        "request {} not admitted: its {} samples need up to {} blocks beyond the {} they share, "
+        "and the whole pool holds {}",
+        id, samples, plan.need, plan.reused_blocks, num_blocks);
     return false;
   }
+  prompt_of_[id] = prompts_seen_++;
   committed_ += plan.need;
   admitted_prompts_.push_back(r.prompt);
   return true;
@@ -103,11 +110,25 @@ StepPlan SharingAdmission::schedule() {
 }
 
 void SharingAdmission::release(const std::vector<int>& seqs) {
-  // The snapshot the report shows: nothing was freed before, so this is the run's largest state.
-  blocks_held_ = cache_->blocks().blocks_held();
-  blocks_referenced_ = cache_->blocks().blocks_referenced();
+  // The snapshot the report shows: nothing of the batch was freed before, so this is its largest
+  // state.
+  if (cache_->blocks().blocks_referenced() > blocks_referenced_) {  // the largest batch's
+    blocks_held_ = cache_->blocks().blocks_held();
+    blocks_referenced_ = cache_->blocks().blocks_referenced();
+  }
   for (const int s : seqs) cache_->blocks().free(s);
   committed_ = 0;
+  // The next batch counts on sharing only with its own prompts: a finished batch's blocks stay
+  // in the prefix index, but as cached blocks that may be evicted before they are found again.
+  admitted_prompts_.clear();
+}
+
+KvOccupancy SharingAdmission::occupancy() {
+  return ch04::occupancy(cache_->blocks(), kv_bytes_per_token(config_, kv_));
+}
+
+PolicyCounters SharingAdmission::counters() const {
+  return {.positions_reused = cache_->blocks().counters().tokens_reused};
 }
 
 void SharingAdmission::check_drained() const {

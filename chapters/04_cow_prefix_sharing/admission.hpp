@@ -45,6 +45,10 @@ struct RequestPlan {
                                        const std::vector<std::vector<int>>& earlier, int samples,
                                        int max_new_tokens, int block_size);
 
+/// \brief The pool of `blocks` by what holds it: blocks of live sequences (each shared one once),
+/// blocks only the prefix index keeps, and the free list; `bytes_per_token` of K and V a position.
+[[nodiscard]] KvOccupancy occupancy(const SharedBlockManager& blocks, std::size_t bytes_per_token);
+
 /// \brief Each prompt of `requests` as `samples` requests: the prompt's own, then samples - 1
 /// forks of it (Request::fork_of). Throws UsageError for a count outside 1..kMaxSeqs, or more
 /// than kMaxSeqs requests in all.
@@ -63,6 +67,9 @@ class SharingAdmission final : public StaticBatches {
   StepPlan schedule() override;
   KVCache& cache() override { return *cache_; }
   [[nodiscard]] std::size_t budget_bytes() const override { return pool_.budget_bytes; }
+  KvOccupancy occupancy() override;
+  /// \brief Prompt positions taken from the prefix index.
+  [[nodiscard]] PolicyCounters counters() const override;
   /// \brief Only the prefix index holds blocks once every sequence has been freed.
   void check_drained() const override;
   /// \brief "request" (its prompt's index) and "prompt_tokens_reused".
@@ -97,7 +104,7 @@ class SharingAdmission final : public StaticBatches {
   long prompt_positions_ = 0;               // prompt positions of the prefilled prompts
   double unshared_positions_ = 0;           // what decode rows attend to, shared ones each time
   long decode_steps_ = 0;
-  long blocks_held_ = 0, blocks_referenced_ = 0;  // at the end of the batch
+  long blocks_held_ = 0, blocks_referenced_ = 0;  // at the end of the largest batch
 };
 
 }  // namespace kvheap::ch04

@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "base/error.hpp"
+#include "chapters/04_cow_prefix_sharing/admission.hpp"
 
 namespace kvheap::ch05 {
 
@@ -38,6 +39,15 @@ KvUsage ContinuousBatching::usage() {
   peak_cached_ = std::max(peak_cached_, cached);
   return {static_cast<std::size_t>(b.blocks_held()) * block_bytes,
           b.slots_stored() * bytes_per_token_ - cached};
+}
+
+KvOccupancy ContinuousBatching::occupancy() {
+  return ch04::occupancy(cache_->blocks(), bytes_per_token_);
+}
+
+PolicyCounters ContinuousBatching::counters() const {
+  const SchedulerCounters& k = scheduler_.counters();
+  return {.preemptions = k.preemptions, .positions_reused = k.positions_reused};
 }
 
 void ContinuousBatching::check_drained() const {

@@ -34,6 +34,10 @@ class ContinuousBatching final : public ServingPolicy {
   /// (each shared one once). Blocks the prefix index keeps of finished requests are counted apart.
   KvUsage usage() override;
   [[nodiscard]] std::size_t budget_bytes() const override { return pool_.budget_bytes; }
+  KvOccupancy occupancy() override;
+  /// \brief The scheduler's preemptions and positions taken from the prefix index (a preempted
+  /// request's own blocks included).
+  [[nodiscard]] PolicyCounters counters() const override;
   /// \brief Only the prefix index holds blocks once every request has finished.
   void check_drained() const override;
   [[nodiscard]] bool mixed_passes() const override { return true; }

@@ -42,7 +42,8 @@ int main(int argc, char** argv) {
         .show_default();
     cli.option("--arrival-interval", arrival_interval,
                "Steps between two requests' arrivals; 0 submits them all at the start")
-        .show_default();
+        .show_default()
+        .excludes(cli.get("--workload"));
     cli.flag("--no-read-once", no_read_once,
              "Every row reads its whole context, shared prefixes included");
   };
@@ -58,6 +59,7 @@ int main(int argc, char** argv) {
     o.kv_budget_mb = 9 * 4 * 512 / 1e6;  // tiny: 512 bytes of K and V per position
   };
   chapter.shape_requests = [&](std::vector<Request>& requests) {
+    if (arrival_interval == 0) return;  // as given: at the start, or --workload's arrivals
     for (std::size_t i = 0; i < requests.size(); ++i)
       requests[i].arrival_step = static_cast<long>(i) * arrival_interval;
   };

@@ -103,6 +103,7 @@ StepPlan Scheduler::schedule() {
           "scheduler: request {} has no token to feed: append its sampled token or finish it", id));
   }
   std::vector<Chunk> plan;
+  std::vector<int> admitted;
   long reserved = 0;  // blocks the planned rows will take when the batch runs
   int budget = cfg_.max_batch_tokens;
   const auto fits = [&](long need) { return reserved + need <= blocks_.num_available(); };
@@ -163,6 +164,7 @@ StepPlan Scheduler::schedule() {
     waiting_.erase(waiting_.begin());
     ++counters_.admissions;
     counters_.positions_reused += start;
+    admitted.push_back(id);
     plan.push_back({id, rows, fresh});
     reserved += fresh;
     budget -= rows;
@@ -170,6 +172,7 @@ StepPlan Scheduler::schedule() {
 
   // The rows, in plan order: each request's positions in increasing order, logits on its last.
   StepPlan step;
+  step.admitted = std::move(admitted);
   for (const Chunk& c : plan) {
     Request& r = reqs_[c.request];
     const bool decode = static_cast<int>(r.tokens.size()) - r.computed == 1;
