@@ -110,6 +110,10 @@ void print_run(const Chapter& chapter, const ServingPolicy& policy, const RunRep
   if (json) {
     nlohmann::json root = {{"chapter", report.chapter},
                            {"model", c.name},
+                           {"model_config",
+                            {{"vocab_size", c.vocab_size},
+                             {"max_seq_len", c.max_seq_len},
+                             {"kv_bytes_per_token", kv_bytes_per_token(c, report.kv_dtype)}}},
                            {"metrics", metrics_json(report)},
                            {"serving", serving_json(report)}};
     if (flat) {

@@ -81,6 +81,13 @@ int fuzz_shared_blocks_one(const std::uint8_t* data, std::size_t size);
 FuzzOutcome fuzz_scheduler(std::span<const std::uint8_t> input, std::string* why = nullptr);
 /// \brief libFuzzer-shaped wrapper of fuzz_scheduler; always returns 0.
 int fuzz_scheduler_one(const std::uint8_t* data, std::size_t size);
+/// \brief Input: a workload file (common/workload.hpp), read against a small config and the
+/// built-in vocabulary. What it accepts must be servable (ids in range, generations inside the
+/// context, arrivals that never decrease), and written back with workload_line it must read the
+/// same.
+FuzzOutcome fuzz_workload(std::span<const std::uint8_t> input, std::string* why = nullptr);
+/// \brief libFuzzer-shaped wrapper of fuzz_workload; always returns 0.
+int fuzz_workload_one(const std::uint8_t* data, std::size_t size);
 /// \brief libFuzzer-shaped wrapper of fuzz_llama2c_loader; always returns 0.
 int fuzz_llama2c_loader_one(const std::uint8_t* data, std::size_t size);
 /// \brief libFuzzer-shaped wrapper of fuzz_safetensors; always returns 0.

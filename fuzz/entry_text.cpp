@@ -1,5 +1,6 @@
-// Fuzz entry points for text-shaped input: the tokenizer (its file format and its encoder) and
-// the shared command line. Also the table of targets and the libFuzzer-shaped wrappers.
+// Fuzz entry points for text-shaped input: the tokenizer (its file format and its encoder), the
+// shared command line and the workload format. Also the table of targets and the libFuzzer-shaped
+// wrappers.
 #include <omp.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include "common/sampler.hpp"
 #include "common/serve.hpp"
 #include "common/tokenizer.hpp"
+#include "common/workload.hpp"
 #include "fuzz/entry_points.hpp"
 #include "fuzz/fuzz_support.hpp"
 
@@ -137,12 +139,49 @@ FuzzOutcome fuzz_cli(std::span<const std::uint8_t> input, std::string* why) {
   return FuzzOutcome::Accepted;
 }
 
+FuzzOutcome fuzz_workload(std::span<const std::uint8_t> input, std::string* why) {
+  const ModelConfig c = cli_config();
+  const Tokenizer& tok = fuzz::builtin_tokenizer();
+  std::vector<Request> w;
+  try {
+    w = parse_workload(fuzz::as_text(input), "fuzz.jsonl", c, &tok, 8);
+  } catch (const Error& e) {
+    return fuzz::rejected(e, why);
+  }
+  // What it accepts, the serving loop can serve: ids in the vocabulary, generations inside the
+  // context, arrivals of one kind that never decrease.
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    const Request& r = w[i];
+    require(!r.prompt.empty(), "accepted an empty prompt");
+    check_ids_in_range(r.prompt, c.vocab_size);
+    check_ids_in_range(r.stop_ids, c.vocab_size);
+    require(positions_stored(r.prompt.size(), r.max_new_tokens) <= c.max_seq_len,
+            "accepted a generation past the context");
+    if (i > 0)
+      require(
+          r.arrival_seconds >= w[i - 1].arrival_seconds && r.arrival_step >= w[i - 1].arrival_step,
+          "accepted arrivals that decrease");
+  }
+  // And what it writes reads back the same.
+  std::string text;
+  for (const Request& r : w) text += workload_line(r) + "\n";
+  const std::vector<Request> back = parse_workload(text, "round trip", c, &tok, 8);
+  require(back.size() == w.size(), "the written workload reads back a different count");
+  for (std::size_t i = 0; i < w.size(); ++i)
+    require(back[i].prompt == w[i].prompt && back[i].max_new_tokens == w[i].max_new_tokens &&
+                back[i].stop_ids == w[i].stop_ids &&
+                back[i].arrival_seconds == w[i].arrival_seconds &&
+                back[i].arrival_step == w[i].arrival_step,
+            "a written request reads back different");
+  return FuzzOutcome::Accepted;
+}
+
 std::span<const FuzzTarget> fuzz_targets() {
   static constexpr FuzzTarget kTargets[] = {
       {"fuzz_llama2c_loader", fuzz_llama2c_loader}, {"fuzz_safetensors", fuzz_safetensors},
       {"fuzz_tokenizer", fuzz_tokenizer},           {"fuzz_cli", fuzz_cli},
       {"fuzz_block_pool", fuzz_block_pool},         {"fuzz_shared_blocks", fuzz_shared_blocks},
-      {"fuzz_scheduler", fuzz_scheduler},
+      {"fuzz_scheduler", fuzz_scheduler},           {"fuzz_workload", fuzz_workload},
   };
   return kTargets;
 }
@@ -161,6 +200,10 @@ int fuzz_tokenizer_one(const std::uint8_t* data, std::size_t size) {
 }
 int fuzz_cli_one(const std::uint8_t* data, std::size_t size) {
   (void)fuzz_cli({data, size}, nullptr);
+  return 0;
+}
+int fuzz_workload_one(const std::uint8_t* data, std::size_t size) {
+  (void)fuzz_workload({data, size}, nullptr);
   return 0;
 }
 

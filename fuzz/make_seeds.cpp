@@ -146,6 +146,20 @@ void cli_seeds() {
   seed("fuzz_cli", "prompt_without_tokenizer.args", "--prompt\nhello");
 }
 
+void workload_seeds() {
+  seed("fuzz_workload", "valid_seconds.jsonl",
+       "{\"prompt_ids\":[1,5,9],\"max_new_tokens\":4,\"arrival_s\":0.25}\n\n"
+       "{\"prompt\":\"hello there\",\"stop_ids\":[2],\"arrival_s\":0.5}\n{\"prompt_ids\":[1]}\n");
+  seed("fuzz_workload", "valid_steps.jsonl",
+       "{\"prompt_ids\":[1,2],\"arrival_step\":0}\n"
+       "{\"prompt_ids\":[1,3],\"max_new_tokens\":0,\"arrival_step\":4}\n");
+  seed("fuzz_workload", "mixed_arrivals.jsonl",
+       "{\"prompt_ids\":[1],\"arrival_s\":1}\n{\"prompt_ids\":[1],\"arrival_step\":2}\n");
+  seed("fuzz_workload", "past_context.jsonl", "{\"prompt_ids\":[1,2,3],\"max_new_tokens\":95}\n");
+  seed("fuzz_workload", "unknown_field.jsonl", "{\"prompt_ids\":[1],\"max_new_token\":3}\n");
+  seed("fuzz_workload", "not_an_object.jsonl", "[1,2,3]\n{\"prompt_ids\":");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -160,6 +174,7 @@ int main(int argc, char** argv) {
   safetensors_seeds();
   tokenizer_seeds();
   cli_seeds();
+  workload_seeds();
   fs::remove_all(g_tmp);
   std::cout << "seeds written under " << g_out.string() << "\n";
   return 0;

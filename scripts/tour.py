@@ -1,218 +1,265 @@
 #!/usr/bin/env python3
-"""Runs every built chapter on one model and prints a table comparing their cache policies.
+"""The ladder: one workload served by every chapter, in one KV budget, on one device.
 
-Each chapter program prints one JSON object with --json; this script only collects and formats
-those numbers. It writes the same table to docs/results/tour-<cpu>.md, headed by a line that
-names the machine; where another machine wrote that file, it keeps it and writes a name of this
-machine's own (--out names the file outright).
+Each chapter program serves the same requests (scripts/kvheap_runs.py's default workload) with
+--json; this script checks that every chapter gave every request chapter 1's greedy ids (near ties
+reported, anything else fails), and prints one table, a row per chapter with its ratio to the row
+above. Tokens/s comes from a saturating load (every request at the start), TTFT p99 from a second
+run at a stated rate below saturation: half of chapter 3's saturated request rate unless --rate
+says otherwise. The table goes to docs/results/ladder-<cpu>.md, headed by a line naming the
+machine (another machine's file is kept: see results_path), and the plots to docs/images/.
 """
 import argparse
-import hashlib
-import json
 import os
-import platform
 import re
-import subprocess
 import sys
+import tempfile
 
-# A 48-token prompt for the rows that serve several sequences of one prompt: three full blocks of
-# 16 that chapter 4 can share. The ids only need to be in the vocabulary, and the smallest built-in
-# one, the tiny model's, has 128 tokens.
-LONG_PROMPT = ",".join(["1"] + [str(2 + 2 * i) for i in range(47)])
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from kvheap_runs import (BUDGET_RESERVATIONS, CHAPTERS, WORKLOAD, compare_ids,  # noqa: E402
+                         cpu_name, machine_line, model_config, results_path, run_chapter,
+                         workload_text, write_temp)
 
-# (chapter, policy, extra flags). Every chapter decodes the same single sequence [BOS]; chapter 3
-# also serves eight at once in the memory chapter 2 would reserve for them, and eight copies of a
-# longer prompt, which chapter 4 serves as eight forks of one and chapter 5 as eight requests that
-# find the prompt's blocks in the prefix index, prefilled in chunks beside the others' decoding.
-CHAPTERS = [
-    ("01_cpu_reference", "reserve max_seq_len per sequence (CPU)", []),
-    ("02_contiguous_gpu", "the same reservation, on the device or the CPU twins", []),
-    ("03_paged_blocks", "block pool + page tables, block size 16", ["--num-seqs", "1"]),
-    ("03_paged_blocks", "8 sequences in 8 reservations' memory", ["--num-seqs", "8"]),
-    ("03_paged_blocks", "8 copies of a 48-token prompt", ["--num-seqs", "8", "--prompt-ids", LONG_PROMPT]),
-    ("04_cow_prefix_sharing", "the same 8 as forks of one prompt (copy-on-write)",
-     ["--samples", "8", "--prompt-ids", LONG_PROMPT]),
-    ("05_batched_scheduler", "8 requests of that prompt, continuous batching, 16 rows per pass",
-     ["--num-seqs", "8", "--prompt-ids", LONG_PROMPT, "--max-batch-tokens", "16"]),
-]
+IDEAS = {
+    "01_cpu_reference": "reserve max_seq_len per request",
+    "02_contiguous_gpu": "the same reservation on the device",
+    "03_paged_blocks": "block pool + page tables, worst case admitted",
+    "04_cow_prefix_sharing": "+ shared prefix blocks, computed and read once",
+    "05_batched_scheduler": "+ continuous batching, admission by free blocks",
+}
 
 
-def cpu_name():
-    """The CPU's model name without trademark signs, clock or the words CPU and Processor."""
-    name = platform.processor() or "cpu"
+def chapter_flags(chapter, args, workload, budget_mb, device):
+    flags = ["--model", args.model, "--workload", workload, "--kv-budget-mb", f"{budget_mb:.6f}",
+             "--ignore-eos", "--temperature", "0", "--device",
+             "cpu" if chapter == CHAPTERS[0] else device]
+    if chapter == "04_cow_prefix_sharing":
+        flags += ["--samples", "1"]
+    if chapter == CHAPTERS[0]:
+        flags.append("--top2-gaps")  # the reference: near ties are told apart by its gaps
+    if args.no_peak:
+        flags.append("--no-peak")
+    return flags
+
+
+def serve_all(args, workload, budget_mb, device, label):
+    """Runs every chapter on `workload`; returns {chapter: json}, and fails loudly on ids that
+    differ from chapter 1's (a planted difference included, for the test of this check)."""
+    runs = {}
+    for chapter in CHAPTERS:
+        runs[chapter] = run_chapter(args.bin, chapter,
+                                    chapter_flags(chapter, args, workload, budget_mb, device))
+        if args.plant_difference and chapter.startswith(args.plant_difference):
+            seqs = runs[chapter]["sequences"]
+            seqs[0]["generated_ids"][0] = (seqs[0]["generated_ids"][0] + 1) % 3 + 3
+    failed = []
+    for chapter in CHAPTERS[1:]:
+        ties, diffs = compare_ids(runs[CHAPTERS[0]], runs[chapter], f"{label}, ch{chapter}")
+        for line in ties:
+            print("tour: " + line, file=sys.stderr)
+        failed += diffs
+    if failed:
+        sys.exit("tour: chapters disagree on greedy ids, which must be equal:\n  " +
+                 "\n  ".join(failed))
+    return runs
+
+
+def ratio(value, above, higher_is_better=True):
+    if above is None or not above or value is None:
+        return ""
+    r = value / above
+    return f" ({r:.2f}x)"
+
+
+def table(rows):
+    """The ladder's markdown rows: a chapter each, with ratios to the row above."""
+    head = ("| chapter | idea | requests at once | KV held per request KB | waste % | "
+            "prefill rows | KV read/step MB | tokens/s | TTFT p99 ms |")
+    lines = [head, "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    above = None
+    for r in rows:
+        cells = [r["chapter"], IDEAS[r["chapter"]]]
+        for key, fmt in (("running", "{:.0f}"), ("held_kb", "{:.0f}"), ("waste", "{:.1f}"),
+                         ("prefill_rows", "{:.0f}"), ("kv_read_mb", "{:.3f}"),
+                         ("tokens_per_s", "{:.0f}"), ("ttft_p99_ms", "{:.0f}")):
+            text = fmt.format(r[key])
+            if key != "waste":
+                text += ratio(r[key], above[key] if above else None)
+            cells.append(text)
+        lines.append("| " + " | ".join(cells) + " |")
+        above = r
+    return lines
+
+
+def fullest_pass(timeline):
+    """(running, KV held) at the pass that held the most KV (the first such)."""
+    held = timeline["kv_held_bytes"]
+    i = max(range(len(held)), key=lambda k: (held[k], -k))
+    return timeline["running"][i], held[i]
+
+
+def row(chapter, saturated, rated):
+    s, t = saturated["serving"], rated["serving"]
+    running, held = fullest_pass(saturated["timeline"])
+    return {
+        "chapter": chapter,
+        "running": s["peak_running"],
+        "held_kb": held / running / 1e3,
+        "waste": 100 * saturated["metrics"]["kv_waste_fraction"],
+        "prefill_rows": s["prefill_rows"],
+        "kv_read_mb": s["kv_bytes_per_step"] / 1e6,
+        "tokens_per_s": s["generated_tokens_per_s"],
+        "ttft_p99_ms": 1e3 * t["ttft_s"]["p99"],
+        "seconds": s["seconds"],
+        "gbps": s["gbps"], "peak_gbps": s["peak_gbps"], "weight_mb": s["weight_bytes_per_step"] / 1e6,
+        "preemptions": s["preemptions"], "hit_rate": s["prefix_hit_rate"],
+        "rated_tokens_per_s": t["generated_tokens_per_s"], "ttft_p50_ms": 1e3 * t["ttft_s"]["p50"],
+    }
+
+
+def plot(rows, runs, rate, images, slug, title):
+    """The ladder's bars and the KV occupancy of chapters 3-5 over the saturating run."""
     try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    name = line.split(":", 1)[1]
-                    break
-    except OSError:
-        pass
-    name = re.sub(r"\((R|TM)\)|@.*$|\b(CPU|Processor)\b", " ", name, flags=re.IGNORECASE)
-    return " ".join(name.split()) or "cpu"
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("tour: no matplotlib (python3-matplotlib): no plots", file=sys.stderr)
+        return []
+    os.makedirs(images, exist_ok=True)
+    written = []
+    metrics = [("running", "requests at once"), ("prefill_rows", "prefill rows computed"),
+               ("held_kb", "KV held per request"), ("tokens_per_s", "tokens/s"),
+               ("ttft_p99_ms", f"TTFT p99 at {rate:g} req/s")]
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    width = 0.8 / len(metrics)
+    for k, (key, name) in enumerate(metrics):
+        base = rows[0][key] or 1
+        xs = [i + (k - len(metrics) / 2 + 0.5) * width for i in range(len(rows))]
+        ax.bar(xs, [r[key] / base for r in rows], width, label=name)
+    ax.set_yscale("log")
+    ax.axhline(1, color="grey", lw=0.8)
+    ax.set_xticks(range(len(rows)))
+    ax.set_xticklabels([f"ch{r['chapter'][:2]}" for r in rows])
+    ax.set_ylabel("relative to chapter 1 (log scale)")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=8, ncol=3)
+    fig.tight_layout()
+    path = os.path.join(images, f"ladder-{slug}.png")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    written.append(path)
 
-
-def cpu_model_numbers():
-    """'family F, model M' from /proc/cpuinfo (x86), or '' where it does not say."""
-    fields = {}
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                key = key.strip()
-                if key in ("cpu family", "model") and key not in fields:
-                    fields[key] = value.strip()
-                if not line.strip() and fields:
-                    break  # the first processor's block is enough
-    except OSError:
-        pass
-    if "cpu family" in fields and "model" in fields:
-        return f"family {fields['cpu family']}, model {fields['model']}"
-    return ""
-
-
-def last_level_cache_bytes():
-    """The size of the CPU's largest cache level, from sysfs, or 0 where it does not say."""
-    best = (0, 0)  # (level, bytes)
-    base = "/sys/devices/system/cpu/cpu0/cache"
-    try:
-        indices = [i for i in os.listdir(base) if i.startswith("index")]
-    except OSError:
-        return 0
-    for index in indices:
-        try:
-            with open(os.path.join(base, index, "level")) as f:
-                level = int(f.read())
-            with open(os.path.join(base, index, "size")) as f:
-                size = f.read().strip()  # "491520K"
-        except (OSError, ValueError):
-            continue
-        scale = {"K": 2**10, "M": 2**20, "G": 2**30}.get(size[-1:], 1)
-        if size.rstrip("KMG").isdigit():
-            best = max(best, (level, int(size.rstrip("KMG")) * scale))
-    return best[1]
-
-
-def machine_line():
-    """One line that tells machines apart: two VMs may report the same CPU name ('Intel Xeon')
-    while their processors, caches and memory differ, and their results must not mix."""
-    name = cpu_name()
-    numbers = cpu_model_numbers()
-    parts = [f"{name} ({numbers})" if numbers else name, f"{os.cpu_count() or '?'} logical CPUs"]
-    llc = last_level_cache_bytes()
-    if llc >= 2**20:
-        parts.append(f"{llc / 2**20:.0f} MiB last-level cache")
-    elif llc:
-        parts.append(f"{llc / 2**10:.0f} KiB last-level cache")
-    try:
-        parts.append(f"{os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE') / 2**30:.0f} GiB memory")
-    except (ValueError, OSError):
-        pass
-    return "machine: " + ", ".join(parts)
-
-
-def written_by_another_machine(path, machine):
-    """True when path exists and its machine line is not this one (or it has none: a file from
-    before the line was written, or one a person edited, is kept too)."""
-    if not os.path.exists(path):
-        return False
-    with open(path) as f:
-        return not any(line.strip() == machine for line in f)
-
-
-def results_path(folder, machine):
-    """FOLDER/tour-<cpu>.md, or, when another machine wrote that file, a name of this machine's
-    own: its CPU family, model and cache (tour-<cpu>-f6-m167-480mib.md), else a hash of its
-    machine line. Said on stderr, so that a reader knows where the table went."""
-    slug = re.sub(r"[^a-z0-9]+", "-", cpu_name().lower()).strip("-")
-    plain = os.path.join(folder, f"tour-{slug}.md")
-    if not written_by_another_machine(plain, machine):
-        return plain
-    numbers = re.findall(r"\d+", cpu_model_numbers())
-    detail = [f"f{numbers[0]}-m{numbers[1]}"] if len(numbers) == 2 else []
-    llc = last_level_cache_bytes()
-    if llc >= 2**20:
-        detail.append(f"{llc // 2**20}mib")
-    suffixes = ["-".join(detail)] if detail else []
-    suffixes.append(hashlib.sha1(machine.encode()).hexdigest()[:8])
-    for suffix in suffixes:
-        path = os.path.join(folder, f"tour-{slug}-{suffix}.md")
-        if not written_by_another_machine(path, machine):
-            print(f"tour: {plain} holds another machine's results; this one's go to {path}",
-                  file=sys.stderr)
-            return path
-    sys.exit(f"tour: {plain} and the names tried after it hold other machines' results; "
-             "pass --out FILE")
+    shown = [c for c in CHAPTERS[2:] if c in runs]
+    fig, axes = plt.subplots(len(shown), 1, figsize=(10, 2.4 * len(shown)), sharex=True)
+    for ax, chapter in zip(axes, shown):
+        t = runs[chapter]["timeline"]
+        mb = lambda key: [b / 1e6 for b in t[key]]  # noqa: E731
+        ax.stackplot(t["seconds"], mb("kv_held_bytes"), mb("kv_cached_bytes"),
+                     mb("kv_free_bytes"), labels=["held by running requests",
+                                                  "cached (prefix index)", "free"],
+                     colors=["#3b75af", "#ef8636", "#dddddd"], step="post")
+        ax2 = ax.twinx()
+        ax2.step(t["seconds"], t["running"], color="black", lw=0.8, where="post")
+        ax2.set_ylabel("running", fontsize=8)
+        ax.set_ylabel("KV MB", fontsize=8)
+        ax.set_title(f"ch{chapter}", fontsize=9, loc="left")
+    axes[0].legend(fontsize=7, loc="lower center", ncol=3, framealpha=0.9)
+    axes[-1].set_xlabel("seconds (every request arrives at 0)")
+    fig.tight_layout()
+    path = os.path.join(images, f"occupancy-{slug}.png")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    written.append(path)
+    return written
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__)
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bin", default="build/cpu/bin", help="folder with the chapter programs")
     ap.add_argument("--model", default="stories15m", help="preset name, .bin file or safetensors folder")
-    ap.add_argument("--max-new-tokens", type=int, default=100)
-    ap.add_argument("--results", default="docs/results", help="where to write tour-<cpu>.md")
-    ap.add_argument("--out", help="the file to write instead of RESULTS/tour-<cpu>.md")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (chapter 1 always runs on the cpu)")
+    ap.add_argument("--requests", type=int, default=WORKLOAD["requests"],
+                    help=f"requests in the workload (default {WORKLOAD['requests']})")
+    ap.add_argument("--rate", type=float, default=0,
+                    help="arrival rate of the latency run, requests/s (default: half of chapter "
+                         "3's saturated request rate)")
+    ap.add_argument("--results", default="docs/results", help="where to write ladder-<cpu>.md")
+    ap.add_argument("--images", default="docs/images", help="where to write the plots")
+    ap.add_argument("--out", help="the file to write instead of RESULTS/ladder-<cpu>.md")
+    ap.add_argument("--no-plots", action="store_true", help="write no plots")
     ap.add_argument("--no-peak", action="store_true",
                     help="skip each program's bandwidth probe (no %% of peak column)")
+    ap.add_argument("--plant-difference", metavar="NN",
+                    help="change one id of chapter NN's output before the check (to show that "
+                         "the check fails)")
     args = ap.parse_args()
     machine = machine_line()
     path = args.out or results_path(args.results, machine)
+    slug = re.sub(r"^ladder-|\.md$", "", os.path.basename(path))
+    missing = [c for c in CHAPTERS if not os.path.exists(os.path.join(args.bin, "ch" + c))]
+    if missing:
+        sys.exit(f"tour: {args.bin} lacks ch{', ch'.join(missing)}; build them first "
+                 "(scripts/tour.sh does)")
 
-    rows = []
-    for name, policy, extra in CHAPTERS:
-        exe = os.path.join(args.bin, "ch" + name)
-        if not os.path.exists(exe):
-            continue
-        prompt = [] if "--prompt-ids" in extra else ["--prompt-ids", "1"]
-        cmd = [exe, "--model", args.model, "--max-new-tokens", str(args.max_new_tokens),
-               "--temperature", "0", "--ignore-eos", "--json"] + prompt + extra
-        if args.no_peak:
-            cmd.append("--no-peak")
-        print("$", " ".join(cmd if len(" ".join(cmd)) < 160 else cmd[:-1] + ["..."]), file=sys.stderr)
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        if done.returncode != 0:
-            sys.exit(f"tour: ch{name} failed (exit status {done.returncode}):\n{done.stderr.strip()}")
-        out = done.stdout
-        j = json.loads(out)
-        m = j["metrics"]
-        if "sequences_fit_paged" in m:
-            policy += (f" (fits {m['sequences_fit_paged']} sequences where reservation fits "
-                       f"{m['sequences_fit_contiguous']})")
-        rows.append((name, policy, m))
+    model = model_config(args.bin, args.model)
+    reservation = model["max_seq_len"] * model["kv_bytes_per_token"]
+    budget_mb = BUDGET_RESERVATIONS * reservation / 1e6
+    overrides = {"requests": args.requests}
+    with tempfile.TemporaryDirectory() as tmp:
+        saturating = write_temp(workload_text(model, 0, overrides), tmp, "saturating.jsonl")
+        runs = serve_all(args, saturating, budget_mb, args.device, "all at once")
+        rate = args.rate or float(f"{runs['03_paged_blocks']['serving']['requests_per_s'] / 2:.2g}")
+        rated_path = write_temp(workload_text(model, rate, overrides), tmp, "rated.jsonl")
+        rated = serve_all(args, rated_path, budget_mb, args.device, f"{rate:g} requests/s")
+    rows = [row(c, runs[c], rated[c]) for c in CHAPTERS]
 
-    if not rows:
-        sys.exit("tour: no chapter programs found in " + args.bin)
-    device = rows[0][2]["device"]
-    header = ("| chapter | policy | KV reserved MB | KV used MB | waste % | decode tokens/s | "
-              "MB read/step | GB/s | % of peak |")
-    lines = [f"# kvheap tour on {cpu_name()}", "", machine, "",
-             f"model `{args.model}`, prompt [BOS] unless the row says otherwise, {args.max_new_tokens} new "
-             f"tokens, greedy, {device}",
-             "", header, "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for name, policy, m in rows:
-        mb_step = (m["weight_bytes_per_step"] + m["kv_bytes_per_step"]) / 1e6
-        mark = "*" if m.get("step_partly_cached") else ""
-        pct = f"{100.0 * m['decode_gbps'] / m['peak_gbps']:.1f}{mark}" if m["peak_gbps"] else "-"
-        lines.append(f"| {name} | {policy} | {m['kv_reserved_bytes'] / 1e6:.2f} | "
-                     f"{m['kv_used_bytes'] / 1e6:.2f} | {100 * m['kv_waste_fraction']:.1f} | "
-                     f"{m['decode_tokens_per_s']:.1f} | {mb_step:.2f} | {m['decode_gbps']:.2f} | "
-                     f"{pct} |")
-    if rows[0][2]["peak_gbps"]:
-        lines += ["", f"peak: {rows[0][2]['peak_kind']} measured by each program at start "
-                      f"({rows[0][2]['peak_gbps']:.2f} GB/s for chapter 1)."]
-    # One note per cache size: in a CUDA build chapter 1's peak is the CPU's, the others' the GPU's.
-    notes = sorted({m["cache_note"] for _, _, m in rows if m.get("step_partly_cached")})
-    for note in notes:
-        lines += ["", f"\\* {note[0].upper()}{note[1:]}."]
-    if any(name == "05_batched_scheduler" for name, _, _ in rows):
-        lines += ["", "Chapter 5's passes mix prompt chunks and decode rows, so its tokens/s counts "
-                      "every generated token over the whole run, prompts included, and its KV "
-                      "columns are taken at the pass that held the most."]
-    table = "\n".join(lines) + "\n"
-    print(table)
+    device = runs[CHAPTERS[1]]["metrics"]["device"]
+    w = dict(WORKLOAD, requests=args.requests)
+    lines = [f"# kvheap ladder on {cpu_name()}", "", machine, "",
+             f"Model `{args.model}` ({model['max_seq_len']} positions, "
+             f"{model['kv_bytes_per_token']} B of fp32 K and V per position), greedy, "
+             f"{device}{' (chapter 1 on the cpu)' if args.device != 'cpu' else ''}. "
+             f"KV budget {budget_mb:.3f} MB: {BUDGET_RESERVATIONS} max_seq_len reservations.",
+             "",
+             f"Workload (`scripts/kvheap_runs.py`, `scripts/make_workload.py`, seed {w['seed']}): "
+             f"{w['requests']} requests, each [BOS] + a {w['system_tokens']}-token system prompt "
+             f"they all share + (for {w['document_share']:.0%}) one of {w['documents']} "
+             f"{w['document_tokens']}-token documents + a question of lognormal length (median "
+             f"{w['question_median']}, sigma {w['question_sigma']}); max_new_tokens lognormal "
+             f"(median {w['output_median']}, sigma {w['output_sigma']}), generated in full "
+             "(--ignore-eos).",
+             "",
+             "Requests at once (the most at one pass), KV held per request (KV held / requests "
+             "running, at the pass that held the most), waste (unused share of what was held, at "
+             "the pass that stored the most), prefill rows, KV read per decode step and tokens/s "
+             "(generated, over the whole run): every request "
+             f"arriving at once (saturating). TTFT p99: Poisson arrivals at {rate:g} requests/s "
+             "(half of chapter 3's saturated request rate unless --rate was given). "
+             "In parentheses: the ratio to the row above.", ""]
+    lines += table(rows)
+    lines += ["", "| chapter | run s | preemptions | prefix hit rate | weights MB/pass | GB/s | "
+                  "% of peak | tokens/s at the rate | TTFT p50 ms |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        pct = f"{100 * r['gbps'] / r['peak_gbps']:.1f}" if r["peak_gbps"] else "-"
+        lines.append(f"| {r['chapter']} | {r['seconds']:.2f} | {r['preemptions']} | "
+                     f"{100 * r['hit_rate']:.1f} % | {r['weight_mb']:.1f} | {r['gbps']:.2f} | "
+                     f"{pct} | {r['rated_tokens_per_s']:.0f} | {r['ttft_p50_ms']:.0f} |")
+    lines += ["", "Every chapter gave every request chapter 1's greedy ids in both runs "
+                  "(near ties, if any, are listed on stderr)."]
+    if not args.no_plots:
+        images = plot(rows, runs, rate, args.images, slug,
+                      f"kvheap ladder, {args.model}, {w['requests']} requests, KV budget "
+                      f"{budget_mb:.2f} MB, {cpu_name()}")
+        rel = [os.path.relpath(p, os.path.dirname(os.path.abspath(path))) for p in images]
+        lines += [""] + [f"![{os.path.basename(p)}]({p})" for p in rel]
+    text = "\n".join(lines) + "\n"
+    print(text)
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(path, "w") as f:
-        f.write(table)
+        f.write(text)
     print(f"tour: wrote {path}", file=sys.stderr)
 
 
