@@ -75,7 +75,7 @@ RunReport make_report(const ServeResult& result, const std::vector<Request>& req
   // layer (a shared prefix once, where the cache reads it once).
   const double per_position = static_cast<double>(kv_bytes_per_token(c, kv));
   if (whole_run) {
-    r.decode_seconds = result.seconds;
+    r.decode_seconds = result.prefill_seconds + result.decode_seconds;  // in passes, not waiting
     r.decode_steps = result.passes;
     r.decode_tokens = static_cast<double>(r.generated_tokens);
     r.kv_bytes_per_step =
@@ -224,7 +224,7 @@ nlohmann::json timeline_json(const std::vector<StepSample>& timeline) {
   nlohmann::json step = nlohmann::json::array(), seconds = nlohmann::json::array(),
                  running = nlohmann::json::array(), rows = nlohmann::json::array(),
                  held = nlohmann::json::array(), cached = nlohmann::json::array(),
-                 free = nlohmann::json::array();
+                 free = nlohmann::json::array(), used = nlohmann::json::array();
   for (const StepSample& s : timeline) {
     step.push_back(s.step);
     seconds.push_back(s.seconds);
@@ -233,10 +233,11 @@ nlohmann::json timeline_json(const std::vector<StepSample>& timeline) {
     held.push_back(s.kv.held);
     cached.push_back(s.kv.cached);
     free.push_back(s.kv.free);
+    used.push_back(s.kv_used);
   }
-  return {{"step", step},         {"seconds", seconds},    {"running", running},
-          {"rows", rows},         {"kv_held_bytes", held}, {"kv_cached_bytes", cached},
-          {"kv_free_bytes", free}};
+  return {{"step", step},          {"seconds", seconds},    {"running", running},
+          {"rows", rows},          {"kv_held_bytes", held}, {"kv_cached_bytes", cached},
+          {"kv_free_bytes", free}, {"kv_used_bytes", used}};
 }
 
 std::string json_line(const nlohmann::json& j) {

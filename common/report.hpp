@@ -27,7 +27,8 @@ std::size_t weight_bytes_per_decode_step(const ModelConfig& c, DType w);
 ///
 /// Chapters 1-4 run a prefill phase (passes of prompt rows only) before decode passes, and the
 /// decode figures count the decode passes. A continuous batcher (chapter 5) mixes both in every
-/// pass (`whole_run`): the whole run counts as decoding, and its tokens are the generated ones.
+/// pass (`whole_run`): every pass counts as decoding (time spent waiting for arrivals does not),
+/// and its tokens are the generated ones.
 struct RunReport {
   std::string chapter;              ///< e.g. "01_cpu_reference"
   std::string model;                ///< model name from its config
@@ -47,7 +48,7 @@ struct RunReport {
   long decode_rows = 0;        ///< rows that fed a sampled token
   int peak_running = 0;        ///< most requests holding memory at once
   double prefill_seconds = 0;  ///< time in prefill passes
-  double decode_seconds = 0;   ///< time in decode passes (whole_run: the whole run)
+  double decode_seconds = 0;   ///< time in decode passes (whole_run: in every pass)
   double seconds = 0;          ///< the whole run
   long decode_steps = 0;       ///< decode passes (whole_run: every pass)
   double decode_tokens = 0;    ///< decode rows (whole_run: generated tokens)
@@ -94,7 +95,8 @@ nlohmann::json metrics_json(const RunReport& r);
 nlohmann::json serving_json(const RunReport& r);
 
 /// \brief The "timeline" object of --json output: one entry per forward pass in each array
-/// (step, seconds, running, rows, kv_held_bytes, kv_cached_bytes, kv_free_bytes).
+/// (step, seconds, running, rows, kv_held_bytes, kv_cached_bytes, kv_free_bytes, and
+/// kv_used_bytes: what of the held bytes holds a token).
 nlohmann::json timeline_json(const std::vector<StepSample>& timeline);
 
 /// \brief The report's lines: header, prefill and decode, KV, bytes per step and achieved rate.

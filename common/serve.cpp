@@ -239,8 +239,8 @@ ServeResult serve(ServingPolicy& policy, Backend& backend, const std::vector<Req
     } else {
       res.decode_seconds += pass_seconds;
     }
-    res.timeline.push_back(
-        {step, sampled_at, running, static_cast<int>(plan.batch.rows.size()), occupancy});
+    res.timeline.push_back({step, sampled_at, running, static_cast<int>(plan.batch.rows.size()),
+                            occupancy, usage.used});
     ++step;
     if (hooks.after_step) hooks.after_step(step);
     progress.update(res, sampled_at);

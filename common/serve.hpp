@@ -143,11 +143,12 @@ struct RequestRecord {
 
 /// \brief The loop's state after one forward pass.
 struct StepSample {
-  long step = 0;       ///< the loop's step
-  double seconds = 0;  ///< since the loop started, after the pass's tokens were taken
-  int running = 0;     ///< requests holding memory
-  int rows = 0;        ///< rows in the pass
-  KvOccupancy kv;      ///< the policy's KV memory
+  long step = 0;            ///< the loop's step
+  double seconds = 0;       ///< since the loop started, after the pass's tokens were taken
+  int running = 0;          ///< requests holding memory
+  int rows = 0;             ///< rows in the pass
+  KvOccupancy kv;           ///< the policy's KV memory
+  std::size_t kv_used = 0;  ///< bytes of it that hold a token (KvUsage::used)
 };
 
 /// \brief A finished run: every request's outcome and the loop's measurements.

@@ -20,6 +20,8 @@ from kvheap_runs import (BUDGET_RESERVATIONS, CHAPTERS, WORKLOAD, compare_ids,  
                          cpu_name, machine_line, model_config, results_path, run_chapter,
                          workload_text, write_temp)
 
+DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
+
 IDEAS = {
     "01_cpu_reference": "reserve max_seq_len per request",
     "02_contiguous_gpu": "the same reservation on the device",
@@ -91,20 +93,19 @@ def table(rows):
     return lines
 
 
-def fullest_pass(timeline):
-    """(running, KV held) at the pass that held the most KV (the first such)."""
-    held = timeline["kv_held_bytes"]
-    i = max(range(len(held)), key=lambda k: (held[k], -k))
-    return timeline["running"][i], held[i]
+def per_request_at_peak(timeline, key):
+    """timeline[key] / requests running, at the pass where timeline[key] is largest (the first)."""
+    values = timeline[key]
+    i = max(range(len(values)), key=lambda k: (values[k], -k))
+    return values[i] / max(timeline["running"][i], 1)
 
 
 def row(chapter, saturated, rated):
     s, t = saturated["serving"], rated["serving"]
-    running, held = fullest_pass(saturated["timeline"])
     return {
         "chapter": chapter,
         "running": s["peak_running"],
-        "held_kb": held / running / 1e3,
+        "held_kb": per_request_at_peak(saturated["timeline"], "kv_held_bytes") / 1e3,
         "waste": 100 * saturated["metrics"]["kv_waste_fraction"],
         "prefill_rows": s["prefill_rows"],
         "kv_read_mb": s["kv_bytes_per_step"] / 1e6,
@@ -113,6 +114,11 @@ def row(chapter, saturated, rated):
         "seconds": s["seconds"],
         "gbps": s["gbps"], "peak_gbps": s["peak_gbps"], "weight_mb": s["weight_bytes_per_step"] / 1e6,
         "preemptions": s["preemptions"], "hit_rate": s["prefix_hit_rate"],
+        "rows_per_pass": (s["prefill_rows"] + s["decode_rows"]) / max(s["passes"], 1),
+        # Napkin math: a row multiplies by every weight once, 2 FLOPs a weight (attention over at
+        # most 256 positions adds under 2 %); weights per pass = weight bytes / bytes a weight.
+        "gflops": 2 * s["weight_bytes_per_step"] / DTYPE_BYTES[saturated["metrics"]["weight_dtype"]]
+        * (s["prefill_rows"] + s["decode_rows"]) / s["seconds"] / 1e9,
         "rated_tokens_per_s": t["generated_tokens_per_s"], "ttft_p50_ms": 1e3 * t["ttft_s"]["p50"],
     }
 
@@ -231,20 +237,22 @@ def main():
              f"(median {w['output_median']}, sigma {w['output_sigma']}), generated in full "
              "(--ignore-eos).",
              "",
-             "Requests at once (the most at one pass), KV held per request (KV held / requests "
-             "running, at the pass that held the most), waste (unused share of what was held, at "
-             "the pass that stored the most), prefill rows, KV read per decode step and tokens/s "
-             "(generated, over the whole run): every request "
+             "Requests at once (the most at one pass); KV held per request (the bytes held over "
+             "the requests running, at the pass that held the most); waste (the share of what was "
+             "held that holds no token, at the pass that stored the most); prefill rows; KV read "
+             "per decode step; "
+             "tokens/s (generated, over the whole run): every request "
              f"arriving at once (saturating). TTFT p99: Poisson arrivals at {rate:g} requests/s "
              "(half of chapter 3's saturated request rate unless --rate was given). "
              "In parentheses: the ratio to the row above.", ""]
     lines += table(rows)
-    lines += ["", "| chapter | run s | preemptions | prefix hit rate | weights MB/pass | GB/s | "
-                  "% of peak | tokens/s at the rate | TTFT p50 ms |",
-              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines += ["", "| chapter | run s | rows/pass | matmul GFLOP/s | preemptions | prefix hit rate "
+                  "| weights MB/pass | GB/s | % of peak | tokens/s at the rate | TTFT p50 ms |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         pct = f"{100 * r['gbps'] / r['peak_gbps']:.1f}" if r["peak_gbps"] else "-"
-        lines.append(f"| {r['chapter']} | {r['seconds']:.2f} | {r['preemptions']} | "
+        lines.append(f"| {r['chapter']} | {r['seconds']:.2f} | {r['rows_per_pass']:.1f} | "
+                     f"{r['gflops']:.1f} | {r['preemptions']} | "
                      f"{100 * r['hit_rate']:.1f} % | {r['weight_mb']:.1f} | {r['gbps']:.2f} | "
                      f"{pct} | {r['rated_tokens_per_s']:.0f} | {r['ttft_p50_ms']:.0f} |")
     lines += ["", "Every chapter gave every request chapter 1's greedy ids in both runs "
