@@ -20,10 +20,13 @@ CHAPTERS = ["01_cpu_reference", "02_contiguous_gpu", "03_paged_blocks", "04_cow_
 
 
 def run_tour(*flags):
-    """Runs the ladder on the tiny model (12 requests, no bandwidth probe, no plots)."""
+    """Runs the ladder on the tiny model (12 requests, no bandwidth probe, no plots), on the
+    device KVHEAP_TOUR_DEVICE names (cpu by default; cuda runs chapters 2-5 on the simulator in
+    a simulator build)."""
     bin_dir = os.environ.get("KVHEAP_BIN_DIR", os.path.join(ROOT, "build", "cpu", "bin"))
     cmd = [sys.executable, TOUR, "--bin", bin_dir, "--model", "tiny", "--requests", "12",
-           "--no-peak", "--no-plots", *flags]
+           "--no-peak", "--no-plots", "--device", os.environ.get("KVHEAP_TOUR_DEVICE", "cpu"),
+           *flags]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
 
 
