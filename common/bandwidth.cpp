@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "common/fma_peak.hpp"
 #include "common/working_set.hpp"
 
 namespace kvheap {
@@ -45,7 +46,8 @@ std::string MeasuredPeak::cached_note(std::string_view unit) const {
 }
 
 MeasuredPeak cpu_read_peak() {
-  return {measure_read_bandwidth().gbps, "STREAM-like read", last_level_cache_bytes()};
+  return {measure_read_bandwidth().gbps, "STREAM-like read", last_level_cache_bytes(),
+          measure_fma_peak().gflops};
 }
 
 std::size_t physical_memory_bytes() {

@@ -67,6 +67,7 @@ struct MeasuredPeak {
   double gbps = 0.0;            ///< 1e9 bytes per second; 0 when not measured
   std::string kind;             ///< "STREAM-like read", "device-to-device copy"
   std::size_t cache_bytes = 0;  ///< a CPU's last-level cache or a GPU's L2 (0 when unknown)
+  double gflops = 0.0;  ///< the fp32 multiply-add peak, 1e9 FLOP/s (a CPU's; 0 when not measured)
 
   /// \brief Whether a working set of `bytes`, read again and again, is less than 4x that cache,
   /// the smallest size the benchmarks count as cold. Part of such a set stays in the cache from
@@ -83,7 +84,8 @@ struct MeasuredPeak {
   [[nodiscard]] std::string cached_note(std::string_view unit) const;
 };
 
-/// \brief The CPU's STREAM-like read peak (measure_read_bandwidth) and its last-level cache.
+/// \brief The CPU's STREAM-like read peak (measure_read_bandwidth), its last-level cache and its
+/// fp32 multiply-add peak (measure_fma_peak): the two roofs of a CPU roofline.
 MeasuredPeak cpu_read_peak();
 
 }  // namespace kvheap

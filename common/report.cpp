@@ -15,6 +15,20 @@ std::size_t weight_bytes_per_decode_step(const ModelConfig& c, DType w) {
   return (params + c.dim) * dtype_size(w);  // + the one gathered embedding row
 }
 
+double matmul_flops_per_row(const ModelConfig& c) {
+  double params = static_cast<double>(c.num_parameters());
+  if (!c.tied_embeddings) params -= static_cast<double>(c.vocab_size) * c.dim;  // the gather
+  params -= static_cast<double>(2 * c.n_layers + 1) * c.dim;                    // the norms
+  return 2.0 * params;
+}
+
+double RunReport::matmul_gflops() const {
+  const double sec = pass_seconds();
+  return sec > 0
+             ? matmul_flops_per_row * static_cast<double>(prefill_rows + decode_rows) / sec / 1e9
+             : 0;
+}
+
 double RunReport::prefill_tokens_per_s() const {
   return prefill_seconds > 0 ? static_cast<double>(prompt_tokens) / prefill_seconds : 0;
 }
@@ -89,6 +103,7 @@ RunReport make_report(const ServeResult& result, const std::vector<Request>& req
   }
   r.kv_reserved_bytes = result.peak.reserved;
   r.kv_used_bytes = result.peak.used;
+  r.matmul_flops_per_row = matmul_flops_per_row(c);
   r.latency = latencies(result);
   r.counters = result.counters;
   r.requests_served = r.requests - r.not_admitted;
@@ -135,19 +150,26 @@ void print_report(const RunReport& r, std::ostream& os) {
              "  bytes/decode step: weights {:.3f} MB (read once for all its rows) + KV {:.3f} "
              "MB (average)\n",
              r.weight_bytes_per_step / 1e6, r.kv_bytes_per_step / 1e6);
-  print_achieved(r.peak, r.decode_gbps(), r.step_bytes(), os);
+  print_achieved(r.peak, r.decode_gbps(), r.step_bytes(), os, r.matmul_gflops());
 }
 
-void print_achieved(const MeasuredPeak& peak, double gbps, double step_bytes, std::ostream& os) {
+void print_achieved(const MeasuredPeak& peak, double gbps, double step_bytes, std::ostream& os,
+                    double gflops) {
   if (peak.gbps <= 0) {
     fmt::print(os, "  achieved {:.2f} GB/s\n", gbps);
-    return;
+  } else {
+    fmt::print(os, "  achieved {:.2f} GB/s = {:.1f} % of the {} peak measured now ({:.2f} GB/s)\n",
+               gbps, 100.0 * gbps / peak.gbps, peak.kind, peak.gbps);
+    if (peak.partly_cached(step_bytes))
+      fmt::print(os, "  (this step reads {:.1f} MB: {})\n", step_bytes / 1e6,
+                 peak.cached_note("step"));
   }
-  fmt::print(os, "  achieved {:.2f} GB/s = {:.1f} % of the {} peak measured now ({:.2f} GB/s)\n",
-             gbps, 100.0 * gbps / peak.gbps, peak.kind, peak.gbps);
-  if (peak.partly_cached(step_bytes))
-    fmt::print(os, "  (this step reads {:.1f} MB: {})\n", step_bytes / 1e6,
-               peak.cached_note("step"));
+  if (gflops <= 0) return;
+  fmt::print(os, "  matmul  : {:.1f} GFLOP/s over every pass", gflops);
+  if (peak.gflops > 0)
+    fmt::print(os, " = {:.1f} % of the fp32 multiply-add peak measured now ({:.1f} GFLOP/s)",
+               100.0 * gflops / peak.gflops, peak.gflops);
+  fmt::print(os, "\n");
 }
 
 nlohmann::json metrics_json(const RunReport& r) {
@@ -217,7 +239,11 @@ nlohmann::json serving_json(const RunReport& r) {
           {"kv_bytes_per_step", r.kv_bytes_per_step},
           {"gbps", r.decode_gbps()},
           {"peak_gbps", r.peak.gbps},
-          {"fraction_of_peak", r.peak.gbps > 0 ? r.decode_gbps() / r.peak.gbps : 0.0}};
+          {"fraction_of_peak", r.peak.gbps > 0 ? r.decode_gbps() / r.peak.gbps : 0.0},
+          {"matmul_flops_per_row", r.matmul_flops_per_row},
+          {"matmul_gflops", r.matmul_gflops()},
+          {"peak_gflops", r.peak.gflops},
+          {"fraction_of_fma_peak", r.peak.gflops > 0 ? r.matmul_gflops() / r.peak.gflops : 0.0}};
 }
 
 nlohmann::json timeline_json(const std::vector<StepSample>& timeline) {

@@ -23,6 +23,12 @@ namespace kvheap {
 /// unless it doubles as the classifier, which reads it whole.
 std::size_t weight_bytes_per_decode_step(const ModelConfig& c, DType w);
 
+/// \brief FLOPs of the matrix products one row of a pass computes: 2 per weight of every matrix
+/// (the classifier included; the embedding gather and the norms are no products). Attention's
+/// own FLOPs, 4 x n_heads x head_dim per position attended in each layer, are left out: under 3 %
+/// of a row's for the presets' context lengths.
+double matmul_flops_per_row(const ModelConfig& c);
+
 /// \brief The figures of one run.
 ///
 /// Chapters 1-4 run a prefill phase (passes of prompt rows only) before decode passes, and the
@@ -58,6 +64,7 @@ struct RunReport {
   std::size_t kv_used_bytes = 0;      ///< holding tokens at that pass
   double weight_bytes_per_step = 0;   ///< weights one pass reads, once for all its rows
   double kv_bytes_per_step = 0;       ///< KV one decode step reads, on average
+  double matmul_flops_per_row = 0;    ///< matmul_flops_per_row() of the model
   MeasuredPeak peak;                  ///< measured in the same process (gbps 0: not measured)
 
   Latencies latency;         ///< TTFT, TPOT, inter-token and queueing times
@@ -74,6 +81,12 @@ struct RunReport {
   [[nodiscard]] double step_bytes() const { return weight_bytes_per_step + kv_bytes_per_step; }
   /// \brief step_bytes() x decode steps / decode time, in GB/s.
   [[nodiscard]] double decode_gbps() const;
+  /// \brief Time spent in forward passes, prefill and decode.
+  [[nodiscard]] double pass_seconds() const {
+    return whole_run ? decode_seconds : prefill_seconds + decode_seconds;
+  }
+  /// \brief The matrix products' 1e9 FLOP/s over every row of every pass.
+  [[nodiscard]] double matmul_gflops() const;
   /// \brief 1 - used / reserved: the share of the cache's memory holding no token.
   [[nodiscard]] double waste_fraction() const;
   /// \brief Prompt positions taken from a prefix index over all prompt positions the run needed
@@ -102,11 +115,13 @@ nlohmann::json timeline_json(const std::vector<StepSample>& timeline);
 /// \brief The report's lines: header, prefill and decode, KV, bytes per step and achieved rate.
 void print_report(const RunReport& r, std::ostream& os);
 
-/// \brief The report's "achieved" line: `gbps`, and its fraction of `peak` when one was measured.
+/// \brief The report's "achieved" line: `gbps`, and its fraction of `peak` when one was measured,
+/// and the matrix products' `gflops` against the multiply-add peak when one was measured.
 /// When a step's `step_bytes` are under 4x the cache in front of the peak's memory, a second line
 /// says that the rate is partly the cache's: with a small model on a CPU with a large L3 it can
 /// exceed the memory's peak.
-void print_achieved(const MeasuredPeak& peak, double gbps, double step_bytes, std::ostream& os);
+void print_achieved(const MeasuredPeak& peak, double gbps, double step_bytes, std::ostream& os,
+                    double gflops = 0.0);
 
 /// \brief `j` as one line of JSON text. Strings that are not valid UTF-8 (decoded text cut
 /// inside a multi-byte character, or byte tokens that never form one) get U+FFFD in place of

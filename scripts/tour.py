@@ -20,8 +20,6 @@ from kvheap_runs import (BUDGET_RESERVATIONS, CHAPTERS, WORKLOAD, compare_ids,  
                          cpu_name, machine_line, model_config, results_path, run_chapter,
                          workload_text, write_temp)
 
-DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
-
 IDEAS = {
     "01_cpu_reference": "reserve max_seq_len per request",
     "02_contiguous_gpu": "the same reservation on the device",
@@ -115,10 +113,9 @@ def row(chapter, saturated, rated):
         "gbps": s["gbps"], "peak_gbps": s["peak_gbps"], "weight_mb": s["weight_bytes_per_step"] / 1e6,
         "preemptions": s["preemptions"], "hit_rate": s["prefix_hit_rate"],
         "rows_per_pass": (s["prefill_rows"] + s["decode_rows"]) / max(s["passes"], 1),
-        # Napkin math: a row multiplies by every weight once, 2 FLOPs a weight (attention over at
-        # most 256 positions adds under 2 %); weights per pass = weight bytes / bytes a weight.
-        "gflops": 2 * s["weight_bytes_per_step"] / DTYPE_BYTES[saturated["metrics"]["weight_dtype"]]
-        * (s["prefill_rows"] + s["decode_rows"]) / s["seconds"] / 1e9,
+        # The report's napkin math: a row multiplies by every matrix weight once, 2 FLOPs a weight,
+        # over the time in passes (attention over at most 256 positions adds under 3 %).
+        "gflops": s["matmul_gflops"], "peak_gflops": s["peak_gflops"],
         "rated_tokens_per_s": t["generated_tokens_per_s"], "ttft_p50_ms": 1e3 * t["ttft_s"]["p50"],
     }
 
@@ -196,7 +193,8 @@ def main():
     ap.add_argument("--out", help="the file to write instead of RESULTS/ladder-<cpu>.md")
     ap.add_argument("--no-plots", action="store_true", help="write no plots")
     ap.add_argument("--no-peak", action="store_true",
-                    help="skip each program's bandwidth probe (no %% of peak column)")
+                    help="skip each program's bandwidth and multiply-add probes (no %% of "
+                         "peak columns)")
     ap.add_argument("--plant-difference", metavar="NN",
                     help="change one id of chapter NN's output before the check (to show that "
                          "the check fails)")
@@ -246,15 +244,21 @@ def main():
              "(half of chapter 3's saturated request rate unless --rate was given). "
              "In parentheses: the ratio to the row above.", ""]
     lines += table(rows)
-    lines += ["", "| chapter | run s | rows/pass | matmul GFLOP/s | preemptions | prefix hit rate "
-                  "| weights MB/pass | GB/s | % of peak | tokens/s at the rate | TTFT p50 ms |",
-              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines += ["", "Below, per saturating run: matmul GFLOP/s counts 2 FLOPs per matrix weight per "
+                  "row, over the time in forward passes; GB/s is weights plus KV per decode step; "
+                  "each program measured its read and fp32 multiply-add peaks at its start (the "
+                  "two roofs of the roofline; a GPU's FMA peak is not measured).",
+              "", "| chapter | run s | rows/pass | matmul GFLOP/s | preemptions | prefix hit rate "
+                  "| weights MB/pass | GB/s | % of read peak | % of FMA peak | tokens/s at the rate "
+                  "| TTFT p50 ms |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         pct = f"{100 * r['gbps'] / r['peak_gbps']:.1f}" if r["peak_gbps"] else "-"
+        fma = f"{100 * r['gflops'] / r['peak_gflops']:.1f}" if r["peak_gflops"] else "-"
         lines.append(f"| {r['chapter']} | {r['seconds']:.2f} | {r['rows_per_pass']:.1f} | "
                      f"{r['gflops']:.1f} | {r['preemptions']} | "
                      f"{100 * r['hit_rate']:.1f} % | {r['weight_mb']:.1f} | {r['gbps']:.2f} | "
-                     f"{pct} | {r['rated_tokens_per_s']:.0f} | {r['ttft_p50_ms']:.0f} |")
+                     f"{pct} | {fma} | {r['rated_tokens_per_s']:.0f} | {r['ttft_p50_ms']:.0f} |")
     lines += ["", "Every chapter gave every request chapter 1's greedy ids in both runs "
                   "(near ties, if any, are listed on stderr)."]
     if not args.no_plots:

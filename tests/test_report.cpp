@@ -72,5 +72,54 @@ TEST(MetricsJson, SaysWhetherAStepIsPartlyCached) {
   EXPECT_EQ(metrics_json(r)["cache_note"].get<std::string>(), "");
 }
 
+// A row multiplies by every weight of every matrix once, 2 FLOPs a weight; the embedding gather
+// and the norms multiply nothing. Counted by hand for a model with grouped-query attention and
+// an untied classifier, where each of those rules matters.
+TEST(MatmulFlops, TwoPerMatrixWeightClassifierIncludedGatherAndNormsNot) {
+  ModelConfig c;
+  c.dim = 64;
+  c.hidden_dim = 160;
+  c.n_layers = 3;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.head_dim = 16;
+  c.vocab_size = 100;
+  c.max_seq_len = 32;
+  c.tied_embeddings = false;
+  const double per_layer = 64.0 * 64 + 2 * 64.0 * 32 + 64.0 * 64 + 3 * 64.0 * 160;  // q k v o, ffn
+  EXPECT_DOUBLE_EQ(matmul_flops_per_row(c), 2 * (3 * per_layer + 100.0 * 64));
+  c.tied_embeddings = true;  // the table is the classifier now: still one product
+  EXPECT_DOUBLE_EQ(matmul_flops_per_row(c), 2 * (3 * per_layer + 100.0 * 64));
+}
+
+TEST(PrintAchieved, MatmulRateAgainstTheMultiplyAddPeakWhenOneWasMeasured) {
+  MeasuredPeak peak{25.0, "STREAM-like read", 0};
+  std::ostringstream os;
+  print_achieved(peak, 20.0, 2e9, os, 30.0);
+  EXPECT_NE(os.str().find("\n  matmul  : 30.0 GFLOP/s over every pass\n"), std::string::npos)
+      << os.str();
+  peak.gflops = 120.0;
+  os.str("");
+  print_achieved(peak, 20.0, 2e9, os, 30.0);
+  EXPECT_NE(os.str().find("  matmul  : 30.0 GFLOP/s over every pass = 25.0 % of the fp32 "
+                          "multiply-add peak measured now (120.0 GFLOP/s)\n"),
+            std::string::npos)
+      << os.str();
+}
+
+TEST(ServingJson, MatmulRateOverEveryRowOfEveryPass) {
+  RunReport r;
+  r.matmul_flops_per_row = 3e7;
+  r.prefill_rows = 300;
+  r.decode_rows = 700;
+  r.prefill_seconds = 0.1;
+  r.decode_seconds = 0.4;  // chapters 1-4: prefill and decode passes together are 0.5 s
+  r.peak.gflops = 120.0;
+  EXPECT_DOUBLE_EQ(serving_json(r)["matmul_gflops"].get<double>(), 60.0);
+  EXPECT_DOUBLE_EQ(serving_json(r)["fraction_of_fma_peak"].get<double>(), 0.5);
+  r.whole_run = true;  // a continuous batcher's decode time already counts every pass
+  EXPECT_DOUBLE_EQ(serving_json(r)["matmul_gflops"].get<double>(), 75.0);
+}
+
 }  // namespace
 }  // namespace kvheap
