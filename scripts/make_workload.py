@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes a seeded workload for the chapter programs' --workload flag (format: common/workload.hpp).
+"""Writes a seeded workload for the chapter programs' --workload flag (docs/pages/workloads.md).
 
 Every request's prompt is [BOS] + a system prompt all requests share + (for some) one of a few
 documents + a question of its own; prompt-question and output lengths are lognormal, arrivals
