@@ -14,7 +14,7 @@
 #                     tour's tests out; the same configure without gpu-check's option must fail
 #   bundle too new    a bundled library needing GLIBC_2.99, then one needing GLIBCXX_3.4.99: exit 1
 #                     before the build, naming the version, the library and this machine's newest
-#   old CMake, no nvcc  exit 1 at once, naming what is missing
+#   old CMake, no nvcc  exit 1 at once, naming what is missing; a cap that is no number, exit 2
 #   a step's cap      a benchmark that outlives its cap is "cut short", the run exits 2
 #   the budget        a ctest that outlives the budget is "cut short", the steps after it "not run"
 #
@@ -304,6 +304,12 @@ without=""
 expect_rc 1
 expect_output "gpu-check: no nvcc (the CUDA toolkit) on PATH or in /nonexistent/bin: install the CUDA toolkit, 12.0 or newer"
 expect_no_call "^cmake"
+passed
+
+scenario bad-cap GPU_CHECK_CAP_build=soon
+expect_rc 2
+expect_output "gpu-check: GPU_CHECK_CAP_build must be a whole number of seconds, not 'soon'"
+expect_no_call "."
 passed
 
 scenario step-cap GPU_CHECK_CAP_bench_attention_gpu=2 STANDIN_SLEEP_bench_attention_gpu=30
