@@ -3,10 +3,10 @@
 # scripts/gpu-check.sh --plan: the steps and their time caps, on any machine; nothing runs.
 #
 #   0. up-front checks, before anything is built: a GPU that nvidia-smi sees, a driver new enough
-#      for the CUDA toolkit (CUDA 13 needs R580, CUDA 12 R525), CMake 3.25+, Ninja, a C++ compiler
-#      whose C++20 programs run here, and, with a bundle, a glibc and libstdc++ that provide every
-#      symbol version the bundled libraries need. Each stops the script at once, naming what is
-#      missing, instead of failing as a build error minutes later.
+#      for the CUDA toolkit (CUDA 13 needs R580, CUDA 12 R525), CMake 3.25+, Ninja (else make), a
+#      C++ compiler whose C++20 programs run here, and, with a bundle, a glibc and libstdc++ that
+#      provide every symbol version the bundled libraries need. Each stops the script at once,
+#      naming what is missing, instead of failing as a build error minutes later.
 #   1. configure a real CUDA build for the local GPU (preset cuda-native) and build the target
 #      gpu_check, all cores: the test programs that reach the device, the chapter programs and
 #      the GPU benchmarks (the tests that never touch the device run in CI)
@@ -252,7 +252,14 @@ cmake_version=$(cmake --version 2> /dev/null | sed -n 's/^cmake version \([0-9.]
 [ -n "$cmake_version" ] || stop "no cmake on PATH: the build needs CMake 3.25 or newer"
 version_ge "$cmake_version" 3.25 ||
   stop "cmake $cmake_version is too old: the presets (CMakePresets.json, version 6) need CMake 3.25 or newer"
-command -v ninja > /dev/null || stop "no ninja on PATH: the presets build with Ninja (package ninja-build)"
+# The presets build with Ninja; a GPU image without it but with make still builds, with make.
+generator=()
+if ! command -v ninja > /dev/null; then
+  command -v make > /dev/null ||
+    stop "neither ninja nor make on PATH: the build needs one (package ninja-build, or make)"
+  generator=(-G "Unix Makefiles")
+  log "gpu-check: no ninja on PATH: building with make instead"
+fi
 
 # A C++20 program built and run here: the compiler works, and the C++ runtime its programs load
 # here is the one they were built for (test discovery runs every test program during the build).
@@ -360,9 +367,10 @@ build() {
   # CMAKE_POLICY_VERSION_MINIMUM lets CMake 4 read package files written for older CMake.
   # KVHEAP_PYTHON_OPTIONAL: GPU machines often set CI, and under CI a missing Python would fail
   # the configure for the tour's tests, which this script does not run.
-  capped "${cap[build]}" bash -c 'cmake --preset cuda-native -DKVHEAP_BUILD_DOCS=OFF \
-      -DCMAKE_POLICY_VERSION_MINIMUM=3.5 -DKVHEAP_PYTHON_OPTIONAL=ON &&
-    cmake --build --preset cuda-native -j "$(nproc)" --target gpu_check' >> "$out/build.log" 2>&1
+  capped "${cap[build]}" bash -c 'cmake --preset cuda-native "$@" && \
+    cmake --build --preset cuda-native -j "$(nproc)" --target gpu_check' configure \
+    "${generator[@]}" -DKVHEAP_BUILD_DOCS=OFF -DCMAKE_POLICY_VERSION_MINIMUM=3.5 \
+    -DKVHEAP_PYTHON_OPTIONAL=ON >> "$out/build.log" 2>&1
 }
 if ! step "1. configure and build the target gpu_check (cuda-native, $(nproc) jobs)" build; then
   tail -30 "$out/build.log" >&2

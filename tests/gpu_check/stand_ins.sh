@@ -15,6 +15,7 @@
 #   bundle too new    a bundled library needing GLIBC_2.99, then one needing GLIBCXX_3.4.99: exit 1
 #                     before the build, naming the version, the library and this machine's newest
 #   old CMake, no nvcc  exit 1 at once, naming what is missing; a cap that is no number, exit 2
+#   no ninja          the build is configured for make instead
 #   a step's cap      a benchmark that outlives its cap is "cut short", the run exits 2
 #   the budget        a ctest that outlives the budget is "cut short", the steps after it "not run"
 #
@@ -41,11 +42,19 @@ if [ "${1:-}" = --with-build ]; then
 fi
 real_cmake=$(command -v cmake)
 real_ctest=$(command -v ctest)
-# The machine's own PATH without anything CUDA: only the stand-ins may answer for the toolkit.
-host_path=$(tr ':' '\n' <<< "$PATH" | while read -r d; do
-  [ -n "$d" ] && [ ! -x "$d/nvcc" ] && [ ! -x "$d/nvidia-smi" ] && [ ! -x "$d/compute-sanitizer" ] &&
-    echo "$d"
-done | paste -sd: -)
+real_ninja=$(command -v ninja)
+# The machine's own programs, as links in one folder, less the CUDA toolkit's and ninja: only the
+# stand-ins may answer for the toolkit, and ninja is one of them so that a scenario can lack it.
+host_path=$work/host-bin
+mkdir -p "$host_path"
+while read -r d; do
+  [ -d "$d" ] || continue
+  for f in "$d"/*; do
+    n=${f##*/}
+    case $n in nvcc | nvidia-smi | compute-sanitizer | ninja) continue ;; esac
+    [ -x "$f" ] && [ ! -e "$host_path/$n" ] && ln -s "$f" "$host_path/$n"
+  done
+done < <(tr ':' '\n' <<< "$PATH")
 
 # ---- the stand-ins ------------------------------------------------------------------------------
 stand=$work/stand-ins
@@ -134,6 +143,7 @@ v=STANDIN_SLEEP_$name
 sleep "${!v:-0}"
 echo '{"stand_in": true}'
 EOF
+ln -s "$real_ninja" "$stand/ninja"
 chmod +x "$stand"/* "$work/program"
 
 # ---- a bundle -----------------------------------------------------------------------------------
@@ -304,6 +314,14 @@ without=""
 expect_rc 1
 expect_output "gpu-check: no nvcc (the CUDA toolkit) on PATH or in /nonexistent/bin: install the CUDA toolkit, 12.0 or newer"
 expect_no_call "^cmake"
+passed
+
+without=ninja
+scenario no-ninja
+without=""
+expect_rc 0
+expect_output "gpu-check: no ninja on PATH: building with make instead"
+expect_call "^cmake --preset cuda-native -G Unix Makefiles "
 passed
 
 scenario bad-cap GPU_CHECK_CAP_build=soon
