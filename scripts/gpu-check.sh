@@ -123,7 +123,8 @@ write_summary() {
   cat "$out/summary.head"
   rm -f "$out/summary.head"
 }
-trap write_summary EXIT
+probe_dir=""  # the up-front checks' scratch folder, removed however the script ends
+trap 'write_summary; rm -rf "$probe_dir"' EXIT
 
 # stop MESSAGE: ends the script with exit status 1, MESSAGE on stderr and in summary.md.
 stop() {
@@ -273,7 +274,6 @@ printf '%s\n' '#include <span>' '#include <string>' '#include <iostream>' \
 if ! "$cxx" -std=c++20 -o "$probe_dir/probe" "$probe_dir/probe.cpp" > "$probe_dir/log" 2>&1 ||
   ! "$probe_dir/probe" >> "$probe_dir/log" 2>&1; then
   why=$(tail -3 "$probe_dir/log" | tr '\n' ' ')
-  rm -rf "$probe_dir"
   stop "$cxx ($("$cxx" --version 2> /dev/null | head -1)) cannot build and run a C++20 program here: $why"
 fi
 {
