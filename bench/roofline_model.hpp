@@ -25,7 +25,7 @@ namespace kvheap::bench {
 struct GpuDatasheet {
   std::string_view key;          ///< the --model-gpu value: "h200"
   std::string_view name;         ///< "NVIDIA H200 SXM"
-  std::string_view device_name;  ///< what the CUDA runtime calls this GPU: "NVIDIA H200"
+  std::string_view device_name;  ///< how the CUDA runtime's name for it begins: "NVIDIA H200"
   double memory_gbps;            ///< peak memory bandwidth, GB/s (1e9 B/s)
   double fp32_tflops;            ///< peak FP32 on the CUDA cores, dense
   double bf16_tensor_tflops;     ///< peak BF16 on the tensor cores, dense (half the sparse figure)
@@ -47,10 +47,18 @@ inline const GpuDatasheet* datasheet_by_key(std::string_view key) {
 }
 
 /// \brief The datasheet of the device the CUDA runtime calls `device_name`, or nothing (another
-/// GPU, another board of the same chip, the simulator).
+/// GPU, the simulator). The SXM boards' names begin "NVIDIA H200" and "NVIDIA H100" and may go on
+/// with the memory ("NVIDIA H100 80GB HBM3"); the PCIe and NVL boards of the same chip, whose
+/// clocks, power and (H100) memory differ, say so in their names and get no datasheet.
 inline const GpuDatasheet* datasheet_of_device(std::string_view device_name) {
-  for (const GpuDatasheet& d : kDatasheets)
-    if (d.device_name == device_name) return &d;
+  if (device_name.find("PCIe") != std::string_view::npos ||
+      device_name.find("NVL") != std::string_view::npos)
+    return nullptr;
+  for (const GpuDatasheet& d : kDatasheets) {
+    if (device_name.substr(0, d.device_name.size()) != d.device_name) continue;
+    const std::string_view rest = device_name.substr(d.device_name.size());
+    if (rest.empty() || rest[0] == ' ') return &d;  // not "NVIDIA H1000"
+  }
   return nullptr;
 }
 

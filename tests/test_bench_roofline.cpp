@@ -90,7 +90,11 @@ TEST(BenchRoofline, ARunComparesAgainstItsOwnDatasheetOrTheOneNamed) {
   // (another board of the same chip included: its clocks and bandwidth differ).
   EXPECT_EQ(bench::model_gpu(flags({}), "NVIDIA H200"), &h200());
   EXPECT_EQ(bench::model_gpu(flags({}), "NVIDIA H100 80GB HBM3")->key, "h100");
+  EXPECT_EQ(bench::model_gpu(flags({}), "NVIDIA H200 141GB HBM3e"), &h200());
   EXPECT_EQ(bench::model_gpu(flags({}), "NVIDIA H200 NVL"), nullptr);
+  EXPECT_EQ(bench::model_gpu(flags({}), "NVIDIA H100 PCIe"), nullptr);
+  EXPECT_EQ(bench::model_gpu(flags({}), "NVIDIA H100 NVL"), nullptr);
+  EXPECT_EQ(bench::model_gpu(flags({}), "NVIDIA GH200 480GB"), nullptr);
   EXPECT_EQ(bench::model_gpu(flags({}), "kvheap CPU simulator"), nullptr);
   // --model-gpu names one whatever the device; --model-only alone means the H200.
   EXPECT_EQ(bench::model_gpu(flags({"--model-gpu=h100"}), "NVIDIA H200")->key, "h100");
