@@ -6,13 +6,18 @@
 // what the memory system can deliver. Shapes are Llama-3-8B's (32 query heads, 8 KV heads,
 // head_dim 128) with a bf16 cache, one layer.
 //
+// Beside each measured time the table prints the bandwidth roofline's prediction from the GPU's
+// datasheet (bench/roofline_model.hpp), labelled as a model; --model-only prints that model alone,
+// for every configuration, on any machine (--model-gpu=KEY picks the datasheet, h200 by default).
+//
 // Cold-cache numbers: each slot reserves the full 32k positions, so one sequence's K sits 64 MiB
 // from the next's; slots are assigned to rows in shuffled order; and L2 is flushed before every
 // timed call by a read of twice its size (L2Flush), so small configurations are not served from
 // L2 and no call pays for another's write-backs.
 //
 // The simulator is not a performance model: in a KVHEAP_CUDA=sim build this program says so and
-// reports nothing (a listing, --benchmark_list_tests, still prints the names). (The CPU twin has
+// times nothing (a listing, --benchmark_list_tests, still prints the names, and --model-only the
+// model). (The CPU twin has
 // its own benchmark, bench_attention_cpu, in every build.)
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
@@ -25,6 +30,7 @@
 
 #include "bench/command.hpp"
 #include "bench/failures.hpp"
+#include "bench/roofline_model.hpp"
 #include "common/gpu/device_bandwidth.hpp"
 #include "common/gpu/l2_flush.hpp"
 #include "common/model_config.hpp"
@@ -41,10 +47,28 @@ constexpr DType kKv = DType::BF16;
 
 double g_peak_gbps = 0.0;
 
+/// The configurations, in the order they are registered and tabulated.
+constexpr int kBatches[] = {1, 8, 64};
+constexpr int kContexts[] = {1024, 4096, 16384, 32768};
+
+std::string bench_name(int batch, int ctx) {
+  return fmt::format("decode_attention/llama3_8b_bf16/batch{}/ctx{}", batch, ctx);
+}
+
+/// Napkin math: every row reads K and V of n_ctx positions for all KV heads,
+/// n * n_ctx * 2 * n_kv_heads * head_dim * 2 B (bf16), plus q and out in fp32; the split-K
+/// workspace traffic is the kernel's own overhead and is not counted as useful bytes.
+bench::Work work_of(int batch, int ctx) {
+  const double io = 2.0 * batch * kHeads * kHeadDim * 4.0;
+  return bench::attention_work(static_cast<double>(batch) * ctx, kHeads, kKvHeads, kHeadDim, 2.0,
+                               io);
+}
+
 struct Row {
   std::string config;
   double budget_mb, mb_moved, us, gbps;
   int splits;
+  bench::Work work;
 };
 std::vector<Row> g_rows;
 
@@ -105,11 +129,8 @@ void decode_attention_bench(benchmark::State& state, int batch, int ctx) {
     total_ms += ms;
     state.SetIterationTime(ms * 1e-3);
   }
-  // Napkin math: every row reads K and V of n_ctx positions for all KV heads,
-  // n * n_ctx * 2 * n_kv_heads * head_dim * 2 B (bf16), plus q and out in fp32; the split-K
-  // workspace traffic is the kernel's own overhead and is not counted as useful bytes.
-  const double bytes = static_cast<double>(batch) * ctx * 2.0 * kv_dim * 2.0 +
-                       2.0 * static_cast<double>(q_elems) * 4.0;
+  const bench::Work work = work_of(batch, ctx);
+  const double bytes = work.bytes;
   const double us = total_ms * 1e3 / static_cast<double>(state.iterations());
   const double gbps = bytes / (us * 1e-6) / 1e9;
   const int splits = cuda::detail::plan_attention(shape, 0).splits;
@@ -118,7 +139,21 @@ void decode_attention_bench(benchmark::State& state, int batch, int ctx) {
   state.counters["splits"] = splits;
   const std::string config = fmt::format("batch {}, ctx {}, bf16", batch, ctx);
   state.SetLabel(config);
-  record({config, 2.0 * cache_bytes / 1e6, bytes / 1e6, us, gbps, splits});
+  record({config, 2.0 * cache_bytes / 1e6, bytes / 1e6, us, gbps, splits, work});
+}
+
+/// --model-only: the roofline's time for every configuration, on `gpu`, and nothing timed.
+int print_model(const bench::GpuDatasheet& gpu) {
+  fmt::print("bench_attention_gpu: model only, nothing timed. {}\n\n", bench::model_note(&gpu, ""));
+  fmt::print("| benchmark | MB moved | GFLOP | model us | bound |\n|---|---:|---:|---:|---|\n");
+  for (int batch : kBatches) {
+    for (int ctx : kContexts) {
+      const bench::Work w = work_of(batch, ctx);
+      fmt::print("| {} | {:.2f} | {:.3f} | {} | {} |\n", bench_name(batch, ctx), w.bytes / 1e6,
+                 w.fp32_flops / 1e9, bench::model_us(&gpu, w), bench::predict(w, gpu).bound);
+    }
+  }
+  return 0;
 }
 
 }  // namespace
@@ -127,11 +162,16 @@ void decode_attention_bench(benchmark::State& state, int batch, int ctx) {
 int main(int argc, char** argv) {
   using namespace kvheap;
   const bool listing = bench::listing_only(argc, argv);
+  const bench::ModelFlags model = bench::model_flags(argc, argv);
+  if (!model.error.empty()) {
+    fmt::print(stderr, "bench_attention_gpu: {}\n", model.error);
+    return 2;
+  }
   benchmark::Initialize(&argc, argv);
-  for (int batch : {1, 8, 64}) {
-    for (int ctx : {1024, 4096, 16384, 32768}) {
+  for (int batch : kBatches) {
+    for (int ctx : kContexts) {
       benchmark::RegisterBenchmark(
-          fmt::format("decode_attention/llama3_8b_bf16/batch{}/ctx{}", batch, ctx).c_str(),
+          bench_name(batch, ctx).c_str(),
           [batch, ctx](benchmark::State& s) { decode_attention_bench(s, batch, ctx); })
           ->UseManualTime()
           ->Unit(benchmark::kMicrosecond)
@@ -140,11 +180,12 @@ int main(int argc, char** argv) {
   }
   // A listing needs no device: the names are the same on every machine.
   if (listing) return bench::list_benchmarks();
+  if (model.only) return print_model(*bench::model_gpu(model, ""));
   if (is_simulator()) {
     fmt::print(
         "bench_attention_gpu: KVHEAP_CUDA=sim runs kernels on the CPU simulator, which is not "
         "a performance model; no timings are reported. Build with KVHEAP_CUDA=real and run "
-        "on a GPU.\n");
+        "on a GPU (--model-only prints the roofline's prediction here).\n");
     return 0;
   }
   if (auto why = device_unavailable_reason()) {
@@ -159,12 +200,18 @@ int main(int argc, char** argv) {
   if (g_rows.empty())
     return bench::exit_status("bench_attention_gpu");  // nothing measured: no table
 
+  const bench::GpuDatasheet* gpu = bench::model_gpu(model, info.name);
   fmt::print("\n{}: {} SMs. Device-to-device copy peak: {:.0f} GB/s (read + write, {:.0f} MiB)\n",
              info.name, info.sm_count, g_peak_gbps, static_cast<double>(peak.bytes) / (1 << 20));
-  fmt::print("| config | KV budget MB | MB moved | us/call | GB/s | % of copy peak | splits |\n");
-  fmt::print("|---|---:|---:|---:|---:|---:|---:|\n");
+  fmt::print("{}\n\n", bench::model_note(gpu, info.name));
+  fmt::print(
+      "| config | KV budget MB | MB moved | us/call | model us | measured / model | GB/s | "
+      "% of copy peak | splits |\n");
+  fmt::print("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const Row& r : g_rows)
-    fmt::print("| {} | {:.0f} | {:.2f} | {:.1f} | {:.0f} | {:.1f} | {} |\n", r.config, r.budget_mb,
-               r.mb_moved, r.us, r.gbps, 100.0 * r.gbps / g_peak_gbps, r.splits);
+    fmt::print("| {} | {:.0f} | {:.2f} | {:.1f} | {} | {} | {:.0f} | {:.1f} | {} |\n", r.config,
+               r.budget_mb, r.mb_moved, r.us, bench::model_us(gpu, r.work),
+               bench::measured_over_model(gpu, r.work, r.us * 1e-6), r.gbps,
+               100.0 * r.gbps / g_peak_gbps, r.splits);
   return bench::exit_status("bench_attention_gpu");
 }

@@ -7,6 +7,9 @@
 //
 // A plain program, not a Google Benchmark one: it sweeps its own grid and times a fixed number of
 // steps each. It prints a markdown table, and with --json-out=PATH writes the same rows as JSON.
+// Beside each measured step the table prints the roofline's prediction from the GPU's datasheet
+// (bench/roofline_model.hpp), labelled as a model; --model-only prints the model alone, on any
+// machine, the simulator included (where nothing is timed).
 #include <fmt/format.h>
 
 #include <fstream>
@@ -15,6 +18,7 @@
 #include <vector>
 
 #include "base/error.hpp"
+#include "bench/roofline_model.hpp"
 #include "chapters/02_contiguous_gpu/contiguous_cache.hpp"
 #include "common/cli.hpp"
 #include "common/gpu/device_bandwidth.hpp"
@@ -27,11 +31,40 @@ namespace {
 
 using namespace kvheap;
 
-/// Runs the grid, printing a markdown row per configuration; returns the rows as JSON.
-nlohmann::json run(const DeviceInfo& info) {
+constexpr DType kDtypes[] = {DType::BF16, DType::F32};
+constexpr int kBatches[] = {1, 16};
+constexpr int kContexts[] = {1024, 4096};
+
+std::string config_name(const ModelConfig& c, DType dt, int batch, int ctx) {
+  return fmt::format("{} {} batch {} ctx {}", c.name, dtype_name(dt), batch, ctx);
+}
+
+/// --model-only: the roofline's step time for every configuration, on `gpu`, and nothing timed.
+void print_model(const bench::GpuDatasheet& gpu) {
+  const ModelConfig c = preset("llama-3-8b-4l");
+  fmt::print("bench_decode_gpu: model only, nothing timed. {}\n\n", bench::model_note(&gpu, ""));
+  fmt::print(
+      "| config | MB moved/step | FP32 GFLOP | tensor GFLOP | model ms/step | bound | model "
+      "tokens/s |\n|---|---:|---:|---:|---:|---|---:|\n");
+  for (DType dt : kDtypes) {
+    for (int batch : kBatches) {
+      for (int ctx : kContexts) {
+        const bench::Work w = bench::decode_step_work(c, dt, batch, ctx);
+        const bench::Prediction p = bench::predict(w, gpu);
+        fmt::print("| {} | {:.0f} | {:.1f} | {:.1f} | {:.3f} | {} | {:.0f} |\n",
+                   config_name(c, dt, batch, ctx), w.bytes / 1e6, w.fp32_flops / 1e9,
+                   w.tensor_flops / 1e9, p.seconds * 1e3, p.bound, batch / p.seconds);
+      }
+    }
+  }
+}
+
+/// Runs the grid, printing a markdown row per configuration, with the model from `gpu` (none
+/// when null); returns the rows as JSON.
+nlohmann::json run(const DeviceInfo& info, const bench::GpuDatasheet* gpu) {
   const double peak = measure_copy_bandwidth().gbps;
-  fmt::print("device {} ({} SMs), device-to-device copy peak {:.1f} GB/s\n\n", info.name,
-             info.sm_count, peak);
+  fmt::print("device {} ({} SMs), device-to-device copy peak {:.1f} GB/s\n{}\n\n", info.name,
+             info.sm_count, peak, bench::model_note(gpu, info.name));
   nlohmann::json out = {{"device", info.name},
                         {"sm_count", info.sm_count},
                         {"copy_peak_gbps", peak},
@@ -39,12 +72,13 @@ nlohmann::json run(const DeviceInfo& info) {
   const ModelConfig c = preset("llama-3-8b-4l");
   const ModelWeights host = make_synthetic_weights(c, 1);
   fmt::print(
-      "| config | KV budget MB | MB moved/step | ms/step | GB/s | % of copy peak | tokens/s |\n");
-  fmt::print("|---|---:|---:|---:|---:|---:|---:|\n");
-  for (DType dt : {DType::BF16, DType::F32}) {
+      "| config | KV budget MB | MB moved/step | ms/step | model ms/step | measured / model | GB/s "
+      "| % of copy peak | tokens/s |\n");
+  fmt::print("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  for (DType dt : kDtypes) {
     GpuForward fwd(host, dt);
-    for (int batch : {1, 16}) {
-      for (int ctx : {1024, 4096}) {
+    for (int batch : kBatches) {
+      for (int ctx : kContexts) {
         ch02::ContiguousCache cache(c, dt, batch, Memory::kDevice);
         Batch prefill, step;
         for (int s = 0; s < batch; ++s) {
@@ -66,13 +100,20 @@ nlohmann::json run(const DeviceInfo& info) {
         stop.record();
         const double ms = elapsed_ms(start, stop) / iters;
         // Napkin math: weights once for the whole batch + K and V of ctx + 1 positions per row.
-        const double bytes = static_cast<double>(weight_bytes_per_decode_step(c, dt)) +
-                             static_cast<double>(batch) * kv_bytes_for_context(c, dt, ctx + 1);
+        const bench::Work work = bench::decode_step_work(c, dt, batch, ctx);
+        const double bytes = work.bytes;
         const double gbps = bytes / (ms * 1e-3) / 1e9;
-        fmt::print(
-            "| {} {} batch {} ctx {} | {:.0f} | {:.0f} | {:.3f} | {:.0f} | {:.1f} | {:.0f} |\n",
-            c.name, dtype_name(dt), batch, ctx, cache.bytes_reserved() / 1e6, bytes / 1e6, ms, gbps,
-            100.0 * gbps / peak, batch * 1e3 / ms);
+        const std::string model_ms =
+            gpu == nullptr ? "-" : fmt::format("{:.3f}", bench::predict(work, *gpu).seconds * 1e3);
+        fmt::print("| {} | {:.0f} | {:.0f} | {:.3f} | {} | {} | {:.0f} | {:.1f} | {:.0f} |\n",
+                   config_name(c, dt, batch, ctx), cache.bytes_reserved() / 1e6, bytes / 1e6, ms,
+                   model_ms, bench::measured_over_model(gpu, work, ms * 1e-3), gbps,
+                   100.0 * gbps / peak, batch * 1e3 / ms);
+        nlohmann::json model = nullptr;  // a prediction, kept apart from the measured fields
+        if (gpu != nullptr) {
+          const bench::Prediction p = bench::predict(work, *gpu);
+          model = {{"datasheet", gpu->name}, {"ms_per_step", p.seconds * 1e3}, {"bound", p.bound}};
+        }
         out["rows"].push_back({{"model", c.name},
                                {"dtype", dtype_name(dt)},
                                {"batch", batch},
@@ -82,7 +123,8 @@ nlohmann::json run(const DeviceInfo& info) {
                                {"ms_per_step", ms},
                                {"gbps", gbps},
                                {"frac_of_copy_peak", gbps / peak},
-                               {"tokens_per_s", batch * 1e3 / ms}});
+                               {"tokens_per_s", batch * 1e3 / ms},
+                               {"roofline_model", model}});
       }
     }
   }
@@ -94,15 +136,35 @@ nlohmann::json run(const DeviceInfo& info) {
 int main(int argc, char** argv) {
   CommandLine cli{"chapter 2's decode step on the GPU against its copy bandwidth",
                   "bench_decode_gpu"};
-  std::string json_out;
+  std::string json_out, model_gpu;
+  bool model_only = false;
   cli.option("--json-out", json_out, "Also write the rows as JSON to this file");
+  cli.flag("--model-only", model_only,
+           "Print the roofline's prediction for every configuration and time nothing (any "
+           "machine)");
+  cli.option("--model-gpu", model_gpu,
+             "Datasheet of the model: " + bench::datasheet_keys() +
+                 " (default: the device's own; with --model-only, h200)");
   return run_cli(cli, argc, argv, [&] {
-    const DeviceInfo info = require_cuda_device();
-    if (info.is_simulator) {
-      fmt::print("bench_decode_gpu: {} is not a performance model; run this on a GPU\n", info.name);
+    bench::ModelFlags flags;
+    flags.only = model_only;
+    if (!model_gpu.empty()) flags.key = model_gpu;
+    if (flags.key && bench::datasheet_by_key(*flags.key) == nullptr)
+      throw UsageError(fmt::format("--model-gpu {}: no datasheet by that name; the model knows {}",
+                                   model_gpu, bench::datasheet_keys()));
+    if (model_only) {
+      print_model(*bench::model_gpu(flags, ""));
       return;
     }
-    const nlohmann::json report = run(info);
+    const DeviceInfo info = require_cuda_device();
+    if (info.is_simulator) {
+      fmt::print(
+          "bench_decode_gpu: {} is not a performance model; run this on a GPU (--model-only "
+          "prints the roofline's prediction here)\n",
+          info.name);
+      return;
+    }
+    const nlohmann::json report = run(info, bench::model_gpu(flags, info.name));
     if (!json_out.empty()) {
       std::ofstream f(json_out);
       f << report.dump(2) << "\n";

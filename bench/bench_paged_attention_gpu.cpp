@@ -10,13 +10,18 @@
 //      tail waste, written to PREFIX.md and PREFIX.csv (--sweep-out=PREFIX, default
 //      block_size_sweep_gpu); scripts/plot_block_sweep.py plots the CSV.
 //
+// Beside the measured times the tables print the bandwidth roofline's prediction from the GPU's
+// datasheet (bench/roofline_model.hpp), labelled as a model: both layouts must move the same
+// bytes, so they share one. --model-only prints the model alone, on any machine.
+//
 // Each iteration times both layouts back to back (order alternating), flushing L2 (a read of twice
 // its size, L2Flush) before each call, and the tables report medians. Contiguous slots reserve 32k
 // positions each, as in bench_attention_gpu, and go to rows in shuffled order. Both layouts hold
 // the same values and must give bitwise equal outputs before anything is timed.
 //
 // The simulator is not a performance model: in a KVHEAP_CUDA=sim build this program says so and
-// reports nothing (a listing, --benchmark_list_tests, still prints the names).
+// times nothing (a listing, --benchmark_list_tests, still prints the names, and --model-only the
+// model).
 // (bench_paged_attention_cpu measures the CPU twin in every build.)
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
@@ -32,6 +37,7 @@
 #include "bench/block_sweep.hpp"
 #include "bench/failures.hpp"
 #include "bench/gpu_pair_timing.hpp"
+#include "bench/roofline_model.hpp"
 #include "common/gpu/device_bandwidth.hpp"
 #include "common/model_config.hpp"
 #include "device/buffers.hpp"
@@ -149,11 +155,14 @@ Problem* problem_for(benchmark::State& state, const std::vector<int>& ctx, int b
 }
 
 /// Napkin math: every row reads K and V of its n_ctx positions for all KV heads,
-/// sum(n_ctx) * 2 * n_kv_heads * head_dim * 2 B (bf16), plus q and out in fp32.
-double bytes_moved(const Problem& p) {
-  return static_cast<double>(bench::tokens_of(p.ctx)) * 2.0 * kRowBytes +
-         2.0 * static_cast<double>(p.q.size()) * sizeof(float);
+/// sum(n_ctx) * 2 * n_kv_heads * head_dim * 2 B (bf16), plus q and out in fp32. Paging changes
+/// where the rows lie, not how many bytes must move, so both layouts share this work.
+bench::Work work_of(const std::vector<int>& ctx) {
+  const double io = 2.0 * static_cast<double>(ctx.size()) * kHeads * kHeadDim * sizeof(float);
+  return bench::attention_work(static_cast<double>(bench::tokens_of(ctx)), kHeads, kKvHeads,
+                               kHeadDim, 2.0, io);
 }
+double bytes_moved(const Problem& p) { return work_of(p.ctx).bytes; }
 
 struct Timing {
   double contiguous_ms = 0.0, paged_ms = 0.0;
@@ -186,6 +195,7 @@ struct RatioRow {
   std::string config;
   double mb_moved = 0.0;
   Timing t;
+  bench::Work work;
 };
 std::vector<RatioRow> g_ratio;
 std::vector<bench::SweepRow> g_sweep;
@@ -196,7 +206,8 @@ void paged_vs_contiguous(benchmark::State& state, int batch, int ctx) {
   const Timing t = time_pair(state, *p);
   if (t.paged_ms == 0.0) return;
   state.counters["ratio"] = t.paged_ms / t.contiguous_ms;
-  const RatioRow row{fmt::format("batch {}, ctx {}, bf16", batch, ctx), bytes_moved(*p) / 1e6, t};
+  const RatioRow row{fmt::format("batch {}, ctx {}, bf16", batch, ctx), bytes_moved(*p) / 1e6, t,
+                     work_of(p->ctx)};
   bench::keep_last(g_ratio, row,
                    [](const RatioRow& a, const RatioRow& b) { return a.config == b.config; });
 }
@@ -226,6 +237,30 @@ void block_sweep(benchmark::State& state, int block_size) {
   });
 }
 
+constexpr int kBatches[] = {1, 8, 64};
+constexpr int kContexts[] = {1024, 4096, 16384};
+
+std::string ratio_name(int batch, int ctx) {
+  return fmt::format("paged_vs_contiguous/bf16/batch{}/ctx{}", batch, ctx);
+}
+
+/// --model-only: the roofline's time for every configuration, on `gpu`, and nothing timed.
+int print_model(const bench::GpuDatasheet& gpu) {
+  fmt::print("bench_paged_attention_gpu: model only, nothing timed. {}\n\n",
+             bench::model_note(&gpu, ""));
+  fmt::print("| benchmark | MB moved | GFLOP | model us | bound |\n|---|---:|---:|---:|---|\n");
+  auto row = [&](const std::string& name, const bench::Work& w) {
+    fmt::print("| {} | {:.2f} | {:.3f} | {} | {} |\n", name, w.bytes / 1e6, w.fp32_flops / 1e9,
+               bench::model_us(&gpu, w), bench::predict(w, gpu).bound);
+  };
+  for (int batch : kBatches)
+    for (int ctx : kContexts) row(ratio_name(batch, ctx), work_of(std::vector<int>(batch, ctx)));
+  // Every block size of the sweep moves the same bytes: the tails' empty slots are never read.
+  for (int bs = 1; bs <= bench::kSweepMaxBlockSize; bs *= 2)
+    row(fmt::format("block_sweep/bf16/bs{}", bs), work_of(sweep_batch()));
+  return 0;
+}
+
 }  // namespace
 }  // namespace kvheap
 
@@ -233,11 +268,16 @@ int main(int argc, char** argv) {
   using namespace kvheap;
   const std::string command = bench::command_line(argc, argv);
   const bool listing = bench::listing_only(argc, argv);
+  const bench::ModelFlags model = bench::model_flags(argc, argv);
+  if (!model.error.empty()) {
+    fmt::print(stderr, "bench_paged_attention_gpu: {}\n", model.error);
+    return 2;
+  }
   benchmark::Initialize(&argc, argv);
-  for (int batch : {1, 8, 64}) {
-    for (int ctx : {1024, 4096, 16384}) {
+  for (int batch : kBatches) {
+    for (int ctx : kContexts) {
       benchmark::RegisterBenchmark(
-          fmt::format("paged_vs_contiguous/bf16/batch{}/ctx{}", batch, ctx).c_str(),
+          ratio_name(batch, ctx).c_str(),
           [batch, ctx](benchmark::State& s) { paged_vs_contiguous(s, batch, ctx); })
           ->UseManualTime()
           ->Unit(benchmark::kMicrosecond)
@@ -247,11 +287,13 @@ int main(int argc, char** argv) {
   bench::register_block_sweep(block_sweep, benchmark::kMicrosecond, 0.2);
   // A listing needs no device: the names are the same on every machine.
   if (listing) return bench::list_benchmarks();
+  if (model.only) return print_model(*bench::model_gpu(model, ""));
   if (is_simulator()) {
     fmt::print(
         "bench_paged_attention_gpu: KVHEAP_CUDA=sim runs kernels on the CPU simulator, which "
         "is not a performance model; no timings are reported. Build with KVHEAP_CUDA=real "
-        "and run on a GPU (bench_paged_attention_cpu measures the CPU twin).\n");
+        "and run on a GPU (bench_paged_attention_cpu measures the CPU twin; --model-only prints "
+        "the roofline's prediction here).\n");
     return 0;
   }
   if (auto why = device_unavailable_reason()) {
@@ -265,27 +307,34 @@ int main(int argc, char** argv) {
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
 
+  const bench::GpuDatasheet* gpu = bench::model_gpu(model, info.name);
   std::string md;
   if (!g_ratio.empty())
     md = fmt::format(
         "Paged vs contiguous attention, {} ({} SMs). Device-to-device copy peak: {:.0f} GB/s "
-        "(read + write, {:.0f} MiB). Goal: paged / contiguous <= 1.05.\n\n"
-        "| config | MB moved | contiguous us | paged us (bs {}) | paged / contiguous | "
-        "contiguous GB/s | paged GB/s | paged % of copy peak | splits |\n"
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "(read + write, {:.0f} MiB). Goal: paged / contiguous <= 1.05. {}\n\n"
+        "| config | MB moved | contiguous us | paged us (bs {}) | model us | paged / model | "
+        "paged / contiguous | contiguous GB/s | paged GB/s | paged % of copy peak | splits |\n"
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
         info.name, info.sm_count, g_peak_gbps, static_cast<double>(peak.bytes) / (1 << 20),
-        kBlockSize);
+        bench::model_note(gpu, info.name), kBlockSize);
   for (const RatioRow& r : g_ratio) {
     const double gc = r.mb_moved / r.t.contiguous_ms, gp = r.mb_moved / r.t.paged_ms;  // MB/ms
     md += fmt::format(
-        "| {} | {:.2f} | {:.1f} | {:.1f} | {:.3f} | {:.0f} | {:.0f} | {:.1f} | {} "
+        "| {} | {:.2f} | {:.1f} | {:.1f} | {} | {} | {:.3f} | {:.0f} | {:.0f} | {:.1f} | {} "
         "|\n",
         r.config, r.mb_moved, 1e3 * r.t.contiguous_ms, 1e3 * r.t.paged_ms,
+        bench::model_us(gpu, r.work), bench::measured_over_model(gpu, r.work, 1e-3 * r.t.paged_ms),
         r.t.paged_ms / r.t.contiguous_ms, gc, gp, 100.0 * gp / g_peak_gbps, r.t.splits);
   }
+  // The sweep's table is shared with the CPU twin's; its model, the same at every block size, is
+  // one sentence of the heading.
+  std::string sweep_peak = fmt::format("Copy peak {:.0f} GB/s", g_peak_gbps);
+  if (gpu != nullptr)
+    sweep_peak += fmt::format(". Model (not a measurement; {} roofline): {} us at every block size",
+                              gpu->name, bench::model_us(gpu, work_of(sweep_batch())));
   const int status =
       bench::finish_sweep(prefix, md, fmt::format("{} ({} SMs)", info.name, info.sm_count),
-                          fmt::format("Copy peak {:.0f} GB/s", g_peak_gbps), sweep_batch(), command,
-                          g_sweep, 2 * kRowBytes);
+                          sweep_peak, sweep_batch(), command, g_sweep, 2 * kRowBytes);
   return bench::exit_status("bench_paged_attention_gpu", status);
 }

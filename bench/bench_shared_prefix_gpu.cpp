@@ -20,8 +20,13 @@
 // DRAM traffic lies between the read-once bytes and its own, and its "GB/s" may exceed the copy
 // peak; the speedup, not that rate, is what sharing buys.
 //
+// Beside the measured times the table prints the bandwidth roofline's prediction for each variant
+// from the GPU's datasheet (bench/roofline_model.hpp), labelled as a model, from the same bytes as
+// the MB columns; --model-only prints the model alone, on any machine.
+//
 // The simulator is not a performance model: in a KVHEAP_CUDA=sim build this program says so and
-// reports nothing (a listing, --benchmark_list_tests, still prints the names).
+// times nothing (a listing, --benchmark_list_tests, still prints the names, and --model-only the
+// model).
 // (bench_shared_prefix_cpu measures the CPU twin in every build.) --smoke runs the harness on a
 // tiny step without timing it, in any build; the test suite does that.
 #include <benchmark/benchmark.h>
@@ -39,6 +44,7 @@
 #include "bench/command.hpp"
 #include "bench/failures.hpp"
 #include "bench/gpu_pair_timing.hpp"
+#include "bench/roofline_model.hpp"
 #include "bench/shared_prefix_step.hpp"
 #include "common/gpu/device_bandwidth.hpp"
 #include "common/model_config.hpp"
@@ -133,10 +139,26 @@ std::string make_problem(Problem& p, int groups, int samples, int prefix) {
 
 /// Bytes read-once attention reads: each prefix once per 16-head slice of its wide row, plus
 /// every row's own positions.
-double read_once_bytes(const Problem& p) {
-  return static_cast<double>(p.step.batch.view.prefixes.positions_read(p.step.batch.view.n_ctx,
-                                                                       kGroup, kGpuHeadsPerBlock)) *
+double read_once_bytes(const bench::SharedPrefixStep& step) {
+  return static_cast<double>(step.batch.view.prefixes.positions_read(step.batch.view.n_ctx, kGroup,
+                                                                     kGpuHeadsPerBlock)) *
          2.0 * kRowBytes;
+}
+double read_once_bytes(const Problem& p) { return read_once_bytes(p.step); }
+
+/// The model's work of each variant: the bytes of the table's MB columns, and attention's flops,
+/// the same for both (every query still meets every position of its context).
+struct StepWork {
+  bench::Work plain, once;
+};
+StepWork work_of(const bench::SharedPrefixStep& step) {
+  const double positions = static_cast<double>(bench::tokens_of(step.batch.view.n_ctx));
+  const bench::Work attention =
+      bench::attention_work(positions, kHeads, kKvHeads, kHeadDim, 2.0, 0);
+  StepWork w{attention, attention};
+  w.plain.bytes = step.bytes(false, 2.0 * kRowBytes);
+  w.once.bytes = read_once_bytes(step);
+  return w;
 }
 
 /// Both attentions over one problem, with their workspaces, on one stream.
@@ -189,6 +211,7 @@ int smoke() {
 struct Row {
   std::string config;
   double plain_mb, once_mb, plain_ms, once_ms;
+  StepWork work;
 };
 std::vector<Row> g_rows;
 
@@ -218,8 +241,39 @@ void shared_prefix(benchmark::State& state, int groups, int samples, int prefix)
   state.counters["speedup"] = p_ms / o_ms;
   const Row row{fmt::format("{} prompts x {} samples, prefix {}, own {}", groups, samples, prefix,
                             bench::kOwnPositions),
-                p.step.bytes(false, 2.0 * kRowBytes) / 1e6, read_once_bytes(p) / 1e6, p_ms, o_ms};
+                p.step.bytes(false, 2.0 * kRowBytes) / 1e6,
+                read_once_bytes(p) / 1e6,
+                p_ms,
+                o_ms,
+                work_of(p.step)};
   bench::keep_last(g_rows, row, [](const Row& x, const Row& y) { return x.config == y.config; });
+}
+
+constexpr int kSamples[] = {1, 2, 8, 32};
+constexpr int kPrompts = 4, kPrefix = 16384;
+
+std::string bench_name(int samples) {
+  return fmt::format("shared_prefix/bf16/prompts{}/samples{}/prefix{}", kPrompts, samples, kPrefix);
+}
+
+/// --model-only: the roofline's time for both variants of every configuration, on `gpu`, and
+/// nothing timed (the steps are laid out by the allocator on the host; no device is touched).
+int print_model(const bench::GpuDatasheet& gpu) {
+  fmt::print("bench_shared_prefix_gpu: model only, nothing timed. {}\n\n",
+             bench::model_note(&gpu, ""));
+  fmt::print(
+      "| benchmark | plain reads MB | read-once reads MB | GFLOP | plain model us | read-once "
+      "model "
+      "us | model speedup |\n|---|---:|---:|---:|---:|---:|---:|\n");
+  for (int samples : kSamples) {
+    const StepWork w = work_of(bench::make_shared_prefix_step(kPrompts, samples, kPrefix));
+    const double plain = bench::predict(w.plain, gpu).seconds,
+                 once = bench::predict(w.once, gpu).seconds;
+    fmt::print("| {} | {:.1f} | {:.1f} | {:.3f} | {:.1f} | {:.1f} | {:.2f} |\n",
+               bench_name(samples), w.plain.bytes / 1e6, w.once.bytes / 1e6,
+               w.plain.fp32_flops / 1e9, plain * 1e6, once * 1e6, plain / once);
+  }
+  return 0;
 }
 
 }  // namespace
@@ -230,25 +284,30 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i)
     if (std::string(argv[i]) == "--smoke") return smoke();
   const bool listing = bench::listing_only(argc, argv);
+  const bench::ModelFlags model = bench::model_flags(argc, argv);
+  if (!model.error.empty()) {
+    fmt::print(stderr, "bench_shared_prefix_gpu: {}\n", model.error);
+    return 2;
+  }
   benchmark::Initialize(&argc, argv);
-  for (int samples : {1, 2, 8, 32}) {
-    const int groups = 4, prefix = 16384;
+  for (int samples : kSamples) {
     benchmark::RegisterBenchmark(
-        fmt::format("shared_prefix/bf16/prompts{}/samples{}/prefix{}", groups, samples, prefix)
-            .c_str(),
-        [=](benchmark::State& s) { shared_prefix(s, groups, samples, prefix); })
+        bench_name(samples).c_str(),
+        [=](benchmark::State& s) { shared_prefix(s, kPrompts, samples, kPrefix); })
         ->UseManualTime()
         ->Unit(benchmark::kMicrosecond)
         ->MinTime(0.2);
   }
   // A listing needs no device: the names are the same on every machine.
   if (listing) return bench::list_benchmarks();
+  if (model.only) return print_model(*bench::model_gpu(model, ""));
   if (is_simulator()) {
     fmt::print(
         "bench_shared_prefix_gpu: KVHEAP_CUDA=sim runs kernels on the CPU simulator, which is not "
         "a "
         "performance model; no timings are reported. Build with KVHEAP_CUDA=real and run on a "
-        "GPU (bench_shared_prefix_cpu measures the CPU twin).\n");
+        "GPU (bench_shared_prefix_cpu measures the CPU twin; --model-only prints the roofline's "
+        "prediction here).\n");
     return 0;
   }
   if (auto why = device_unavailable_reason()) {
@@ -261,19 +320,25 @@ int main(int argc, char** argv) {
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   if (g_rows.empty()) return bench::exit_status("bench_shared_prefix_gpu");  // nothing measured
+  const bench::GpuDatasheet* gpu = bench::model_gpu(model, info.name);
   fmt::print(
       "\nShared-prefix attention, {} ({} SMs), one layer, bf16, block size {}. Device-to-device "
-      "copy peak: {:.0f} GB/s.\n\n"
-      "| config | plain reads MB | read-once reads MB | plain us | read-once us | speedup | plain "
-      "GB/s | read-once GB/s | read-once % of copy peak |\n"
-      "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
-      info.name, info.sm_count, bench::kSharedBlockSize, g_peak_gbps);
+      "copy peak: {:.0f} GB/s. {}\n\n"
+      "| config | plain reads MB | read-once reads MB | plain us | plain model us | read-once us | "
+      "read-once model us | read-once / model | speedup | plain GB/s | read-once GB/s | "
+      "read-once % of copy peak |\n"
+      "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+      info.name, info.sm_count, bench::kSharedBlockSize, g_peak_gbps,
+      bench::model_note(gpu, info.name));
   for (const Row& r : g_rows) {
     const double once_gbps = r.once_mb / r.once_ms;  // MB per ms = GB/s
-    fmt::print("| {} | {:.1f} | {:.1f} | {:.1f} | {:.1f} | {:.2f} | {:.0f} | {:.0f} | {:.1f} |\n",
-               r.config, r.plain_mb, r.once_mb, 1e3 * r.plain_ms, 1e3 * r.once_ms,
-               r.plain_ms / r.once_ms, r.plain_mb / r.plain_ms, once_gbps,
-               100.0 * once_gbps / g_peak_gbps);
+    fmt::print(
+        "| {} | {:.1f} | {:.1f} | {:.1f} | {} | {:.1f} | {} | {} | {:.2f} | {:.0f} | {:.0f} | "
+        "{:.1f} |\n",
+        r.config, r.plain_mb, r.once_mb, 1e3 * r.plain_ms, bench::model_us(gpu, r.work.plain),
+        1e3 * r.once_ms, bench::model_us(gpu, r.work.once),
+        bench::measured_over_model(gpu, r.work.once, 1e-3 * r.once_ms), r.plain_ms / r.once_ms,
+        r.plain_mb / r.plain_ms, once_gbps, 100.0 * once_gbps / g_peak_gbps);
   }
   fmt::print(
       "\nPlain reads MB and GB/s count what plain attention asks for. Siblings of one prompt run "

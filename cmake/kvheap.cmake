@@ -76,19 +76,29 @@ function(kvheap_add_chapter folder)
     list(POP_FRONT parts name)
     add_test(NAME ch${folder}.${name} COMMAND ch${folder} --self-check ${parts})
     set_tests_properties(ch${folder}.${name} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
+    if(name STREQUAL "SelfCheckCuda")
+      set_tests_properties(ch${folder}.${name} PROPERTIES LABELS device)
+    endif()
   endforeach()
 endfunction()
 
-# kvheap_add_test(<name> SOURCES <files...> [LIBS <targets...>])
-# Adds a GoogleTest executable and registers each of its tests with ctest.
+# kvheap_add_test(<name> SOURCES <files...> [LIBS <targets...>] [DEVICE])
+# Adds a GoogleTest executable and registers each of its tests with ctest. DEVICE marks a test
+# program some of whose tests reach the CUDA device: its tests get the label `device`, and the
+# target gpu_check builds it (scripts/gpu-check.sh builds that target and runs `ctest -L device`).
 function(kvheap_add_test name)
-  cmake_parse_arguments(ARG "" "" "SOURCES;LIBS" ${ARGN})
+  cmake_parse_arguments(ARG "DEVICE" "" "SOURCES;LIBS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE kvheap_common kvheap_test_support GTest::gtest_main
                                         ${ARG_LIBS})
   set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY "${CMAKE_BINARY_DIR}/tests")
+  set(labels "")
+  if(ARG_DEVICE)
+    set(labels LABELS device)
+    add_dependencies(gpu_check ${name})
+  endif()
   gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60
-                       PROPERTIES ENVIRONMENT "KVHEAP_BIN_DIR=${CMAKE_BINARY_DIR}/bin")
+                       PROPERTIES ENVIRONMENT "KVHEAP_BIN_DIR=${CMAKE_BINARY_DIR}/bin" ${labels})
 endfunction()
 
 # kvheap_add_bench(<name> SOURCES <files...> [LIBS <targets...>])
