@@ -13,6 +13,9 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "base/error.hpp"
 #include "common/file_checks.hpp"
@@ -131,13 +134,50 @@ RopeScaling parse_rope_scaling(const json& j, const std::string& where) {
   return s;
 }
 
-std::vector<int> parse_stop_ids(const json& j, const std::string& where) {
+// "eos_token_id": an id or a list of them; nullopt when absent or null.
+std::optional<std::vector<int>> parse_eos_ids(const json& j, const std::string& where) {
   const json* v = find_value(j, "eos_token_id");
-  if (v == nullptr) return {2};  // transformers' LlamaConfig default
-  if (!v->is_array()) return {get_int(j, "eos_token_id", where)};
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_array()) return std::vector<int>{get_int(j, "eos_token_id", where)};
   std::vector<int> ids;
   for (const json& id : *v) ids.push_back(to_int(id, "eos_token_id", where));
   if (ids.empty()) throw InputError(fmt::format("'{}': \"eos_token_id\" is an empty list", where));
+  return ids;
+}
+
+// Reads `path` (at most kMaxConfigBytes) as a JSON object; `what` names the file's role.
+json read_json_object(const std::string& path, std::string_view what, std::string_view expected) {
+  // A directory, FIFO or device named like the file is an error here, not a stream failure later.
+  const std::string text = read_regular_file(path, what, expected, kMaxConfigBytes);
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e400
+    throw InputError(fmt::format("'{}' is not valid JSON: {}", path, e.what()));
+  }
+  return j;
+}
+
+// generation_config.json's stop ids, when the folder has the file and it names some. transformers
+// loads this file as the generation settings and prefers it to config.json; Qwen3 relies on that,
+// listing <|im_end|> and <|endoftext|> here where config.json names only the first.
+std::optional<std::vector<int>> generation_stop_ids(const std::filesystem::path& dir,
+                                                    const ModelConfig& c) {
+  const std::filesystem::path path = dir / "generation_config.json";
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return std::nullopt;
+  const std::string where = path.string();
+  const json j = read_json_object(where, "generation config",
+                                  "a Hugging Face generation_config.json (a JSON object)");
+  if (!j.is_object())
+    throw InputError(fmt::format("'{}' must hold a JSON object, got {}", where, j.type_name()));
+  std::optional<std::vector<int>> ids = parse_eos_ids(j, where);
+  for (int id : ids.value_or(std::vector<int>{}))
+    if (id < 0 || id >= c.vocab_size)
+      throw InputError(
+          fmt::format("'{}': \"eos_token_id\" {} is not a token of the model: config.json's "
+                      "vocab_size is {} (ids 0..{})",
+                      where, id, c.vocab_size, c.vocab_size - 1));
   return ids;
 }
 
@@ -213,7 +253,7 @@ ModelConfig parse_hf_config(const json& j, const std::string& name, const std::s
   c.rope_style = RopeStyle::Halves;  // HF checkpoints permute q/k for rotate-half RoPE
   c.rope_scaling = parse_rope_scaling(j, where);
   c.bos_id = get_int(j, "bos_token_id", where, 1);
-  c.stop_ids = parse_stop_ids(j, where);
+  c.stop_ids = parse_eos_ids(j, where).value_or(std::vector<int>{2});  // LlamaConfig's default
   try {
     c.validate();
   } catch (const InputError& e) {
@@ -232,16 +272,12 @@ ModelConfig load_hf_config(const std::string& dir) {
         fmt::format("model folder '{}' has no readable config.json; a Hugging Face "
                     "model folder holds config.json next to its .safetensors files",
                     dir));
-  // A directory, FIFO or device named config.json is an error here, not a stream failure later.
-  const std::string text =
-      read_regular_file(path.string(), "model config", kConfigExpected, kMaxConfigBytes);
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e400
-    throw InputError(fmt::format("'{}' is not valid JSON: {}", path.string(), e.what()));
-  }
-  return parse_hf_config(j, folder_name(dir), path.string());
+  const json j = read_json_object(path.string(), "model config", kConfigExpected);
+  ModelConfig c = parse_hf_config(j, folder_name(dir), path.string());
+  if (auto ids = generation_stop_ids(dir, c)) c.stop_ids = std::move(*ids);
+  return c;
 }
+
+std::vector<int> load_hf_stop_ids(const std::string& dir) { return load_hf_config(dir).stop_ids; }
 
 }  // namespace kvheap

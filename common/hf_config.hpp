@@ -1,4 +1,5 @@
-// Reading a Hugging Face config.json into a ModelConfig (Llama, Mistral and Qwen2 families).
+// Reading a Hugging Face config.json into a ModelConfig (Llama, Mistral and Qwen2 families),
+// and the stop tokens of a model folder (generation_config.json before config.json).
 //
 // Split from the safetensors loader because the config decides everything the weights are checked
 // against: a wrong head count here would turn into a confusing shape error there.
@@ -6,6 +7,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 #include <string>
+#include <vector>
 
 #include "common/model_config.hpp"
 
@@ -28,8 +30,18 @@ namespace kvheap {
                                           const std::string& where);
 
 /// \brief Reads `dir`/config.json and parses it with parse_hf_config, naming the model after the
-/// folder. Throws InputError when the file is missing, is not a regular file (a directory, FIFO
-/// or device), is larger than 16 MiB, or is not valid JSON.
+/// folder; stop_ids then come from load_hf_stop_ids' rule. Throws InputError when config.json is
+/// missing, or when it or generation_config.json is not a regular file (a directory, FIFO or
+/// device), is larger than 16 MiB, or is not a valid JSON object.
 [[nodiscard]] ModelConfig load_hf_config(const std::string& dir);
+
+/// \brief The token ids that end generation for the Hugging Face model folder `dir`.
+///
+/// "eos_token_id" (an id or a list) of `dir`/generation_config.json when the file exists and sets
+/// it, since transformers generates with that file's settings in preference to config.json's;
+/// otherwise config.json's (default 2). Qwen3-0.6B is the case in point: config.json names
+/// 151645 (<|im_end|>), generation_config.json [151645, 151643] (<|endoftext|> too). Throws
+/// InputError as load_hf_config does, and for an id outside config.json's vocabulary.
+[[nodiscard]] std::vector<int> load_hf_stop_ids(const std::string& dir);
 
 }  // namespace kvheap

@@ -1,6 +1,7 @@
 // Tests for the Hugging Face loader: round trips in every dtype, single-file and sharded, the
-// config.json features kvheap honours (tied classifier, Qwen2 biases, llama3 RoPE scaling), and a
-// named, actionable error for each way a folder can be malformed.
+// config.json features kvheap honours (tied classifier, Qwen2 biases, llama3 RoPE scaling, stop
+// tokens from generation_config.json), and a named, actionable error for each way a folder can be
+// malformed.
 #include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -14,6 +15,7 @@
 #include <tuple>
 
 #include "base/error.hpp"
+#include "common/hf_config.hpp"
 #include "common/safetensors_loader.hpp"
 #include "tests/support/checkpoint_writers.hpp"
 
@@ -492,6 +494,50 @@ TEST(SafetensorsLoader, FloatsOutsideFloatRangeAreReportedAsWritten) {
   });
   EXPECT_THAT(f.error(), AllOf(HasSubstr("rope_scaling"),
                                HasSubstr("\"factor\" = 1e+39 is too large for a 32-bit float")));
+}
+
+// ---- Stop tokens --------------------------------------------------------------------------------
+
+TEST(SafetensorsLoader, GenerationConfigStopTokensWinOverConfigJson) {
+  const Folder f;  // config.json: "eos_token_id": 2
+  EXPECT_EQ(load_hf_stop_ids(f.dir), std::vector<int>{2});
+  const std::string gen = f.file("generation_config.json");
+  // As Qwen3-0.6B ships them: config.json names one id, generation_config.json a list.
+  test::write_bytes(gen, R"({"bos_token_id": 1, "eos_token_id": [5, 2], "temperature": 0.6})");
+  EXPECT_EQ(load_hf_stop_ids(f.dir), (std::vector<int>{5, 2}));
+  EXPECT_EQ(load_safetensors(f.dir).config.stop_ids, (std::vector<int>{5, 2}));
+  test::write_bytes(gen, R"({"eos_token_id": 7})");
+  EXPECT_EQ(load_hf_stop_ids(f.dir), std::vector<int>{7});
+  // A generation_config.json that sets no stop token leaves config.json's.
+  for (const char* text : {R"({"temperature": 0.6})", R"({"eos_token_id": null})"}) {
+    test::write_bytes(gen, text);
+    EXPECT_EQ(load_hf_stop_ids(f.dir), std::vector<int>{2}) << text;
+  }
+  // config.json's list, when there is no generation_config.json.
+  std::filesystem::remove(gen);
+  test::edit_json_file(f.file("config.json"), [](json& j) { j["eos_token_id"] = {3, 4}; });
+  EXPECT_EQ(load_hf_stop_ids(f.dir), (std::vector<int>{3, 4}));
+}
+
+TEST(SafetensorsLoader, BadGenerationConfigIsNamed) {
+  const Folder f;
+  const std::string gen = f.file("generation_config.json");
+  test::write_bytes(gen, R"({"eos_token_id": [5, )");
+  EXPECT_THAT(f.error(), AllOf(HasSubstr(gen), HasSubstr("not valid JSON")));
+  test::write_bytes(gen, "[1, 2]");
+  EXPECT_THAT(f.error(), HasSubstr("must hold a JSON object, got array"));
+  test::write_bytes(gen, R"({"eos_token_id": [5, 128]})");  // the tiny vocabulary is 0..127
+  EXPECT_THAT(f.error(), AllOf(HasSubstr(gen), HasSubstr("\"eos_token_id\" 128 is not a token of "
+                                                         "the model: config.json's vocab_size is "
+                                                         "128 (ids 0..127)")));
+  test::write_bytes(gen, R"({"eos_token_id": []})");
+  EXPECT_THAT(f.error(), HasSubstr("\"eos_token_id\" is an empty list"));
+  test::write_bytes(gen, R"({"eos_token_id": "</s>"})");
+  EXPECT_THAT(f.error(), HasSubstr("\"eos_token_id\" must be an integer"));
+  std::filesystem::remove(gen);
+  std::filesystem::create_directory(gen);
+  EXPECT_THAT(f.error(), AllOf(HasSubstr("generation config '" + gen + "' is a directory"),
+                               HasSubstr("expected a Hugging Face generation_config.json")));
 }
 
 }  // namespace
