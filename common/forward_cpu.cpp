@@ -9,6 +9,7 @@
 #include "base/error.hpp"
 #include "common/rope_freqs.hpp"
 #include "kernels/matmul.hpp"
+#include "kernels/qk_norm.hpp"
 #include "kernels/rmsnorm.hpp"
 #include "kernels/rope.hpp"
 #include "kernels/swiglu.hpp"
@@ -31,8 +32,20 @@ void validate_batch(const Batch& batch, const ModelConfig& c) {
   }
 }
 
+void check_qk_norm_gains(const ModelWeights& w) {
+  if (!w.config.qk_norm) return;
+  for (std::size_t l = 0; l < w.layers.size(); ++l)
+    if (w.layers[l].q_norm == nullptr || w.layers[l].k_norm == nullptr)
+      throw InputError(fmt::format(
+          "weights: layer {} has no q_norm/k_norm gains ([head_dim = {}] each), but the "
+          "config asks for per-head q/k RMSNorm (Qwen3)",
+          l, w.config.head_dim));
+}
+
 CpuForward::CpuForward(const ModelWeights& weights)
-    : w_(weights), inv_freq_(rope_inv_freq(weights.config)) {}
+    : w_(weights), inv_freq_(rope_inv_freq(weights.config)) {
+  check_qk_norm_gains(weights);
+}
 
 void CpuForward::resize(int n) {
   const ModelConfig& c = w_.config;
@@ -66,7 +79,8 @@ std::span<const float> CpuForward::forward(const Batch& batch, KVCache& cache) {
 
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = w_.layers[l];
-    // Attention block: x += Wo * attend(rope(Wq xn), cache <- (rope(Wk xn), Wv xn)).
+    // Attention block: x += Wo * attend(rope(Wq xn), cache <- (rope(Wk xn), Wv xn)), with Qwen3's
+    // per-head norm of q and k between the projection and RoPE.
     cpu::rmsnorm(xn_.data(), x_.data(), L.attn_norm, n, c.dim, c.norm_eps);
     cpu::matmul(q_.data(), xn_.data(), L.wq, n, c.dim, c.q_dim());
     cpu::matmul(k_.data(), xn_.data(), L.wk, n, c.dim, c.kv_dim());
@@ -74,6 +88,9 @@ std::span<const float> CpuForward::forward(const Batch& batch, KVCache& cache) {
     cpu::add_bias(q_.data(), L.bq, n, c.q_dim());
     cpu::add_bias(k_.data(), L.bk, n, c.kv_dim());
     cpu::add_bias(v_.data(), L.bv, n, c.kv_dim());
+    if (c.qk_norm)
+      cpu::qk_norm(q_.data(), k_.data(), L.q_norm, L.k_norm, n, c.n_heads, c.n_kv_heads, c.head_dim,
+                   c.norm_eps);
     cpu::rope(q_.data(), pos_.data(), n, c.n_heads, c.head_dim, inv_freq_.data(), interleaved);
     cpu::rope(k_.data(), pos_.data(), n, c.n_kv_heads, c.head_dim, inv_freq_.data(), interleaved);
     cache.write(l, batch, k_.data(), v_.data());

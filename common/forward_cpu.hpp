@@ -15,7 +15,8 @@ namespace kvheap {
 /// KVCache. Holds only scratch activations; all model state lives in the weights and the cache.
 class CpuForward {
  public:
-  /// \brief Keeps a reference to `weights`, which must outlive this object.
+  /// \brief Keeps a reference to `weights`, which must outlive this object. Throws InputError
+  /// as check_qk_norm_gains does.
   explicit CpuForward(const ModelWeights& weights);
 
   /// \brief One forward pass; returns logits [batch.num_logit_rows(), vocab_size] in row order.
@@ -45,6 +46,10 @@ class CpuForward {
   std::vector<float> logits_;  // [n_logit_rows, vocab_size]
   std::vector<int> pos_;       // [n]
 };
+
+/// \brief Throws InputError when the config asks for Qwen3's q/k norms and a layer of `w` lacks
+/// their gains: running without them would be a silent wrong answer.
+void check_qk_norm_gains(const ModelWeights& w);
 
 /// \brief Checks every row of `batch` against the model: token in the vocabulary, position
 /// inside the context. Throws InputError naming the row.

@@ -13,6 +13,9 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "base/error.hpp"
 #include "common/file_checks.hpp"
@@ -23,9 +26,14 @@ namespace {
 
 using nlohmann::json;
 
-// Families whose checkpoints are plain Llama blocks under the same tensor names. Others (Gemma's
-// offset norms, Phi's fused projections) would load and then compute the wrong thing.
-constexpr const char* kSupportedModelTypes[] = {"llama", "mistral", "qwen2"};
+// Families whose checkpoints are plain Llama blocks under the same tensor names (Qwen3 adds a
+// per-head RMSNorm of q and k). Others (Gemma's offset norms, Phi's fused projections) would load
+// and then compute the wrong thing.
+constexpr const char* kSupportedModelTypes[] = {"llama", "mistral", "qwen2", "qwen3"};
+
+// transformers' Qwen3Config defaults head_dim to 128 rather than hidden_size / heads: Qwen3's
+// heads are wider than the residual stream divided among them (Qwen3-0.6B: 16 x 128 > 1024).
+constexpr int kQwen3DefaultHeadDim = 128;
 
 // Real config.json files are a few kilobytes; the limit only stops a wrong path (a checkpoint,
 // say) from being read into memory whole.
@@ -106,38 +114,110 @@ std::string get_string(const json& j, const char* key, const std::string& where,
   return v->get<std::string>();
 }
 
-RopeScaling parse_rope_scaling(const json& j, const std::string& where) {
+// `rs` is a rope_scaling object or, in newer configs, the rope_parameters object; `key` names it.
+// A rope_parameters object may leave the type out (plain RoPE); a rope_scaling object exists only
+// to scale, so there a missing type is reported like an unknown one.
+RopeScaling parse_rope_type(const json& rs, const char* key, const std::string& where) {
   RopeScaling s;
-  const json* rs = find_value(j, "rope_scaling");
-  if (rs == nullptr) return s;
-  if (!rs->is_object())
-    throw InputError(
-        fmt::format("'{}': \"rope_scaling\" must be an object or null, got {}", where, rs->dump()));
   // Newer transformers write "rope_type"; older configs wrote "type".
-  std::string type = get_string(*rs, "rope_type", where, "");
-  if (type.empty()) type = get_string(*rs, "type", where, "");
+  std::string type = get_string(rs, "rope_type", where, "");
+  if (type.empty()) type = get_string(rs, "type", where, "");
+  if (type.empty() && std::string_view(key) == "rope_parameters") return s;
   if (type == "default") return s;  // transformers' spelling of "no scaling"
   if (type != "llama3")
     throw InputError(
-        fmt::format("'{}': unsupported rope_scaling type '{}'; kvheap supports "
+        fmt::format("'{}': unsupported {} type '{}'; kvheap supports "
                     "\"llama3\" scaling or none",
-                    where, type));
-  const std::string in = where + " rope_scaling";
+                    where, key, type));
+  const std::string in = fmt::format("{} {}", where, key);
   s.enabled = true;
-  s.factor = get_float(*rs, "factor", in);
-  s.low_freq_factor = get_float(*rs, "low_freq_factor", in);
-  s.high_freq_factor = get_float(*rs, "high_freq_factor", in);
-  s.original_max_position = get_int(*rs, "original_max_position_embeddings", in);
+  s.factor = get_float(rs, "factor", in);
+  s.low_freq_factor = get_float(rs, "low_freq_factor", in);
+  s.high_freq_factor = get_float(rs, "high_freq_factor", in);
+  s.original_max_position = get_int(rs, "original_max_position_embeddings", in);
   return s;
 }
 
-std::vector<int> parse_stop_ids(const json& j, const std::string& where) {
+RopeScaling parse_rope_scaling(const json& j, const std::string& where) {
+  const json* rs = find_value(j, "rope_scaling");
+  if (rs == nullptr) return {};
+  if (!rs->is_object())
+    throw InputError(
+        fmt::format("'{}': \"rope_scaling\" must be an object or null, got {}", where, rs->dump()));
+  return parse_rope_type(*rs, "rope_scaling", where);
+}
+
+// transformers 5 writes RoPE's settings as "rope_parameters": {"rope_type", "rope_theta", and the
+// scaling factors}, and may leave out the top-level rope_theta; reading only that key would then
+// fall back to 10000 and silently run another model. Where both are given they must agree.
+void parse_rope_parameters(const json& j, const std::string& where, ModelConfig& c) {
+  const json* rp = find_value(j, "rope_parameters");
+  if (rp == nullptr) return;
+  if (!rp->is_object() || find_value(*rp, "rope_theta") == nullptr)
+    throw InputError(
+        fmt::format("'{}': \"rope_parameters\" must be an object with a \"rope_theta\" (one RoPE "
+                    "for every layer), got {}",
+                    where, rp->dump()));
+  const std::string in = where + " rope_parameters";
+  const float theta = get_float(*rp, "rope_theta", in);
+  if (find_value(j, "rope_theta") != nullptr && c.rope_theta != theta)
+    throw InputError(
+        fmt::format("'{}': \"rope_theta\" = {} disagrees with \"rope_parameters\" rope_theta = {}; "
+                    "expected one RoPE base",
+                    where, c.rope_theta, theta));
+  c.rope_theta = theta;
+  const float partial = get_float(*rp, "partial_rotary_factor", in, 1.0f);
+  if (partial != 1.0f)
+    throw InputError(fmt::format(
+        "'{}': \"partial_rotary_factor\" = {} is not supported; kvheap rotates whole heads (1.0)",
+        in, partial));
+  c.rope_scaling = parse_rope_type(*rp, "rope_parameters", where);
+}
+
+// "eos_token_id": an id or a list of them; nullopt when absent or null.
+std::optional<std::vector<int>> parse_eos_ids(const json& j, const std::string& where) {
   const json* v = find_value(j, "eos_token_id");
-  if (v == nullptr) return {2};  // transformers' LlamaConfig default
-  if (!v->is_array()) return {get_int(j, "eos_token_id", where)};
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_array()) return std::vector<int>{get_int(j, "eos_token_id", where)};
   std::vector<int> ids;
   for (const json& id : *v) ids.push_back(to_int(id, "eos_token_id", where));
   if (ids.empty()) throw InputError(fmt::format("'{}': \"eos_token_id\" is an empty list", where));
+  return ids;
+}
+
+// Reads `path` (at most kMaxConfigBytes) as a JSON object; `what` names the file's role.
+json read_json_object(const std::string& path, std::string_view what, std::string_view expected) {
+  // A directory, FIFO or device named like the file is an error here, not a stream failure later.
+  const std::string text = read_regular_file(path, what, expected, kMaxConfigBytes);
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e400
+    throw InputError(fmt::format("'{}' is not valid JSON: {}", path, e.what()));
+  }
+  return j;
+}
+
+// generation_config.json's stop ids, when the folder has the file and it names some. transformers
+// loads this file as the generation settings and prefers it to config.json; Qwen3 relies on that,
+// listing <|im_end|> and <|endoftext|> here where config.json names only the first.
+std::optional<std::vector<int>> generation_stop_ids(const std::filesystem::path& dir,
+                                                    const ModelConfig& c) {
+  const std::filesystem::path path = dir / "generation_config.json";
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return std::nullopt;
+  const std::string where = path.string();
+  const json j = read_json_object(where, "generation config",
+                                  "a Hugging Face generation_config.json (a JSON object)");
+  if (!j.is_object())
+    throw InputError(fmt::format("'{}' must hold a JSON object, got {}", where, j.type_name()));
+  std::optional<std::vector<int>> ids = parse_eos_ids(j, where);
+  for (int id : ids.value_or(std::vector<int>{}))
+    if (id < 0 || id >= c.vocab_size)
+      throw InputError(
+          fmt::format("'{}': \"eos_token_id\" {} is not a token of the model: config.json's "
+                      "vocab_size is {} (ids 0..{})",
+                      where, id, c.vocab_size, c.vocab_size - 1));
   return ids;
 }
 
@@ -146,8 +226,8 @@ std::vector<int> parse_stop_ids(const json& j, const std::string& where) {
 // every position the model accepts; a smaller window would silently change the outputs.
 void check_sliding_window(const json& j, const std::string& where, int max_positions,
                           bool window_on_by_default) {
-  // Qwen2 configs carry a window that applies only with "use_sliding_window": true, which is off
-  // when absent; Mistral's applies whenever it is set.
+  // Qwen2 and Qwen3 configs carry a window that applies only with "use_sliding_window": true,
+  // which is off when absent; Mistral's applies whenever it is set.
   if (!get_bool(j, "use_sliding_window", where, window_on_by_default)) return;
   const json* v = find_value(j, "sliding_window");
   if (v == nullptr) return;
@@ -198,29 +278,33 @@ ModelConfig parse_hf_config(const json& j, const std::string& name, const std::s
   c.n_layers = get_int(j, "num_hidden_layers", where);
   c.n_heads = get_int(j, "num_attention_heads", where);
   c.n_kv_heads = get_int(j, "num_key_value_heads", where, c.n_heads);
-  if (find_value(j, "head_dim") == nullptr && c.n_heads > 0 && c.dim % c.n_heads != 0)
+  const bool qwen3 = model_type == "qwen3";
+  if (find_value(j, "head_dim") == nullptr && !qwen3 && c.n_heads > 0 && c.dim % c.n_heads != 0)
     throw InputError(
         fmt::format("'{}': hidden_size ({}) must be divisible by num_attention_heads "
                     "({}) when there is no head_dim",
                     where, c.dim, c.n_heads));
-  c.head_dim = get_int(j, "head_dim", where, c.n_heads > 0 ? c.dim / c.n_heads : 0);
+  const int default_head_dim = qwen3 ? kQwen3DefaultHeadDim : c.n_heads > 0 ? c.dim / c.n_heads : 0;
+  c.head_dim = get_int(j, "head_dim", where, default_head_dim);
   c.vocab_size = get_int(j, "vocab_size", where);
   c.max_seq_len = get_int(j, "max_position_embeddings", where);
   c.rope_theta = get_float(j, "rope_theta", where, 10000.0f);
   c.norm_eps = get_float(j, "rms_norm_eps", where, 1e-6f);
   c.tied_embeddings = get_bool(j, "tie_word_embeddings", where, false);
   c.attention_bias = get_bool(j, "attention_bias", where, model_type == "qwen2");
+  c.qk_norm = qwen3;
   c.rope_style = RopeStyle::Halves;  // HF checkpoints permute q/k for rotate-half RoPE
   c.rope_scaling = parse_rope_scaling(j, where);
+  parse_rope_parameters(j, where, c);
   c.bos_id = get_int(j, "bos_token_id", where, 1);
-  c.stop_ids = parse_stop_ids(j, where);
+  c.stop_ids = parse_eos_ids(j, where).value_or(std::vector<int>{2});  // LlamaConfig's default
   try {
     c.validate();
   } catch (const InputError& e) {
     throw InputError(fmt::format("'{}': {}", where, e.what()));
   }
   check_sliding_window(j, where, c.max_seq_len,
-                       model_type != "qwen2");  // after validate(): max_seq_len is positive
+                       model_type != "qwen2" && !qwen3);  // after validate(): max_seq_len > 0
   return c;
 }
 
@@ -232,16 +316,12 @@ ModelConfig load_hf_config(const std::string& dir) {
         fmt::format("model folder '{}' has no readable config.json; a Hugging Face "
                     "model folder holds config.json next to its .safetensors files",
                     dir));
-  // A directory, FIFO or device named config.json is an error here, not a stream failure later.
-  const std::string text =
-      read_regular_file(path.string(), "model config", kConfigExpected, kMaxConfigBytes);
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e400
-    throw InputError(fmt::format("'{}' is not valid JSON: {}", path.string(), e.what()));
-  }
-  return parse_hf_config(j, folder_name(dir), path.string());
+  const json j = read_json_object(path.string(), "model config", kConfigExpected);
+  ModelConfig c = parse_hf_config(j, folder_name(dir), path.string());
+  if (auto ids = generation_stop_ids(dir, c)) c.stop_ids = std::move(*ids);
+  return c;
 }
+
+std::vector<int> load_hf_stop_ids(const std::string& dir) { return load_hf_config(dir).stop_ids; }
 
 }  // namespace kvheap

@@ -73,6 +73,15 @@ std::vector<Preset> build_presets() {
     c.attention_bias = true;
     p.push_back({"qwen2.5-7b", "Qwen2.5 7B (attention biases)", c});
   }
+  {
+    // Qwen/Qwen3-0.6B's config.json: hidden_size 1024, intermediate_size 3072, 28 layers, 16 heads
+    // over 8 KV heads of head_dim 128 (so q_dim 2048 is twice hidden_size), vocab_size 151936,
+    // max_position_embeddings 40960, rope_theta 1000000, rms_norm_eps 1e-6, tied embeddings.
+    ModelConfig c =
+        make("qwen3-0.6b", 1024, 3072, 28, 16, 8, 128, 151936, 40960, 1000000.0f, 1e-6f, true);
+    c.qk_norm = true;
+    p.push_back({"qwen3-0.6b", "Qwen3 0.6B (per-head q/k RMSNorm, head_dim 128)", c});
+  }
   for (auto& e : p) {
     // Real Hugging Face checkpoints rotate halves; synthetic and llama2.c shapes rotate pairs.
     const std::string n = e.name;
@@ -109,6 +118,7 @@ std::int64_t ModelConfig::num_parameters() const {
   const std::int64_t d = dim, h = hidden_dim, q = q_dim(), kv = kv_dim();
   std::int64_t per_layer = 2 * d + d * q + 2 * d * kv + q * d + 3 * d * h;
   if (attention_bias) per_layer += q + 2 * kv;
+  if (qk_norm) per_layer += 2 * std::int64_t{head_dim};  // one gain per head dimension for q and k
   std::int64_t n = std::int64_t{vocab_size} * d + n_layers * per_layer + d;
   if (!tied_embeddings) n += std::int64_t{vocab_size} * d;
   return n;
@@ -171,12 +181,13 @@ std::string describe(const ModelConfig& c) {
   return fmt::format(
       "model {}: dim {}, hidden_dim {}, n_layers {}, n_heads {}, n_kv_heads {}, head_dim {}, "
       "vocab_size {}, max_seq_len {}, rope_theta {}, norm_eps {}, tied_embeddings {}, "
-      "rope {}{}{}, parameters {:.1f}M",
+      "rope {}{}{}{}, parameters {:.1f}M",
       c.name, c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.vocab_size,
       c.max_seq_len, c.rope_theta, c.norm_eps, c.tied_embeddings,
       c.rope_style == RopeStyle::Interleaved ? "interleaved" : "halves",
       c.rope_scaling.enabled ? fmt::format(" (llama3 scaling x{})", c.rope_scaling.factor) : "",
-      c.attention_bias ? ", qkv bias" : "", static_cast<double>(c.num_parameters()) / 1e6);
+      c.attention_bias ? ", qkv bias" : "", c.qk_norm ? ", q/k norm" : "",
+      static_cast<double>(c.num_parameters()) / 1e6);
 }
 
 std::size_t kv_bytes_per_token(const ModelConfig& c, DType kv) {

@@ -42,6 +42,7 @@ struct ModelConfig {
   float norm_eps = 1e-5f;        ///< RMSNorm epsilon
   bool tied_embeddings = true;   ///< classifier shares the token-embedding matrix
   bool attention_bias = false;   ///< q/k/v projections carry biases (Qwen2)
+  bool qk_norm = false;          ///< per-head RMSNorm of q and k before RoPE (Qwen3)
   RopeStyle rope_style = RopeStyle::Interleaved;  ///< which dimensions RoPE pairs
   RopeScaling rope_scaling;                       ///< llama3 frequency scaling, if any
   int bos_id = 1;                                 ///< beginning-of-sequence token

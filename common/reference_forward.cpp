@@ -6,18 +6,21 @@
 #include "common/forward_cpu.hpp"
 #include "common/rope_freqs.hpp"
 #include "kernels/matmul.hpp"
+#include "kernels/qk_norm.hpp"
 #include "kernels/rmsnorm.hpp"
 #include "kernels/rope.hpp"
 #include "kernels/swiglu.hpp"
 
 namespace kvheap {
 
-std::vector<float> reference_logits(const ModelWeights& w, std::span<const int> tokens) {
+std::vector<float> reference_logits(const ModelWeights& w, std::span<const int> tokens,
+                                    int first_pos) {
   const ModelConfig& c = w.config;
   Batch check;
   for (std::size_t i = 0; i < tokens.size(); ++i)
-    check.rows.push_back({tokens[i], 0, static_cast<int>(i), true});
+    check.rows.push_back({tokens[i], 0, first_pos + static_cast<int>(i), true});
   validate_batch(check, c);
+  check_qk_norm_gains(w);
 
   const int n = static_cast<int>(tokens.size());
   const long d = c.dim;
@@ -26,7 +29,7 @@ std::vector<float> reference_logits(const ModelWeights& w, std::span<const int> 
       up(static_cast<long>(n) * c.hidden_dim), scores(n);
   std::vector<int> pos(n);
   for (int i = 0; i < n; ++i) {
-    pos[i] = i;
+    pos[i] = first_pos + i;
     std::memcpy(&x[i * d], w.token_embedding + static_cast<long>(tokens[i]) * d, sizeof(float) * d);
   }
   const std::vector<float> inv_freq = rope_inv_freq(c);
@@ -42,6 +45,9 @@ std::vector<float> reference_logits(const ModelWeights& w, std::span<const int> 
     cpu::add_bias(q.data(), L.bq, n, c.q_dim());
     cpu::add_bias(k.data(), L.bk, n, c.kv_dim());
     cpu::add_bias(v.data(), L.bv, n, c.kv_dim());
+    if (c.qk_norm)  // Qwen3: each head of q and k normalised before RoPE
+      cpu::qk_norm(q.data(), k.data(), L.q_norm, L.k_norm, n, c.n_heads, c.n_kv_heads, c.head_dim,
+                   c.norm_eps);
     cpu::rope(q.data(), pos.data(), n, c.n_heads, c.head_dim, inv_freq.data(), interleaved);
     cpu::rope(k.data(), pos.data(), n, c.n_kv_heads, c.head_dim, inv_freq.data(), interleaved);
     // Full causal attention, one (row, head) at a time, in double for the softmax sums.

@@ -71,23 +71,26 @@ class TensorSource {
     return {shard, e == shard->header.end() ? nullptr : &*e};
   }
 
-  /// Like find, but throws an error naming the tensor and where it was looked for, and records
-  /// the tensor as used.
-  std::pair<const SafetensorsFile*, const json*> require(const std::string& name) {
+  /// Like find, but throws an error naming the tensor, the shape it should have (`shape`, with
+  /// `note` after it when not empty) and where it was looked for, and records the tensor as used.
+  std::pair<const SafetensorsFile*, const json*> require(const std::string& name,
+                                                         const Shape& shape,
+                                                         const std::string& note) {
     const auto [shard, entry] = find(name);
     if (entry != nullptr) {
       used_.emplace(shard, name);
       return {shard, entry};
     }
+    const std::string missing =
+        fmt::format("missing tensor '{}' (expected shape [{}]{})", name, fmt::join(shape, ", "),
+                    note.empty() ? "" : "; " + note);
     if (shard == nullptr)
-      throw InputError(fmt::format("missing tensor '{}': not listed in the weight_map of '{}'",
-                                   name, index_path_));
-    if (!index_path_.empty())
       throw InputError(
-          fmt::format("missing tensor '{}': '{}' maps it to '{}', whose header does "
-                      "not list it",
-                      name, index_path_, shard->path()));
-    throw InputError(fmt::format("missing tensor '{}' in '{}'", name, shard->path()));
+          fmt::format("{}: not listed in the weight_map of '{}'", missing, index_path_));
+    if (!index_path_.empty())
+      throw InputError(fmt::format("{}: '{}' maps it to '{}', whose header does not list it",
+                                   missing, index_path_, shard->path()));
+    throw InputError(fmt::format("{} in '{}'", missing, shard->path()));
   }
 
   /// Names of the tensors in every file's header that require() never returned, sorted.
@@ -139,9 +142,10 @@ class TensorSource {
 };
 
 /// Validates one tensor's header entry against `shape` and widens it into a buffer owned by `w`.
+/// `note`, when not empty, says why the tensor has that shape in the errors about it.
 const float* load_tensor(ModelWeights& w, TensorSource& src, const std::string& name,
-                         const Shape& shape) {
-  const auto [shard, entry] = src.require(name);
+                         const Shape& shape, const std::string& note = "") {
+  const auto [shard, entry] = src.require(name, shape, note);
   const std::string where = fmt::format("tensor '{}' in '{}'", name, shard->path());
   // Already checked against the data region when the file was opened.
   const TensorExtent range = tensor_extent(*shard, name, *entry);
@@ -159,8 +163,9 @@ const float* load_tensor(ModelWeights& w, TensorSource& src, const std::string& 
   const auto found = json_uint_array(entry->value("shape", json()));
   if (!found) throw InputError(where + " has no \"shape\" list of non-negative integers");
   if (*found != shape)
-    throw InputError(fmt::format("{} has shape [{}], expected [{}]", where, fmt::join(*found, ", "),
-                                 fmt::join(shape, ", ")));
+    throw InputError(fmt::format("{} has shape [{}], expected [{}]{}", where,
+                                 fmt::join(*found, ", "), fmt::join(shape, ", "),
+                                 note.empty() ? "" : " (" + note + ")"));
 
   // The shape matched config.json, which validate() bounded, so this product cannot overflow.
   std::uint64_t count = 1;
@@ -226,10 +231,14 @@ ModelWeights load_safetensors(const std::string& dir) {
   TensorSource src(dir);
 
   const std::uint64_t d = c.dim, hidden = c.hidden_dim, vocab = c.vocab_size;
-  const std::uint64_t q = c.q_dim(), kv = c.kv_dim();
-  auto load = [&](const std::string& name, const Shape& shape) {
-    return load_tensor(w, src, name, shape);
+  const std::uint64_t q = c.q_dim(), kv = c.kv_dim(), head = c.head_dim;
+  auto load = [&](const std::string& name, const Shape& shape, const std::string& note = "") {
+    return load_tensor(w, src, name, shape, note);
   };
+  const std::string qk_note = fmt::format(
+      "model_type qwen3 normalises every head of q and k with one gain per dimension, head_dim = "
+      "{} values",
+      c.head_dim);
 
   w.token_embedding = load("model.embed_tokens.weight", {vocab, d});  // [vocab_size, dim]
   w.layers.resize(static_cast<std::size_t>(c.n_layers));
@@ -245,6 +254,10 @@ ModelWeights load_safetensors(const std::string& dir) {
       L.bq = load(p + "self_attn.q_proj.bias", {q});   // [q_dim]
       L.bk = load(p + "self_attn.k_proj.bias", {kv});  // [kv_dim]
       L.bv = load(p + "self_attn.v_proj.bias", {kv});  // [kv_dim]
+    }
+    if (c.qk_norm) {
+      L.q_norm = load(p + "self_attn.q_norm.weight", {head}, qk_note);  // [head_dim]
+      L.k_norm = load(p + "self_attn.k_norm.weight", {head}, qk_note);  // [head_dim]
     }
     // Llama's attention_bias also biases o_proj; there is no field for it, and dropping it would
     // be a silent wrong answer.

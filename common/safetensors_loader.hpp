@@ -18,7 +18,8 @@ namespace kvheap {
 ///
 /// The model is named after the folder. Throws InputError naming the file and tensor for a
 /// missing config.json or weight file, a path that is not a regular file, invalid JSON, an absurd
-/// header length, an unknown dtype, a missing tensor, a shape that does not match config.json,
+/// header length, an unknown dtype, a missing tensor (with the shape it should have), a shape that
+/// does not match config.json,
 /// data_offsets that fall outside the file or disagree with shape x dtype size, tensors whose
 /// byte ranges overlap or leave gaps or trailing bytes in the data region (the format requires
 /// them to cover it exactly), or tensors the model does not use (apart from RoPE inv_freq buffers

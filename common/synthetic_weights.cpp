@@ -45,10 +45,10 @@ ModelWeights make_synthetic_weights(const ModelConfig& config, std::uint64_t see
     fill(p, n, seed, tensor++, scale);
     return p;
   };
-  auto ones = [&](long n) {
+  // Norm gains near 1 with a little spread, so a wrong gain index shows in the logits.
+  auto ones = [&](long n, float spread = 0.1f) {
     float* p = w.allocate(static_cast<std::size_t>(n));
-    // Norm gains near 1 with a little spread, so a wrong gain index shows in the logits.
-    fill(p, n, seed, tensor++, 0.1f);
+    fill(p, n, seed, tensor++, spread);
     for (long i = 0; i < n; ++i) p[i] += 1.0f;
     return p;
   };
@@ -68,6 +68,12 @@ ModelWeights make_synthetic_weights(const ModelConfig& config, std::uint64_t see
       L.bq = make(q, 0.1f);
       L.bk = make(kv, 0.1f);
       L.bv = make(kv, 0.1f);
+    }
+    if (c.qk_norm) {
+      // Gains from 0.5 to 1.5: they scale each dimension of q.k, so one applied to the wrong
+      // dimension, or after RoPE instead of before, changes the attention clearly.
+      L.q_norm = ones(c.head_dim, 0.5f);
+      L.k_norm = ones(c.head_dim, 0.5f);
     }
     L.ffn_norm = ones(d);
     L.w1 = make(h * d, fan_in_scale(c.dim, 1.0f));

@@ -24,6 +24,8 @@ struct LayerWeights {
   const float* bq = nullptr;         ///< [q_dim] or null (Qwen2 has q/k/v biases)
   const float* bk = nullptr;         ///< [kv_dim] or null
   const float* bv = nullptr;         ///< [kv_dim] or null
+  const float* q_norm = nullptr;     ///< [head_dim] RMSNorm gain of each q head, or null (Qwen3)
+  const float* k_norm = nullptr;     ///< [head_dim] RMSNorm gain of each k head, or null (Qwen3)
   const float* ffn_norm = nullptr;   ///< [dim] RMSNorm gain before the MLP
   const float* w1 = nullptr;         ///< [hidden_dim, dim] gate projection
   const float* w2 = nullptr;         ///< [dim, hidden_dim] down projection

@@ -130,7 +130,8 @@ FuzzOutcome fuzz_safetensors(std::span<const std::uint8_t> input, std::string* w
           "one LayerWeights per layer");
   for (const LayerWeights& L : w.layers)
     require(L.wq && L.wk && L.wv && L.wo && L.w1 && L.w2 && L.w3 && L.attn_norm && L.ffn_norm &&
-                (!w.config.attention_bias || (L.bq && L.bk && L.bv)),
+                (!w.config.attention_bias || (L.bq && L.bk && L.bv)) &&
+                (!w.config.qk_norm || (L.q_norm && L.k_norm)),
             "safetensors load left a layer tensor null");
   return FuzzOutcome::Accepted;
 }

@@ -100,6 +100,9 @@ void safetensors_seeds() {
   ModelConfig qwen = hf;
   qwen.attention_bias = true;
   seed("fuzz_safetensors", "valid_qwen2_biases.folder", folder_input(qwen, DType::F32));
+  ModelConfig qwen3 = hf;
+  qwen3.qk_norm = true;  // per-head q_norm/k_norm gains, model_type "qwen3"
+  seed("fuzz_safetensors", "valid_qwen3_qk_norm.folder", folder_input(qwen3, DType::BF16));
   ModelConfig llama3 = hf;
   llama3.rope_scaling = {true, 8.0f, 1.0f, 4.0f, 2};
   seed("fuzz_safetensors", "valid_llama3_rope_scaling.folder", folder_input(llama3, DType::BF16));

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "base/error.hpp"
@@ -13,8 +15,10 @@
 #include "common/forward_cpu.hpp"
 #include "common/llama2c_loader.hpp"
 #include "common/reference_forward.hpp"
+#include "common/safetensors_loader.hpp"
 #include "common/serve.hpp"
 #include "common/synthetic_weights.hpp"
+#include "tests/support/checkpoint_writers.hpp"
 #include "tests/support/test_support.hpp"
 
 namespace kvheap {
@@ -81,6 +85,53 @@ TEST(Ch01CpuReference, CachedDecodeEqualsFullRecomputationWithBiasesAndHalvesRop
   c.rope_scaling = {true, 8.0f, 1.0f, 4.0f, 32};
   const ModelWeights w = make_synthetic_weights(c, 11);
   expect_matches_oracle(w, {1, 17, 4}, 30);
+}
+
+// Qwen3's per-head q/k norm sits between the projections and RoPE, so its output is what the
+// cache stores for k: the cached decoder must normalise each new row exactly as recomputation
+// normalises the whole sequence. The model is a synthetic Qwen3 written as a Hugging Face folder
+// by the test writer and loaded back, so the loader's path is the one under test.
+TEST(Ch01CpuReference, CachedDecodeEqualsFullRecomputationQwen3) {
+  const test::TempDir tmp;
+  const std::string dir = tmp.file("tiny-qwen3");
+  test::write_safetensors(make_synthetic_weights(test::tiny_qwen3_config(), 13), dir);
+  const ModelWeights w = load_safetensors(dir);
+  ASSERT_TRUE(w.config.qk_norm);
+  expect_matches_oracle(w, {1, 17, 4, 99, 23}, 40);
+}
+
+// RoPE makes attention a function of relative positions only, so the same tokens placed later in
+// the context give the same logits. Qwen3's norm keeps that only because it comes before RoPE:
+// its gain differs per dimension, and applied after the rotation it would weigh the rotated pairs
+// unequally and make the scores depend on where the text sits.
+TEST(Ch01CpuReference, Qwen3LogitsDependOnlyOnRelativePositions) {
+  const ModelWeights w = make_synthetic_weights(test::tiny_qwen3_config(), 13);
+  const std::vector<int> tokens = {1, 17, 4, 99, 23, 64, 8, 120};
+  const std::vector<float> at_start = reference_logits(w, tokens);
+  // Angles are fp32 products pos * inv_freq, so a later start rounds them a little differently:
+  // about 5e-7 here at offsets from 1 to 88. The norm applied after RoPE gives 0.13 to 0.21.
+  const std::vector<float> later = reference_logits(w, tokens, 50);
+  EXPECT_LT(test::rel_inf_error(later, at_start), 1e-4);
+}
+
+// Weights built by hand for a Qwen3 config but without the norm gains would run as a plain Llama
+// block: a silent wrong answer, refused before the first step.
+TEST(Ch01CpuReference, Qwen3WeightsWithoutNormGainsAreRejected) {
+  ModelWeights w = make_synthetic_weights(test::tiny_qwen3_config(), 13);
+  w.layers[1].k_norm = nullptr;
+  const std::vector<int> tokens = {1, 2};
+  for (const auto& run : {std::function<void()>([&] { CpuForward fwd(w); }),
+                          std::function<void()>([&] { (void)reference_logits(w, tokens); })}) {
+    try {
+      run();
+      ADD_FAILURE() << "expected an InputError";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("layer 1 has no q_norm/k_norm gains ([head_dim = 32] "
+                                           "each)"),
+                std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 TEST(Ch01CpuReference, CachedDecodeEqualsFullRecomputationStories260K) {

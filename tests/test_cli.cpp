@@ -9,8 +9,14 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <span>
+#include <string>
+#include <vector>
 
+#include "common/reference_forward.hpp"
 #include "common/report.hpp"
+#include "common/sampler.hpp"
+#include "common/synthetic_weights.hpp"
 #include "tests/support/checkpoint_writers.hpp"
 #include "tests/support/run_program.hpp"
 #include "tests/support/test_support.hpp"
@@ -48,6 +54,46 @@ TEST(Cli, Stories260KJsonMatchesTheLibrary) {
                           "--temperature", "0", "--json", "--no-peak", "--threads", "1"});
   EXPECT_EQ(nlohmann::json::parse(again.out)["generated_ids"].get<std::vector<int>>(), ids)
       << "thread count must not change greedy output";
+}
+
+// A synthetic Qwen3 folder from the test writer, run by the program: its greedy ids are the
+// reference forward pass's, and a stop token that only generation_config.json lists ends the
+// generation, as transformers would end it.
+TEST(Cli, Qwen3FolderRunsAndStopsOnGenerationConfigTokens) {
+  const test::TempDir tmp;
+  const std::string dir = tmp.file("tiny-qwen3");
+  ModelConfig c = test::tiny_qwen3_config();
+  c.stop_ids = {0};           // config.json's stop token
+  c.tied_embeddings = false;  // tied, this tiny model would repeat its last token
+  const ModelWeights w = make_synthetic_weights(c, 13);
+  test::write_safetensors(w, dir);
+  std::vector<int> tokens = {1, 17, 4};
+  std::vector<int> want;  // greedy ids, recomputed from scratch after every token
+  for (int i = 0; i < 6; ++i) {
+    const std::vector<float> logits = reference_logits(w, tokens);
+    const int next = argmax(std::span<const float>(logits).last(c.vocab_size));
+    ASSERT_NE(next, 0) << "the synthetic model must not stop early on its own";
+    want.push_back(next);
+    tokens.push_back(next);
+  }
+  const std::vector<std::string> args = {"--model",          dir, "--prompt-ids", "1,17,4",
+                                         "--temperature",    "0", "--json",       "--no-peak",
+                                         "--max-new-tokens", "6"};
+  const auto r = run_program(kCh01, args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["generated_ids"].get<std::vector<int>>(), want);
+
+  // Stop at the fourth token's id, which config.json does not name: the ids before its first
+  // appearance come out, and the reason.
+  const std::vector<int> before(want.begin(), std::find(want.begin(), want.end(), want[3]));
+  ASSERT_GE(before.size(), 2u) << "the greedy ids must vary for the stop to show";
+  test::write_bytes(dir + "/generation_config.json",
+                    nlohmann::json({{"eos_token_id", {want[3], 0}}}).dump());
+  const auto stopped = run_program(kCh01, args);
+  ASSERT_EQ(stopped.exit_code, 0) << stopped.err;
+  const auto j = nlohmann::json::parse(stopped.out);
+  EXPECT_EQ(j["generated_ids"].get<std::vector<int>>(), before);
+  EXPECT_EQ(j["metrics"]["stop_reason"], "stop token");
 }
 
 TEST(Cli, UnknownFlagExitsTwo) {

@@ -80,6 +80,30 @@ TEST(Cli, SafetensorsShapeMismatchExitsOne) {
   expect_one_line_error(r, "has shape [160, 64], expected [64, 160]");
 }
 
+// A Llama folder labelled Qwen3 lacks the per-head norms; a Qwen3 folder whose k_norm has the
+// wrong length has the wrong model. Both name the tensor and the shape it should have.
+TEST(Cli, Qwen3FolderWithoutOrWithMisshapenQkNormsExitsOne) {
+  const test::TempDir tmp;
+  const std::string llama = write_tiny_hf_folder(tmp);
+  test::edit_json_file(llama + "/config.json",
+                       [](nlohmann::json& j) { j["model_type"] = "qwen3"; });
+  const auto missing = run_program(kCh01, {"--model", llama, "--no-peak"});
+  EXPECT_EQ(missing.exit_code, 1);
+  expect_one_line_error(missing,
+                        "missing tensor 'model.layers.0.self_attn.q_norm.weight' (expected shape "
+                        "[16]; model_type qwen3 normalises every head of q and k");
+
+  const std::string qwen3 = tmp.file("tiny-qwen3");
+  test::write_safetensors(test::random_weights(test::tiny_qwen3_config(), 4), qwen3);
+  test::edit_safetensors_header(qwen3 + "/model.safetensors", [](nlohmann::json& h) {
+    h["model.layers.1.self_attn.k_norm.weight"]["shape"] = {64};
+  });
+  const auto misshapen = run_program(kCh01, {"--model", qwen3, "--no-peak"});
+  EXPECT_EQ(misshapen.exit_code, 1);
+  expect_one_line_error(misshapen, "tensor 'model.layers.1.self_attn.k_norm.weight' in '" + qwen3 +
+                                       "/model.safetensors' has shape [64], expected [32]");
+}
+
 TEST(Cli, TokenizerOfTheWrongSizeExitsOne) {
   // Three tokens where the tiny model has 128; needs no real checkpoint, unlike the test above.
   const test::TempDir tmp;

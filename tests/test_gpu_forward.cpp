@@ -1,7 +1,8 @@
 // GpuForward against CpuForward on the `tiny` preset, with the attention kernel taken out of the
 // picture: the device cache here keeps K and V in device memory but attends by downloading them
 // and calling the CPU twin (cpu::attend_kv_heads). A mismatch therefore points at the forward pass
-// (embedding, norms, GEMMs, biases, RoPE, SwiGLU, residuals, classifier, row bookkeeping).
+// (embedding, norms, GEMMs, biases, Qwen3's q/k norms, RoPE, SwiGLU, residuals, classifier, row
+// bookkeeping).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,9 +14,11 @@
 #include "common/forward_cpu.hpp"
 #include "common/gpu/forward_gpu.hpp"
 #include "common/kv_cache.hpp"
+#include "common/safetensors_loader.hpp"
 #include "common/sampler.hpp"
 #include "common/synthetic_weights.hpp"
 #include "kernels/decode_attention_cpu.hpp"
+#include "tests/support/checkpoint_writers.hpp"
 #include "tests/support/device_test_support.hpp"
 
 namespace kvheap {
@@ -146,6 +149,19 @@ TEST(GpuForward, LogitsMatchCpuForwardWithBiasesHalvesRopeAndLlama3Scaling) {
   expect_matches_cpu(w, DType::F32, 1e-5, 12);
 }
 
+// A synthetic Qwen3 written as a Hugging Face folder and loaded back: the q/k norm kernel runs
+// between the projections and RoPE, heads are twice as wide as dim / n_heads, and every other
+// step's ids come from the device's argmax.
+TEST(GpuForward, Qwen3CheckpointGivesTheCpusLogitsAndGreedyIds) {
+  KVHEAP_REQUIRE_DEVICE();
+  const test::TempDir tmp;
+  const std::string dir = tmp.file("tiny-qwen3");
+  test::write_safetensors(make_synthetic_weights(test::tiny_qwen3_config(), 13), dir);
+  const ModelWeights w = load_safetensors(dir);
+  ASSERT_TRUE(w.config.qk_norm);
+  expect_matches_cpu(w, DType::F32, 1e-5, 12, /*greedy=*/true);
+}
+
 TEST(GpuForward, GreedyIdsMatchCpuArgmax) {
   KVHEAP_REQUIRE_DEVICE();
   const ModelWeights w = make_synthetic_weights(preset("tiny"), 5);
@@ -191,6 +207,7 @@ TEST(DeviceWeights, UploadsEveryTensorOnceInTheChosenDtype) {
     ModelConfig c = preset("tiny");
     c.tied_embeddings = tied;
     c.attention_bias = !tied;
+    c.qk_norm = tied;
     const ModelWeights w = make_synthetic_weights(c, 3);
     const auto dim = static_cast<std::size_t>(c.dim);
     // wq and wo, wk and wv, w1 w2 and w3
@@ -199,7 +216,8 @@ TEST(DeviceWeights, UploadsEveryTensorOnceInTheChosenDtype) {
     const std::size_t matrices =
         c.n_layers * per_layer_matrices + (tied ? 1 : 2) * c.vocab_size * dim;  // + embedding
     const std::size_t vectors = (1 + 2 * c.n_layers) * dim +                    // norms
-                                (tied ? 0 : c.n_layers * (c.q_dim() + 2 * c.kv_dim()));  // biases
+                                (tied ? 0 : c.n_layers * (c.q_dim() + 2 * c.kv_dim())) +  // biases
+                                (tied ? c.n_layers * 2 * c.head_dim : 0);  // q/k norm gains
     for (DType dtype : {DType::F32, DType::BF16}) {
       const DeviceWeights dw(w, dtype);
       EXPECT_EQ(dw.bytes_uploaded(), matrices * dtype_size(dtype) + vectors * sizeof(float))
@@ -207,6 +225,7 @@ TEST(DeviceWeights, UploadsEveryTensorOnceInTheChosenDtype) {
       EXPECT_EQ(dw.tied(), tied);
       EXPECT_EQ(dw.classifier().dtype, dtype);
       EXPECT_EQ(dw.layer(1).bq.empty(), tied);
+      EXPECT_EQ(dw.layer(1).k_norm.size(), tied ? static_cast<std::size_t>(c.head_dim) : 0u);
     }
   }
 }

@@ -1,6 +1,6 @@
 // The forward pass's CUDA kernels against their CPU twins, over awkward sizes (rows 1, 3, 17;
-// widths that are not multiples of a warp or of 4): embedding gather, RMSNorm, RoPE, SwiGLU and
-// residual add, fp16/bf16 casts and bias add, greedy argmax.
+// widths that are not multiples of a warp or of 4): embedding gather, RMSNorm, Qwen3's per-head
+// q/k RMSNorm, RoPE, SwiGLU and residual add, fp16/bf16 casts and bias add, greedy argmax.
 //
 // Exact where the arithmetic is the same operation (gathers, casts, adds, argmax); 1e-6 relative
 // (max error / max magnitude) where only rounding can differ. In the simulator build the kernels
@@ -23,6 +23,7 @@
 #include "kernels/cast.hpp"
 #include "kernels/embedding.hpp"
 #include "kernels/matmul.hpp"
+#include "kernels/qk_norm.hpp"
 #include "kernels/rmsnorm.hpp"
 #include "kernels/rope.hpp"
 #include "kernels/swiglu.hpp"
@@ -119,6 +120,40 @@ TEST(GpuKernels, RmsnormMatchesCpuTwinInPlaceAndOutOfPlace) {
       EXPECT_TRUE(rel_close(d_out.to_host(), want, 1e-6)) << "n=" << n << " dim=" << dim;
       cuda::rmsnorm(d_x.data(), d_x.data(), d_weight.data(), n, dim, 1e-5f);  // out aliases x
       EXPECT_TRUE(rel_close(d_x.to_host(), want, 1e-6)) << "in place, n=" << n << " dim=" << dim;
+    }
+  }
+}
+
+// Per-head q/k norm: a warp per head here, rows of head_dim left to right in the twin, so results
+// differ by rounding only. Head widths below a warp, equal to one, not a multiple of one, and
+// Qwen3's 128; head counts with and without grouped-query sharing, and a partly filled last block.
+TEST(GpuKernels, QkNormMatchesCpuTwin) {
+  KVHEAP_REQUIRE_DEVICE();
+  struct Heads {
+    int q, kv;
+  };
+  for (int head_dim : {8, 32, 72, 128}) {
+    const std::vector<float> q_gain = random_floats(head_dim, 200 + head_dim, 0.5f, 1.5f);
+    const std::vector<float> k_gain = random_floats(head_dim, 300 + head_dim, 0.5f, 1.5f);
+    auto d_q_gain = to_device(q_gain);
+    auto d_k_gain = to_device(k_gain);
+    for (const Heads h : {Heads{1, 1}, Heads{4, 2}, Heads{16, 8}}) {
+      for (int n : kRows) {
+        std::vector<float> q =
+            random_floats(static_cast<std::size_t>(n) * h.q * head_dim, n + head_dim, -3, 3);
+        std::vector<float> k =
+            random_floats(static_cast<std::size_t>(n) * h.kv * head_dim, n * head_dim, -3, 3);
+        auto d_q = to_device(q);
+        auto d_k = to_device(k);
+        cpu::qk_norm(q.data(), k.data(), q_gain.data(), k_gain.data(), n, h.q, h.kv, head_dim,
+                     1e-6f);
+        cuda::qk_norm(d_q.data(), d_k.data(), d_q_gain.data(), d_k_gain.data(), n, h.q, h.kv,
+                      head_dim, 1e-6f);
+        EXPECT_TRUE(rel_close(d_q.to_host(), q, 1e-6))
+            << "q, head_dim=" << head_dim << " heads=" << h.q << " n=" << n;
+        EXPECT_TRUE(rel_close(d_k.to_host(), k, 1e-6))
+            << "k, head_dim=" << head_dim << " kv heads=" << h.kv << " n=" << n;
+      }
     }
   }
 }

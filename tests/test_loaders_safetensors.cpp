@@ -1,6 +1,7 @@
 // Tests for the Hugging Face loader: round trips in every dtype, single-file and sharded, the
-// config.json features kvheap honours (tied classifier, Qwen2 biases, llama3 RoPE scaling), and a
-// named, actionable error for each way a folder can be malformed.
+// config.json features kvheap honours (tied classifier, Qwen2 biases, Qwen3 q/k norms, llama3 RoPE
+// scaling, rope_parameters, stop tokens from generation_config.json), and a named, actionable
+// error for each way a folder can be malformed.
 #include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -14,6 +15,7 @@
 #include <tuple>
 
 #include "base/error.hpp"
+#include "common/hf_config.hpp"
 #include "common/safetensors_loader.hpp"
 #include "tests/support/checkpoint_writers.hpp"
 
@@ -492,6 +494,176 @@ TEST(SafetensorsLoader, FloatsOutsideFloatRangeAreReportedAsWritten) {
   });
   EXPECT_THAT(f.error(), AllOf(HasSubstr("rope_scaling"),
                                HasSubstr("\"factor\" = 1e+39 is too large for a 32-bit float")));
+}
+
+// ---- Qwen3 --------------------------------------------------------------------------------------
+
+TEST(SafetensorsLoader, Qwen3NormsAreLoadedWithHeadsWiderThanTheStream) {
+  const Folder f(test::tiny_qwen3_config());
+  EXPECT_NE(test::read_bytes(f.file("config.json")).find("\"model_type\": \"qwen3\""),
+            std::string::npos);
+  const ModelWeights got = load_safetensors(f.dir);
+  const ModelConfig& c = got.config;
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_FALSE(c.attention_bias);  // Qwen3's default, unlike Qwen2's
+  EXPECT_EQ(c.head_dim, 32);
+  EXPECT_EQ(c.q_dim(), 2 * c.dim);
+  EXPECT_EQ(c.rope_theta, 1000000.0f);
+  EXPECT_EQ(c.norm_eps, 1e-6f);
+  ASSERT_NE(got.layers[1].q_norm, nullptr);
+  ASSERT_NE(got.layers[1].k_norm, nullptr);
+  test::expect_same_tensors(got, f.weights);  // q_norm/k_norm included, bit for bit
+  // As for Qwen2, a window applies only with "use_sliding_window": true, which is off when absent.
+  test::edit_json_file(f.file("config.json"), [](json& j) { j["sliding_window"] = 4; });
+  EXPECT_NO_THROW((void)load_safetensors(f.dir));
+  test::edit_json_file(f.file("config.json"), [](json& j) { j["use_sliding_window"] = true; });
+  EXPECT_THAT(f.error(), HasSubstr("\"sliding_window\" = 4"));
+}
+
+// transformers' Qwen3Config defaults head_dim to 128, not hidden_size / num_attention_heads.
+TEST(SafetensorsLoader, Qwen3HeadDimDefaultsTo128) {
+  ModelConfig c = test::tiny_qwen3_config();
+  c.head_dim = 128;
+  const Folder f(c);
+  test::edit_json_file(f.file("config.json"), [](json& j) { j.erase("head_dim"); });
+  EXPECT_EQ(load_safetensors(f.dir).config.head_dim, 128);
+  // For Llama the default is 64 / 4 = 16, which these tensors do not have.
+  test::edit_json_file(f.file("config.json"), [](json& j) { j["model_type"] = "llama"; });
+  EXPECT_THAT(f.error(), HasSubstr("'model.layers.0.self_attn.q_proj.weight'"));
+}
+
+TEST(SafetensorsLoader, Qwen3MissingOrMisshapenNormIsNamedWithItsShape) {
+  const Folder f(test::tiny_qwen3_config());
+  const std::string st = f.file("model.safetensors");
+  const std::string all = test::read_bytes(st);
+  rewrite_tensors(st, [](RawTensors& t) { t.erase("model.layers.1.self_attn.k_norm.weight"); });
+  EXPECT_THAT(f.error(),
+              AllOf(HasSubstr("missing tensor 'model.layers.1.self_attn.k_norm.weight' (expected "
+                              "shape [32]; model_type qwen3 normalises every head of q and k"),
+                    HasSubstr("head_dim = 32 values")));
+
+  // A gain per q_dim value instead of per head dimension: the shape names both.
+  test::write_bytes(st, all);
+  rewrite_tensors(st, [](RawTensors& t) {
+    t["model.layers.0.self_attn.q_norm.weight"] = t["model.layers.0.input_layernorm.weight"];
+  });
+  EXPECT_THAT(f.error(), AllOf(HasSubstr("tensor 'model.layers.0.self_attn.q_norm.weight'"),
+                               HasSubstr("has shape [64], expected [32] (model_type qwen3")));
+
+  // A Llama folder relabelled as Qwen3 lacks every norm; the first is named.
+  const Folder llama;
+  test::edit_json_file(llama.file("config.json"), [](json& j) { j["model_type"] = "qwen3"; });
+  EXPECT_THAT(llama.error(), HasSubstr("missing tensor 'model.layers.0.self_attn.q_norm.weight' "
+                                       "(expected shape [16]"));
+
+  // Sharded: the index does not list it.
+  const Folder sharded(test::tiny_qwen3_config(), DType::F32, 3);
+  test::edit_json_file(sharded.file("model.safetensors.index.json"), [](json& j) {
+    j["weight_map"].erase("model.layers.0.self_attn.q_norm.weight");
+  });
+  EXPECT_THAT(sharded.error(),
+              AllOf(HasSubstr("missing tensor 'model.layers.0.self_attn.q_norm.weight' (expected "
+                              "shape [32]"),
+                    HasSubstr("not listed in the weight_map")));
+}
+
+// The norms in a folder whose config.json is not Qwen3 would be dropped, and the model run
+// without them: rejected like any tensor the model does not use.
+TEST(SafetensorsLoader, QkNormsUnderAnotherModelTypeAreRejectedNotDropped) {
+  const Folder f(test::tiny_qwen3_config());
+  test::edit_json_file(f.file("config.json"), [](json& j) {
+    j["model_type"] = "qwen2";
+    j["attention_bias"] = false;
+  });
+  EXPECT_THAT(f.error(), AllOf(HasSubstr("holds 4 tensors the model does not use"),
+                               HasSubstr("'model.layers.0.self_attn.k_norm.weight'")));
+}
+
+// ---- Stop tokens --------------------------------------------------------------------------------
+
+TEST(SafetensorsLoader, GenerationConfigStopTokensWinOverConfigJson) {
+  const Folder f;  // config.json: "eos_token_id": 2
+  EXPECT_EQ(load_hf_stop_ids(f.dir), std::vector<int>{2});
+  const std::string gen = f.file("generation_config.json");
+  // As Qwen3-0.6B ships them: config.json names one id, generation_config.json a list.
+  test::write_bytes(gen, R"({"bos_token_id": 1, "eos_token_id": [5, 2], "temperature": 0.6})");
+  EXPECT_EQ(load_hf_stop_ids(f.dir), (std::vector<int>{5, 2}));
+  EXPECT_EQ(load_safetensors(f.dir).config.stop_ids, (std::vector<int>{5, 2}));
+  test::write_bytes(gen, R"({"eos_token_id": 7})");
+  EXPECT_EQ(load_hf_stop_ids(f.dir), std::vector<int>{7});
+  // A generation_config.json that sets no stop token leaves config.json's.
+  for (const char* text : {R"({"temperature": 0.6})", R"({"eos_token_id": null})"}) {
+    test::write_bytes(gen, text);
+    EXPECT_EQ(load_hf_stop_ids(f.dir), std::vector<int>{2}) << text;
+  }
+  // config.json's list, when there is no generation_config.json.
+  std::filesystem::remove(gen);
+  test::edit_json_file(f.file("config.json"), [](json& j) { j["eos_token_id"] = {3, 4}; });
+  EXPECT_EQ(load_hf_stop_ids(f.dir), (std::vector<int>{3, 4}));
+}
+
+TEST(SafetensorsLoader, BadGenerationConfigIsNamed) {
+  const Folder f;
+  const std::string gen = f.file("generation_config.json");
+  test::write_bytes(gen, R"({"eos_token_id": [5, )");
+  EXPECT_THAT(f.error(), AllOf(HasSubstr(gen), HasSubstr("not valid JSON")));
+  test::write_bytes(gen, "[1, 2]");
+  EXPECT_THAT(f.error(), HasSubstr("must hold a JSON object, got array"));
+  test::write_bytes(gen, R"({"eos_token_id": [5, 128]})");  // the tiny vocabulary is 0..127
+  EXPECT_THAT(f.error(), AllOf(HasSubstr(gen), HasSubstr("\"eos_token_id\" 128 is not a token of "
+                                                         "the model: config.json's vocab_size is "
+                                                         "128 (ids 0..127)")));
+  test::write_bytes(gen, R"({"eos_token_id": []})");
+  EXPECT_THAT(f.error(), HasSubstr("\"eos_token_id\" is an empty list"));
+  test::write_bytes(gen, R"({"eos_token_id": "</s>"})");
+  EXPECT_THAT(f.error(), HasSubstr("\"eos_token_id\" must be an integer"));
+  std::filesystem::remove(gen);
+  std::filesystem::create_directory(gen);
+  EXPECT_THAT(f.error(), AllOf(HasSubstr("generation config '" + gen + "' is a directory"),
+                               HasSubstr("expected a Hugging Face generation_config.json")));
+}
+
+// ---- rope_parameters (transformers 5) -----------------------------------------------------------
+
+TEST(SafetensorsLoader, RopeParametersOfNewerConfigsAreRead) {
+  const Folder f(test::tiny_qwen3_config());
+  const std::string config = f.file("config.json");
+  // The top-level rope_theta gone: falling back to 10000 would silently run another model.
+  test::edit_json_file(config, [](json& j) {
+    j.erase("rope_theta");
+    j.erase("rope_scaling");
+    j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 500000.0}};
+  });
+  EXPECT_EQ(load_safetensors(f.dir).config.rope_theta, 500000.0f);
+  test::edit_json_file(config, [](json& j) {
+    j["rope_parameters"] = {{"rope_type", "llama3"},   {"rope_theta", 500000.0},
+                            {"factor", 32.0},          {"low_freq_factor", 1.0},
+                            {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
+  });
+  const ModelConfig c = load_safetensors(f.dir).config;
+  EXPECT_TRUE(c.rope_scaling.enabled);
+  EXPECT_EQ(c.rope_scaling.factor, 32.0f);
+
+  test::edit_json_file(config, [](json& j) {
+    j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 500000.0}};
+    j["rope_theta"] = 10000.0;
+  });
+  EXPECT_THAT(f.error(), HasSubstr("\"rope_theta\" = 10000 disagrees with \"rope_parameters\" "
+                                   "rope_theta = 500000"));
+  test::edit_json_file(config, [](json& j) {
+    j.erase("rope_theta");
+    j["rope_parameters"]["partial_rotary_factor"] = 0.5;
+  });
+  EXPECT_THAT(f.error(), HasSubstr("\"partial_rotary_factor\" = 0.5 is not supported"));
+  test::edit_json_file(config, [](json& j) {  // one RoPE per layer type
+    j["rope_parameters"] = {{"full_attention", {{"rope_theta", 1e6}}},
+                            {"sliding_attention", {{"rope_theta", 1e4}}}};
+  });
+  EXPECT_THAT(f.error(), HasSubstr("\"rope_parameters\" must be an object with a \"rope_theta\""));
+  test::edit_json_file(config, [](json& j) {
+    j["rope_parameters"] = {{"rope_type", "yarn"}, {"rope_theta", 1e6}, {"factor", 4.0}};
+  });
+  EXPECT_THAT(f.error(), HasSubstr("unsupported rope_parameters type 'yarn'"));
 }
 
 }  // namespace

@@ -108,6 +108,18 @@ TEST(KvArithmetic, Qwen25_7BBf16IsFiftySixKiBPerToken) {
   EXPECT_EQ(kv_bytes_per_token(preset("qwen2.5-7b"), DType::BF16), 57344u);
 }
 
+// Qwen3-0.6B: 28 x 8 x 128 x 2 x 2 = 114688 bytes = 112 KiB per token in bf16. Its heads are
+// wider than hidden_size / n_heads (128 vs 64), so a head_dim derived from the width would halve
+// it.
+TEST(KvArithmetic, Qwen3_0_6BBf16IsOneHundredTwelveKiBPerToken) {
+  const ModelConfig c = preset("qwen3-0.6b");
+  EXPECT_EQ(c.head_dim, 128);
+  EXPECT_EQ(c.q_dim(), 2 * c.dim);
+  EXPECT_EQ(kv_bytes_per_token(c, DType::BF16), 114688u);
+  EXPECT_EQ(kv_bytes_for_context(c, DType::BF16, c.max_seq_len),
+            std::size_t{114688} * 40960);  // 4.7 GB
+}
+
 // stories260K in fp32: 5 layers x 4 KV heads x 8 dims x 2 x 4 bytes = 1280 bytes per token.
 TEST(KvArithmetic, Stories260KFp32IsOneThousandTwoHundredEightyBytesPerToken) {
   EXPECT_EQ(kv_bytes_per_token(preset("stories260k"), DType::F32), 1280u);
@@ -119,6 +131,22 @@ TEST(ModelConfig, ParameterCountsMatchPublishedSizes) {
   EXPECT_EQ(preset("llama-3-8b").num_parameters(), 8030261248);
   EXPECT_EQ(preset("llama-3.2-1b").num_parameters(), 1235814400);
   EXPECT_EQ(preset("qwen2.5-7b").num_parameters(), 7615616512);
+}
+
+// Qwen3-0.6B's model card gives 0.44B parameters without the embedding. Its q/k norm gains add
+// 2 x 128 per layer, and the table is shared with the classifier (tie_word_embeddings).
+TEST(ModelConfig, Qwen3_0_6BCountsItsQkNormGainsAndOneTable) {
+  ModelConfig c = preset("qwen3-0.6b");
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_TRUE(c.tied_embeddings);
+  EXPECT_FALSE(c.attention_bias);
+  EXPECT_EQ(c.rope_style, RopeStyle::Halves);
+  const std::int64_t embedding = std::int64_t{151936} * 1024;
+  EXPECT_EQ(c.num_parameters(), 596049920);
+  EXPECT_EQ(c.num_parameters() - embedding, 440467456);  // the card's 0.44B
+  EXPECT_NE(describe(c).find("q/k norm"), std::string::npos) << describe(c);
+  c.qk_norm = false;
+  EXPECT_EQ(c.num_parameters(), 596049920 - 28 * 2 * 128);
 }
 
 TEST(ModelConfig, DtypeParsingNamesTheValidChoices) {

@@ -111,6 +111,10 @@ DeviceWeights::DeviceWeights(const ModelWeights& weights, DType matrix_dtype)
     dst.bq = up.vector(src.bq, c.q_dim(), name("bq"), !need_bias);
     dst.bk = up.vector(src.bk, c.kv_dim(), name("bk"), !need_bias);
     dst.bv = up.vector(src.bv, c.kv_dim(), name("bv"), !need_bias);
+    if (c.qk_norm) {  // Qwen3; GpuForward applies them exactly when the config says so
+      dst.q_norm = up.vector(src.q_norm, c.head_dim, name("q_norm"));
+      dst.k_norm = up.vector(src.k_norm, c.head_dim, name("k_norm"));
+    }
     dst.ffn_norm = up.vector(src.ffn_norm, c.dim, name("ffn_norm"));
     dst.w1 = up.matrix(src.w1, c.hidden_dim, c.dim, name("w1"));
     dst.w2 = up.matrix(src.w2, c.dim, c.hidden_dim, name("w2"));

@@ -37,6 +37,8 @@ struct DeviceLayerWeights {
   DeviceBuffer<float> bq;         ///< [q_dim], empty without attention biases
   DeviceBuffer<float> bk;         ///< [kv_dim], empty without attention biases
   DeviceBuffer<float> bv;         ///< [kv_dim], empty without attention biases
+  DeviceBuffer<float> q_norm;     ///< [head_dim] per-head q gain, empty without q/k norms
+  DeviceBuffer<float> k_norm;     ///< [head_dim] per-head k gain, empty without q/k norms
   DeviceBuffer<float> ffn_norm;   ///< [dim]
   DeviceMatrix w1;                ///< [hidden_dim, dim] gate projection
   DeviceMatrix w2;                ///< [dim, hidden_dim] down projection

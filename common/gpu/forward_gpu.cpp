@@ -13,6 +13,7 @@
 #include "kernels/argmax.hpp"
 #include "kernels/cast.hpp"
 #include "kernels/embedding.hpp"
+#include "kernels/qk_norm.hpp"
 #include "kernels/rmsnorm.hpp"
 #include "kernels/rope.hpp"
 #include "kernels/swiglu.hpp"
@@ -109,7 +110,8 @@ int GpuForward::run(const Batch& batch, KVCache& cache) {
 
   for (int l = 0; l < c.n_layers; ++l) {
     const DeviceLayerWeights& L = w_.layer(l);
-    // Attention block: x += Wo * attend(rope(Wq xn), cache <- (rope(Wk xn), Wv xn)).
+    // Attention block: x += Wo * attend(rope(Wq xn), cache <- (rope(Wk xn), Wv xn)), with Qwen3's
+    // per-head norm of q and k between the projection and RoPE.
     cuda::rmsnorm(xn_.data(), x_.data(), L.attn_norm.data(), n, c.dim, c.norm_eps, kStream);
     const void* xn = gemm_input(xn_.data(), n_dim);
     project(xn, L.wq, q_.data(), n);
@@ -118,6 +120,9 @@ int GpuForward::run(const Batch& batch, KVCache& cache) {
     cuda::add_bias(q_.data(), L.bq.data(), n, c.q_dim(), kStream);  // no-ops without biases
     cuda::add_bias(k_.data(), L.bk.data(), n, c.kv_dim(), kStream);
     cuda::add_bias(v_.data(), L.bv.data(), n, c.kv_dim(), kStream);
+    if (c.qk_norm)
+      cuda::qk_norm(q_.data(), k_.data(), L.q_norm.data(), L.k_norm.data(), n, c.n_heads,
+                    c.n_kv_heads, c.head_dim, c.norm_eps, kStream);
     cuda::rope(q_.data(), pos_.data(), n, c.n_heads, c.head_dim, inv_freq_.data(), interleaved,
                kStream);
     cuda::rope(k_.data(), pos_.data(), n, c.n_kv_heads, c.head_dim, inv_freq_.data(), interleaved,

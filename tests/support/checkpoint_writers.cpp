@@ -75,6 +75,18 @@ std::size_t NamedTensor::numel() const {
   return n;
 }
 
+ModelConfig tiny_qwen3_config() {
+  ModelConfig c = preset("tiny");
+  c.name = "tiny-qwen3";
+  c.qk_norm = true;
+  c.head_dim = 32;
+  c.rope_style = RopeStyle::Halves;
+  c.rope_theta = 1000000.0f;
+  c.norm_eps = 1e-6f;
+  c.stop_ids = {2};
+  return c;
+}
+
 ModelWeights random_weights(const ModelConfig& c, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   ModelWeights w;
@@ -101,6 +113,10 @@ ModelWeights random_weights(const ModelConfig& c, std::uint64_t seed) {
       L.bk = fill(kv);
       L.bv = fill(kv);
     }
+    if (c.qk_norm) {
+      L.q_norm = fill(c.head_dim);
+      L.k_norm = fill(c.head_dim);
+    }
     L.ffn_norm = fill(d);
     L.w1 = fill(hid * d);
     L.w2 = fill(d * hid);
@@ -114,7 +130,7 @@ ModelWeights random_weights(const ModelConfig& c, std::uint64_t seed) {
 std::vector<NamedTensor> hf_tensors(const ModelWeights& w) {
   const ModelConfig& c = w.config;
   const std::uint64_t d = c.dim, hid = c.hidden_dim, vocab = c.vocab_size;
-  const std::uint64_t q = c.q_dim(), kv = c.kv_dim();
+  const std::uint64_t q = c.q_dim(), kv = c.kv_dim(), head = c.head_dim;
   std::vector<NamedTensor> t;
   t.push_back({"model.embed_tokens.weight", {vocab, d}, w.token_embedding});
   for (std::size_t l = 0; l < w.layers.size(); ++l) {
@@ -130,6 +146,10 @@ std::vector<NamedTensor> hf_tensors(const ModelWeights& w) {
       t.push_back({p + "self_attn.k_proj.bias", {kv}, L.bk});
       t.push_back({p + "self_attn.v_proj.bias", {kv}, L.bv});
     }
+    if (c.qk_norm) {
+      t.push_back({p + "self_attn.q_norm.weight", {head}, L.q_norm});
+      t.push_back({p + "self_attn.k_norm.weight", {head}, L.k_norm});
+    }
     t.push_back({p + "post_attention_layernorm.weight", {d}, L.ffn_norm});
     t.push_back({p + "mlp.gate_proj.weight", {hid, d}, L.w1});
     t.push_back({p + "mlp.down_proj.weight", {d, hid}, L.w2});
@@ -142,6 +162,8 @@ std::vector<NamedTensor> hf_tensors(const ModelWeights& w) {
 
 void write_llama2c(const ModelWeights& w, const std::string& path, int version) {
   const ModelConfig& c = w.config;
+  if (c.qk_norm || c.attention_bias)
+    throw std::invalid_argument("test helper: llama2.c checkpoints have no q/k norms or biases");
   const std::size_t d = c.dim, hid = c.hidden_dim, vocab = c.vocab_size;
   const std::size_t q = c.q_dim(), kv = c.kv_dim();
   std::string out;
@@ -192,7 +214,8 @@ void write_llama2c(const ModelWeights& w, const std::string& path, int version) 
 }
 
 json hf_config_json(const ModelConfig& c) {
-  json j = {{"model_type", c.attention_bias ? "qwen2" : "llama"},
+  const char* type = c.qk_norm ? "qwen3" : c.attention_bias ? "qwen2" : "llama";
+  json j = {{"model_type", type},
             {"hidden_act", "silu"},
             {"hidden_size", c.dim},
             {"intermediate_size", c.hidden_dim},
@@ -208,6 +231,8 @@ json hf_config_json(const ModelConfig& c) {
             {"bos_token_id", c.bos_id},
             {"rope_scaling", nullptr}};
   j["eos_token_id"] = c.stop_ids.size() == 1 ? json(c.stop_ids[0]) : json(c.stop_ids);
+  // Qwen3 defaults attention_bias to false like Llama, so a biased Qwen3 config must say so.
+  if (c.qk_norm && c.attention_bias) j["attention_bias"] = true;
   if (c.rope_scaling.enabled)
     j["rope_scaling"] = {
         {"rope_type", "llama3"},

@@ -19,8 +19,14 @@
 
 namespace kvheap::test {
 
-/// \brief Weights of shape `c` with every tensor (biases and an untied classifier included when
-/// the config asks for them) filled with deterministic values in [-0.5, 0.5] from `seed`.
+/// \brief The tiny preset as a Qwen3 export would describe it: per-head q/k norms, RoPE on
+/// halves with base 1e6, rms_norm_eps 1e-6, and head_dim 32, so that q_dim (128) is twice dim (64)
+/// as in Qwen3-0.6B (2048 and 1024) and a shape that assumes dim / n_heads fails. Stop id 2.
+[[nodiscard]] ModelConfig tiny_qwen3_config();
+
+/// \brief Weights of shape `c` with every tensor (biases, q/k norm gains and an untied classifier
+/// included when the config asks for them) filled with deterministic values in [-0.5, 0.5] from
+/// `seed`.
 ///
 /// Small and test-only; the synthetic model programs use common/synthetic_weights instead.
 [[nodiscard]] ModelWeights random_weights(const ModelConfig& c, std::uint64_t seed);
@@ -35,17 +41,18 @@ struct NamedTensor {
   [[nodiscard]] std::size_t numel() const;
 };
 
-/// \brief Every tensor of `w` in a fixed order, q/k/v biases only when the config has them and
-/// lm_head.weight only when the classifier is untied. Two models compare equal tensor by tensor
-/// when their lists do.
+/// \brief Every tensor of `w` in a fixed order, q/k/v biases and Qwen3's q_norm/k_norm gains only
+/// when the config has them and lm_head.weight only when the classifier is untied. Two models
+/// compare equal tensor by tensor when their lists do.
 [[nodiscard]] std::vector<NamedTensor> hf_tensors(const ModelWeights& w);
 
 /// \brief Writes `w` as a llama2.c checkpoint: version 0 (headerless, negative vocab_size for an
-/// untied classifier, zero-filled RoPE tables) or version 1 ("ak42" header, 256 bytes).
+/// untied classifier, zero-filled RoPE tables) or version 1 ("ak42" header, 256 bytes). The format
+/// has no biases or q/k norms: a config with either throws std::invalid_argument.
 void write_llama2c(const ModelWeights& w, const std::string& path, int version);
 
-/// \brief The config.json a Hugging Face export of `c` would carry (model_type "qwen2" when the
-/// config has attention biases, "llama" otherwise).
+/// \brief The config.json a Hugging Face export of `c` would carry (model_type "qwen3" when the
+/// config has q/k norms, "qwen2" when it has attention biases, "llama" otherwise).
 [[nodiscard]] nlohmann::json hf_config_json(const ModelConfig& c);
 
 /// \brief Writes `w` as a Hugging Face folder: config.json plus model.safetensors, or, when
