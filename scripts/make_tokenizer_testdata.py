@@ -82,6 +82,8 @@ CASES = [
     ("numbers", b"Call 0123456789 or 3.14159, 1,000,000 and 2024-06-30: 42nd x1000y 7"),
     ("whitespace", b"a  b   c\n\n\n  d\t\t e    \r\n  \n   x \xc2\x85y\xe1\xa0\x8ez\xe3\x80\x80w"
                    b"\xc2\xa0v   "),
+    # U+180E left White_Space in Unicode 6.3; PCRE2's own \s still matches it.
+    ("mongolian_separator", "sep\u180e\u180e end\u180e \u180e\u180e".encode()),
     ("leading_space", b"  two leading spaces and a trailing newline\n"),
     ("emoji", "Thumbs 👍🏽 family 👨‍👩‍👧‍👦 flag 🇫🇷 ok ✅!".encode()),
     ("cjk", "你好，世界！日本語のテキスト。한국어 문장입니다.".encode()),

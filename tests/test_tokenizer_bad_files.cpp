@@ -59,6 +59,38 @@ TEST(TokenizerFiles, TheSmallTokenizerJsonIsValid) {
   EXPECT_EQ(tok.vocab_size(), 259);
 }
 
+std::string base64(std::string_view bytes) {
+  static constexpr char kDigits[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  for (std::size_t i = 0; i < bytes.size(); i += 3) {
+    std::uint32_t v = 0;
+    for (std::size_t k = 0; k < 3; ++k)
+      v = (v << 8) | (i + k < bytes.size() ? static_cast<unsigned char>(bytes[i + k]) : 0U);
+    for (std::size_t k = 0; k < 4; ++k)
+      out += k <= (bytes.size() - i) ? kDigits[(v >> (18 - 6 * k)) & 63] : '=';
+  }
+  return out;
+}
+
+// tiktoken, and a tokenizer.json with ignore_merges (Llama 3), look a whole piece up before
+// merging: a token no chain of merges reaches is still found.
+TEST(TokenizerFiles, AWholeTokenNoMergeReachesIsFoundWhenMergesAreIgnored) {
+  std::string text;
+  for (int b = 0; b < 256; ++b) text += base64(std::string(1, static_cast<char>(b))) + " " + std::to_string(b) + "\n";
+  text += base64("abc") + " 256\n";  // neither "ab" nor "bc" is a token
+  const BpeTokenizer tiktoken(parse_tiktoken(text, "abc.tiktoken"));
+  EXPECT_EQ(tiktoken.encode("abc", false), std::vector<int>{256});
+  EXPECT_EQ(tiktoken.encode("abcd", false), (std::vector<int>{'a', 'b', 'c', 'd'}));
+  nlohmann::json j = small_byte_level();
+  j["model"]["vocab"]["xyz"] = 259;
+  EXPECT_EQ(BpeTokenizer(parse_tokenizer_json(j.dump(), "xyz")).encode("xyz", false),
+            (std::vector<int>{'x', 'y', 'z'}));
+  j["model"]["ignore_merges"] = true;
+  EXPECT_EQ(BpeTokenizer(parse_tokenizer_json(j.dump(), "xyz")).encode("xyz", false),
+            std::vector<int>{259});
+}
+
 TEST(TokenizerFiles, MalformedTokenizerJsonNamesTheFileAndTheField) {
   expect_mentions(test::input_error_of([] { return parse_tokenizer_json("{\"model\": ", "PATH/tokenizer.json"); }),
                   {"'PATH/tokenizer.json' is not valid JSON"});
