@@ -21,7 +21,8 @@ struct PairMerge {
 };
 
 /// \brief Runs the merge loop; keeps its buffers between calls, so one merger per thread encodes
-/// many pieces without allocating.
+/// many pieces without allocating. Short pieces are rescanned after each merge instead: the same
+/// choices, and faster than the heap for a word's few symbols.
 class BpeMerger {
  public:
   /// \brief Merges `ids[first..]` in place. `merge_of(left, right)` returns the
@@ -45,14 +46,44 @@ class BpeMerger {
   static bool later(const Pair& a, const Pair& b) {
     return a.priority != b.priority ? a.priority > b.priority : a.left > b.left;
   }
+  template <class MergeOf>
+  void run_short(std::vector<int>& ids, std::size_t first, MergeOf& merge_of);
+
+  // Below this many symbols a plain rescan beats the heap (most words of a text): tiktoken's way.
+  static constexpr int kShort = 32;
   std::vector<Node> nodes_;
   std::vector<Pair> heap_;
+  std::vector<std::optional<PairMerge>> pair_at_;  // run_short: the merge of symbols i and i+1
 };
+
+template <class MergeOf>
+void BpeMerger::run_short(std::vector<int>& ids, std::size_t first, MergeOf& merge_of) {
+  auto at = [&](std::size_t i) -> int& { return ids[first + i]; };
+  std::size_t n = ids.size() - first;
+  pair_at_.resize(n - 1);
+  for (std::size_t i = 0; i + 1 < n; ++i) pair_at_[i] = merge_of(at(i), at(i + 1));
+  for (;;) {
+    std::size_t best = n;
+    for (std::size_t i = 0; i + 1 < n; ++i)
+      if (pair_at_[i] && (best == n || pair_at_[i]->priority < pair_at_[best]->priority)) best = i;
+    if (best == n) break;
+    at(best) = pair_at_[best]->merged;
+    ids.erase(ids.begin() + static_cast<std::ptrdiff_t>(first + best + 1));
+    pair_at_.erase(pair_at_.begin() + static_cast<std::ptrdiff_t>(best));
+    --n;
+    if (best > 0) pair_at_[best - 1] = merge_of(at(best - 1), at(best));
+    if (best + 1 < n) pair_at_[best] = merge_of(at(best), at(best + 1));
+  }
+}
 
 template <class MergeOf>
 void BpeMerger::run(std::vector<int>& ids, std::size_t first, MergeOf&& merge_of) {
   const int n = static_cast<int>(ids.size() - first);
   if (n < 2) return;
+  if (n <= kShort) {
+    run_short(ids, first, merge_of);
+    return;
+  }
   nodes_.resize(static_cast<std::size_t>(n));
   heap_.clear();
   for (int i = 0; i < n; ++i)

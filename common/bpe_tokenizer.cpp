@@ -36,7 +36,33 @@ std::uint64_t pair_key(int left, int right) {
 
 }  // namespace
 
+void BpeTokenizer::PairTable::build(const std::unordered_map<std::uint64_t, PairMerge>& from) {
+  std::size_t capacity = 16;
+  shift = 60;
+  while (capacity < 2 * from.size()) {  // at most half full: short probe runs
+    capacity *= 2;
+    --shift;
+  }
+  keys.assign(capacity, kEmpty);
+  merges.assign(capacity, PairMerge{0, 0});
+  mask = capacity - 1;
+  for (const auto& [key, merge] : from) {
+    std::uint64_t slot = slot_of(key);
+    while (keys[slot] != kEmpty) slot = (slot + 1) & mask;
+    keys[slot] = key;
+    merges[slot] = merge;
+  }
+}
+
+const PairMerge* BpeTokenizer::PairTable::find(std::uint64_t key) const {
+  for (std::uint64_t slot = slot_of(key);; slot = (slot + 1) & mask) {
+    if (keys[slot] == key) return &merges[slot];
+    if (keys[slot] == kEmpty) return nullptr;
+  }
+}
+
 BpeTokenizer::BpeTokenizer(BpeParts parts) : parts_(std::move(parts)) {
+  pairs_.build(parts_.merges);
   index_.reserve(parts_.tokens.size());
   for (std::size_t id = 0; id < parts_.tokens.size(); ++id)
     if (parts_.present[id]) index_.emplace(parts_.tokens[id], static_cast<int>(id));
@@ -63,6 +89,16 @@ BpeTokenizer::BpeTokenizer(BpeParts parts) : parts_(std::move(parts)) {
     auto& bucket = (t.normalized ? added_normalized_ : added_raw_)[static_cast<unsigned char>(
         t.content.front())];
     bucket.push_back(&t);
+  }
+  if (!parts_.byte_level && !parts_.space_marker.empty()) {
+    const std::string& marker = parts_.space_marker;
+    const bool crossing = std::any_of(parts_.tokens.begin(), parts_.tokens.end(), [&](const std::string& t) {
+      const std::size_t other = t.find_first_not_of(marker);  // bytes, but the marker is one character
+      for (std::size_t at = t.find(marker); at != std::string::npos; at = t.find(marker, at + 1))
+        if (other != std::string::npos && other < at) return true;
+      return false;
+    });
+    if (!crossing) word_marker_ = marker;
   }
   for (auto* table : {&added_raw_, &added_normalized_})
     for (auto& bucket : *table)
@@ -204,6 +240,23 @@ void BpeTokenizer::pre_tokenize(std::string_view text, bool at_start,
 }
 
 void BpeTokenizer::encode_piece(std::string_view piece, std::vector<int>& out) const {
+  if (word_marker_.empty()) {
+    encode_word(piece, out);
+    return;
+  }
+  // Cut before each marker that follows another character: "▁the▁▁cat" is "▁the", "▁▁cat".
+  std::size_t begin = 0;
+  for (std::size_t at = piece.find(word_marker_); at != std::string_view::npos;
+       at = piece.find(word_marker_, at + word_marker_.size())) {
+    if (at > begin && !piece.substr(0, at).ends_with(word_marker_)) {
+      encode_word(piece.substr(begin, at - begin), out);
+      begin = at;
+    }
+  }
+  encode_word(piece.substr(begin), out);
+}
+
+void BpeTokenizer::encode_word(std::string_view piece, std::vector<int>& out) const {
   if (parts_.ignore_merges) {
     if (const int id = find(piece); id >= 0) {
       out.push_back(id);
@@ -245,9 +298,9 @@ void BpeTokenizer::encode_piece(std::string_view piece, std::vector<int>& out) c
   }
   thread_local BpeMerger merger;
   merger.run(out, first, [this](int left, int right) -> std::optional<PairMerge> {
-    const auto it = parts_.merges.find(pair_key(left, right));
-    if (it == parts_.merges.end()) return std::nullopt;
-    return it->second;
+    const PairMerge* m = pairs_.find(pair_key(left, right));
+    if (m == nullptr) return std::nullopt;
+    return *m;
   });
 }
 

@@ -132,6 +132,7 @@ class BpeTokenizer final : public Tokenizer {
   void pre_tokenize(std::string_view text, bool at_start, std::deque<std::string>& arena,
                     std::vector<std::string_view>& pieces) const;
   void encode_piece(std::string_view piece, std::vector<int>& out) const;
+  void encode_word(std::string_view word, std::vector<int>& out) const;
   [[nodiscard]] int find(std::string_view token) const;
   void check_id(int id) const;
   [[nodiscard]] std::string piece_text(int id, bool skip_special) const;
@@ -140,7 +141,24 @@ class BpeTokenizer final : public Tokenizer {
                    const std::function<void(std::string_view, std::size_t)>& segment,
                    std::vector<int>& out) const;
 
+  // The merges again, in an open-addressing table: the merge loop looks a pair up for every
+  // adjacent pair it offers, and std::unordered_map's buckets made that most of encoding's time.
+  struct PairTable {
+    std::vector<std::uint64_t> keys;  // [capacity] pair key, or kEmpty
+    std::vector<PairMerge> merges;    // [capacity]
+    std::uint64_t mask = 0;
+    int shift = 60;  // 64 - log2(capacity)
+    static constexpr std::uint64_t kEmpty = ~std::uint64_t{0};
+    // Fibonacci hashing: the top bits of the product mix both halves of the key.
+    [[nodiscard]] std::uint64_t slot_of(std::uint64_t key) const {
+      return (key * 0x9E3779B97F4A7C15ULL) >> shift;
+    }
+    void build(const std::unordered_map<std::uint64_t, PairMerge>& from);
+    [[nodiscard]] const PairMerge* find(std::uint64_t key) const;
+  };
+
   BpeParts parts_;
+  PairTable pairs_;
   Index index_;                        // token -> id
   std::array<int, 256> byte_token_{};  // byte -> its token (byte-level) or <0xNN> (fallback), -1
   // Added tokens by their first byte, longest first, matched in the raw and the normalized text.
@@ -148,6 +166,11 @@ class BpeTokenizer final : public Tokenizer {
   std::unordered_map<int, const AddedToken*> added_by_id_;
   std::unordered_map<int, char> byte_of_token_;  // <0xNN> token -> its byte (byte fallback)
   int vocab_size_ = 0;
+  // SentencePiece-style text reaches BPE as one piece (Llama 2 and Mistral have no
+  // pre-tokenizer), so a megabyte is one merge over a million symbols. When no token holds the
+  // word marker after another character, no merge can join a word to the marker that starts the
+  // next, and each word is merged on its own with the same result.
+  std::string word_marker_;  // "▁" when that holds, else ""
 };
 
 }  // namespace kvheap

@@ -20,9 +20,9 @@ using nlohmann::json;
 
 // Real tokenizer.json files are a few megabytes to a few dozen (Gemma 3: 33 MB).
 constexpr std::uint64_t kMaxTokenizerJsonBytes = std::uint64_t{256} << 20;
-// Ids beyond this belong to no real vocabulary (the largest have about 260k tokens); the limit
+// Ids beyond this belong to no real vocabulary (the largest have about 262k tokens); the limit
 // keeps a wrong number from allocating gigabytes.
-constexpr std::int64_t kMaxTokenId = (1 << 24) - 1;
+constexpr std::int64_t kMaxTokenId = (1 << 21) - 1;
 
 /// Where in the file a value is, for messages: the file and a path like model.merges[17].
 struct Where {

@@ -106,11 +106,9 @@ void utf8_append(std::string& out, char32_t cp) {
   }
 }
 
-std::string utf8_nfc(std::string_view s) {
-  // ASCII is its own NFC, and most prompts are ASCII: skip the library's copy.
-  bool ascii = true;
-  for (const char c : s) ascii = ascii && static_cast<unsigned char>(c) < 0x80;
-  if (ascii) return std::string(s);
+namespace {
+
+std::string nfc_by_library(std::string_view s) {
   utf8proc_uint8_t* raw = nullptr;
   const utf8proc_ssize_t n =
       utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()),
@@ -120,6 +118,32 @@ std::string utf8_nfc(std::string_view s) {
   if (n < 0)
     throw InputError(std::string("cannot normalize text to NFC: ") + utf8proc_errmsg(n));
   return {reinterpret_cast<const char*>(raw), static_cast<std::size_t>(n)};
+}
+
+}  // namespace
+
+std::string utf8_nfc(std::string_view s) {
+  // NFC never joins a character to an ASCII one after it (no canonical composition ends in
+  // ASCII), so the text splits before every ASCII byte: ASCII is copied, and each run of other
+  // characters goes to utf8proc with the ASCII character before it (e + U+0301 is é).
+  std::string out;
+  out.reserve(s.size());
+  for (std::size_t i = 0; i < s.size();) {
+    if (static_cast<unsigned char>(s[i]) < 0x80) {
+      out += s[i++];
+      continue;
+    }
+    std::size_t begin = i;
+    if (begin > 0 && static_cast<unsigned char>(s[begin - 1]) < 0x80) {
+      --begin;
+      out.pop_back();
+    }
+    std::size_t end = i;
+    while (end < s.size() && static_cast<unsigned char>(s[end]) >= 0x80) ++end;
+    out += nfc_by_library(s.substr(begin, end - begin));
+    i = end;
+  }
+  return out;
 }
 
 }  // namespace kvheap

@@ -182,6 +182,8 @@ std::span<const FuzzTarget> fuzz_targets() {
       {"fuzz_tokenizer", fuzz_tokenizer},           {"fuzz_cli", fuzz_cli},
       {"fuzz_block_pool", fuzz_block_pool},         {"fuzz_shared_blocks", fuzz_shared_blocks},
       {"fuzz_scheduler", fuzz_scheduler},           {"fuzz_workload", fuzz_workload},
+      {"fuzz_tokenizer_json", fuzz_tokenizer_json}, {"fuzz_tiktoken", fuzz_tiktoken},
+      {"fuzz_bpe_encode", fuzz_bpe_encode},
   };
   return kTargets;
 }

@@ -91,6 +91,36 @@ TEST(TokenizerFiles, AWholeTokenNoMergeReachesIsFoundWhenMergesAreIgnored) {
             std::vector<int>{259});
 }
 
+// SentencePiece-style text is merged word by word only when no token joins a word to the next
+// word's marker; a vocabulary with such a token ("a▁b") is merged across words.
+TEST(TokenizerFiles, SentencePieceMergesCrossWordsWhenATokenDoes) {
+  const std::string m = "\xE2\x96\x81";  // ▁
+  nlohmann::json j = {
+      {"model",
+       {{"type", "BPE"},
+        {"unk_token", "<unk>"},
+        {"vocab", {{"<unk>", 0}, {m, 1}, {"a", 2}, {"b", 3}, {"a" + m, 4}, {"a" + m + "b", 5}, {m + "a", 6}}},
+        {"merges", {"a " + m, "a" + m + " b", m + " a"}}}},
+      {"normalizer",
+       {{"type", "Sequence"},
+        {"normalizers",
+         {{{"type", "Prepend"}, {"prepend", m}},
+          {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", m}}}}}},
+      {"decoder",
+       {{"type", "Sequence"},
+        {"decoders",
+         {{{"type", "Replace"}, {"pattern", {{"String", m}}}, {"content", " "}},
+          {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}}}};
+  const BpeTokenizer crossing(parse_tokenizer_json(j.dump(), "crossing"));
+  EXPECT_EQ(crossing.encode("a b", false), (std::vector<int>{1, 5}));
+  EXPECT_EQ(crossing.decode(std::vector<int>{1, 5}), "a b");
+  j["model"]["vocab"].erase("a" + m + "b");
+  j["model"]["vocab"].erase("a" + m);
+  j["model"]["merges"] = {m + " a"};
+  const BpeTokenizer words(parse_tokenizer_json(j.dump(), "words"));
+  EXPECT_EQ(words.encode("a b", false), (std::vector<int>{6, 1, 3}));
+}
+
 TEST(TokenizerFiles, MalformedTokenizerJsonNamesTheFileAndTheField) {
   expect_mentions(test::input_error_of([] { return parse_tokenizer_json("{\"model\": ", "PATH/tokenizer.json"); }),
                   {"'PATH/tokenizer.json' is not valid JSON"});
