@@ -66,8 +66,9 @@ const std::string& license_text() {
 std::string reference_rate(const std::string& library) {
   const nlohmann::json ref = nlohmann::json::parse(read_file(kData + "reference.json"));
   const auto& rates = ref.at("reference_rates_mb_per_s");
-  return rates.contains(library) ? fmt::format("{}: {} MB/s", library, rates.at(library).get<double>())
-                                 : std::string();
+  return rates.contains(library)
+             ? fmt::format("{}: {} MB/s", library, rates.at(library).get<double>())
+             : std::string();
 }
 
 void encode(benchmark::State& state, const std::unique_ptr<BpeTokenizer>& (*load)(),

@@ -94,8 +94,8 @@ void BpeMerger::run(std::vector<int>& ids, std::size_t first, MergeOf&& merge_of
     const int right = node(left).next;
     if (right < 0) return;
     if (const std::optional<PairMerge> m = merge_of(node(left).id, node(right).id)) {
-      heap_.push_back({m->priority, left, right, m->merged, node(left).version,
-                       node(right).version});
+      heap_.push_back(
+          {m->priority, left, right, m->merged, node(left).version, node(right).version});
       std::push_heap(heap_.begin(), heap_.end(), later);
     }
   };

@@ -29,6 +29,15 @@ std::string replace_all(std::string_view text, std::string_view from, std::strin
   return out;
 }
 
+// `prefix` + `s`, in place.
+void prepend(std::string& s, std::string_view prefix) {
+  std::string out;
+  out.reserve(prefix.size() + s.size());
+  out.append(prefix);
+  out.append(s);
+  s = std::move(out);
+}
+
 std::uint64_t pair_key(int left, int right) {
   return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(left)) << 32) |
          static_cast<std::uint32_t>(right);
@@ -86,18 +95,21 @@ BpeTokenizer::BpeTokenizer(BpeParts parts) : parts_(std::move(parts)) {
   for (const AddedToken& t : parts_.added) {
     vocab_size_ = std::max(vocab_size_, t.id + 1);
     added_by_id_[t.id] = &t;
-    auto& bucket = (t.normalized ? added_normalized_ : added_raw_)[static_cast<unsigned char>(
-        t.content.front())];
+    auto& bucket = (t.normalized ? added_normalized_
+                                 : added_raw_)[static_cast<unsigned char>(t.content.front())];
     bucket.push_back(&t);
   }
   if (!parts_.byte_level && !parts_.space_marker.empty()) {
     const std::string& marker = parts_.space_marker;
-    const bool crossing = std::any_of(parts_.tokens.begin(), parts_.tokens.end(), [&](const std::string& t) {
-      const std::size_t other = t.find_first_not_of(marker);  // bytes, but the marker is one character
-      for (std::size_t at = t.find(marker); at != std::string::npos; at = t.find(marker, at + 1))
-        if (other != std::string::npos && other < at) return true;
-      return false;
-    });
+    const bool crossing =
+        std::any_of(parts_.tokens.begin(), parts_.tokens.end(), [&](const std::string& t) {
+          const std::size_t other =
+              t.find_first_not_of(marker);  // bytes, but the marker is one character
+          for (std::size_t at = t.find(marker); at != std::string::npos;
+               at = t.find(marker, at + 1))
+            if (other != std::string::npos && other < at) return true;
+          return false;
+        });
     if (!crossing) word_marker_ = marker;
   }
   for (auto* table : {&added_raw_, &added_normalized_})
@@ -112,10 +124,10 @@ int BpeTokenizer::find(std::string_view token) const {
   return it == index_.end() ? -1 : it->second;
 }
 
-void BpeTokenizer::split_added(
-    std::string_view text, const std::array<std::vector<const AddedToken*>, 256>& by_first_byte,
-    const std::function<void(std::string_view, std::size_t)>& segment,
-    std::vector<int>& out) const {
+void BpeTokenizer::split_added(std::string_view text,
+                               const std::array<std::vector<const AddedToken*>, 256>& by_first_byte,
+                               const std::function<void(std::string_view, std::size_t)>& segment,
+                               std::vector<int>& out) const {
   // Leftmost-longest, as Hugging Face's added vocabulary matches: the first position where any
   // added token starts, and there the longest one.
   std::size_t start = 0;
@@ -165,7 +177,7 @@ void BpeTokenizer::encode_segment(std::string_view raw, bool at_start,
   for (const NormalizeStep& step : parts_.normalizer) {
     switch (step.kind) {
       case NormalizeStep::Kind::Nfc: text = utf8_nfc(text); break;
-      case NormalizeStep::Kind::Prepend: text = step.to + text; break;
+      case NormalizeStep::Kind::Prepend: prepend(text, step.to); break;
       case NormalizeStep::Kind::Replace: text = replace_all(text, step.from, step.to); break;
     }
   }
@@ -212,10 +224,10 @@ void BpeTokenizer::pre_tokenize(std::string_view text, bool at_start,
         case PreTokenizeStep::Kind::Metaspace: {
           std::string s = replace_all(piece, " ", step.replacement);
           const bool first = at_start && k == 0;
-          const bool prepend = step.prepend == PreTokenizeStep::Prepend::Always ||
-                               (step.prepend == PreTokenizeStep::Prepend::First && first);
-          if (prepend && !std::string_view(s).starts_with(step.replacement))
-            s = step.replacement + s;
+          const bool marked = step.prepend == PreTokenizeStep::Prepend::Always ||
+                              (step.prepend == PreTokenizeStep::Prepend::First && first);
+          if (marked && !std::string_view(s).starts_with(step.replacement))
+            prepend(s, step.replacement);
           arena.push_back(std::move(s));
           const std::string_view all = arena.back();
           if (!step.split) {
@@ -278,8 +290,7 @@ void BpeTokenizer::encode_word(std::string_view piece, std::vector<int>& out) co
         last_unk = false;
         continue;
       }
-      const bool bytes = parts_.byte_fallback &&
-                         std::all_of(ch.begin(), ch.end(), [&](char c) {
+      const bool bytes = parts_.byte_fallback && std::all_of(ch.begin(), ch.end(), [&](char c) {
                            return byte_token_[static_cast<unsigned char>(c)] >= 0;
                          });
       if (bytes) {

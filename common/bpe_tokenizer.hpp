@@ -72,10 +72,10 @@ struct BpeParts {
   bool ignore_merges = false;  ///< a piece that is a whole token stays one (Llama 3, tiktoken)
   int unk_id = -1;             ///< token of a character no token covers (-1: none)
   bool fuse_unk = false;       ///< adjacent unknown characters become one unk
-  std::vector<NormalizeStep> normalizer;     ///< in order
+  std::vector<NormalizeStep> normalizer;       ///< in order
   std::vector<PreTokenizeStep> pre_tokenizer;  ///< in order
-  std::vector<AddedToken> added;             ///< matched before everything else
-  int bos_id = -1;                           ///< what encode(add_bos) puts first (-1: nothing)
+  std::vector<AddedToken> added;               ///< matched before everything else
+  int bos_id = -1;                             ///< what encode(add_bos) puts first (-1: nothing)
   // Decoding. Byte-level tokens are their bytes. SentencePiece-style ones turn `space_marker`
   // into a space and, with `decode_byte_tokens`, <0xNN> into its byte; the text then loses up to
   // `strip_leading_spaces` leading spaces.
@@ -137,7 +137,8 @@ class BpeTokenizer final : public Tokenizer {
   void check_id(int id) const;
   [[nodiscard]] std::string piece_text(int id, bool skip_special) const;
   void strip_leading_spaces(std::string& text) const;
-  void split_added(std::string_view text, const std::array<std::vector<const AddedToken*>, 256>& by_first_byte,
+  void split_added(std::string_view text,
+                   const std::array<std::vector<const AddedToken*>, 256>& by_first_byte,
                    const std::function<void(std::string_view, std::size_t)>& segment,
                    std::vector<int>& out) const;
 

@@ -20,7 +20,8 @@ constexpr std::array<ChatFormat, 4> kFormats = {ChatFormat::Llama3, ChatFormat::
 
 std::string known_names() {
   std::string s;
-  for (const ChatFormat f : kFormats) s += (s.empty() ? "" : ", ") + std::string(chat_format_name(f));
+  for (const ChatFormat f : kFormats)
+    s += (s.empty() ? "" : ", ") + std::string(chat_format_name(f));
   return s;
 }
 
@@ -48,8 +49,8 @@ std::string model_type_of(const std::string& model) {
   std::error_code ec;
   const std::filesystem::path config = std::filesystem::path(model) / "config.json";
   if (!std::filesystem::is_directory(model, ec) || !std::filesystem::exists(config, ec)) return "";
-  const std::string text = read_regular_file(config.string(), "model config",
-                                             "a Hugging Face config.json", 16 << 20);
+  const std::string text =
+      read_regular_file(config.string(), "model config", "a Hugging Face config.json", 16 << 20);
   const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object()) return "";
   const auto it = j.find("model_type");
@@ -71,9 +72,10 @@ std::string_view chat_format_name(ChatFormat f) {
 ChatFormat parse_chat_format(std::string_view name) {
   for (const ChatFormat f : kFormats)
     if (chat_format_name(f) == name) return f;
-  throw UsageError(fmt::format("--chat-format {:?} is not a chat format kvheap knows; expected "
-                               "one of {}",
-                               name, known_names()));
+  throw UsageError(
+      fmt::format("--chat-format {:?} is not a chat format kvheap knows; expected "
+                  "one of {}",
+                  name, known_names()));
 }
 
 ChatFormat detect_chat_format(const std::string& model, const Tokenizer& tok) {
@@ -85,8 +87,9 @@ ChatFormat detect_chat_format(const std::string& model, const Tokenizer& tok) {
       tok.special_id("<|eot_id|>") >= 0)
     return ChatFormat::Llama3;
   const std::string what =
-      type.empty() ? fmt::format("model '{}' is not a Hugging Face folder with a config.json", model)
-                   : fmt::format("model_type '{}' of '{}' with {} has none", type, model, tok.describe());
+      type.empty()
+          ? fmt::format("model '{}' is not a Hugging Face folder with a config.json", model)
+          : fmt::format("model_type '{}' of '{}' with {} has none", type, model, tok.describe());
   throw InputError(fmt::format(
       "--chat: no known chat format fits: {}. kvheap knows {} (docs/pages/chat_formats.md) and "
       "does not interpret a chat_template; give --chat-format, or the prompt text with --prompt",
@@ -99,22 +102,27 @@ std::string chat_prompt(ChatFormat f, std::string_view system, std::string_view 
     case ChatFormat::Llama3: {
       std::string s = "<|begin_of_text|>";
       if (has_system)
-        s += fmt::format("<|start_header_id|>system<|end_header_id|>\n\n{}<|eot_id|>", trim(system));
-      return s + fmt::format("<|start_header_id|>user<|end_header_id|>\n\n{}<|eot_id|>"
-                             "<|start_header_id|>assistant<|end_header_id|>\n\n",
-                             trim(message));
+        s +=
+            fmt::format("<|start_header_id|>system<|end_header_id|>\n\n{}<|eot_id|>", trim(system));
+      return s + fmt::format(
+                     "<|start_header_id|>user<|end_header_id|>\n\n{}<|eot_id|>"
+                     "<|start_header_id|>assistant<|end_header_id|>\n\n",
+                     trim(message));
     }
     case ChatFormat::Qwen2:
       return fmt::format(
-          "<|im_start|>system\n{}<|im_end|>\n<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n",
-          has_system ? system : "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.",
+          "<|im_start|>system\n{}<|im_end|>\n<|im_start|>user\n{}<|im_end|>\n<|im_start|>"
+          "assistant\n",
+          has_system ? system
+                     : "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.",
           message);
     case ChatFormat::Qwen3: {
       std::string s;
       if (has_system) s = fmt::format("<|im_start|>system\n{}<|im_end|>\n", system);
-      return s + fmt::format("<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
-                             "<think>\n\n</think>\n\n",
-                             message);
+      return s + fmt::format(
+                     "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
+                     "<think>\n\n</think>\n\n",
+                     message);
     }
     case ChatFormat::Mistral:
       return has_system ? fmt::format("<s>[INST] {}\n\n{} [/INST]", system, message)
@@ -128,9 +136,10 @@ int chat_end_of_turn(ChatFormat f, const Tokenizer& tok) {
   for (const std::string_view special : specials_of(f)) {
     id = tok.special_id(special);
     if (id < 0)
-      throw InputError(fmt::format("--chat: the {} chat format writes the token {}, which {} does "
-                                   "not have; the tokenizer is of another family",
-                                   chat_format_name(f), special, tok.describe()));
+      throw InputError(
+          fmt::format("--chat: the {} chat format writes the token {}, which {} does "
+                      "not have; the tokenizer is of another family",
+                      chat_format_name(f), special, tok.describe()));
   }
   return id;
 }

@@ -223,7 +223,8 @@ std::unique_ptr<Tokenizer> load_tokenizer(const CommonOptions& o, const ModelCon
 
 namespace {
 ChatFormat chat_format_of(const CommonOptions& o, const Tokenizer& tok) {
-  return o.chat_format.empty() ? detect_chat_format(o.model, tok) : parse_chat_format(o.chat_format);
+  return o.chat_format.empty() ? detect_chat_format(o.model, tok)
+                               : parse_chat_format(o.chat_format);
 }
 }  // namespace
 

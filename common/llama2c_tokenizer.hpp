@@ -1,5 +1,5 @@
-// Llama2cTokenizer: the byte-pair-encoding vocabulary of llama2.c's tokenizer.bin, turning text into token
-// ids for a prompt and ids back into text for output.
+// Llama2cTokenizer: the byte-pair-encoding vocabulary of llama2.c's tokenizer.bin, turning text
+// into token ids for a prompt and ids back into text for output.
 //
 // The file holds the sentencepiece vocabulary with its merge scores; the "▁" word marker is already
 // replaced by a plain space. Encoding follows llama2.c: a dummy-prefix space, one piece per UTF-8

@@ -74,13 +74,14 @@ SplitPattern::SplitPattern(std::string_view pattern, std::string where)
   const std::string translated = with_unicode_white_space(pattern);
   int error = 0;
   PCRE2_SIZE offset = 0;
-  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()),
-                                   translated.size(), PCRE2_UTF | PCRE2_UCP, &error, &offset,
-                                   nullptr);
+  pcre2_code* code =
+      pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()), translated.size(),
+                    PCRE2_UTF | PCRE2_UCP, &error, &offset, nullptr);
   if (code == nullptr)
-    throw InputError(fmt::format("{}: the split regex {:?} does not compile: {} (at offset {} of "
-                                 "the pattern as PCRE2 read it)",
-                                 where_, pattern_, pcre2_message(error), offset));
+    throw InputError(
+        fmt::format("{}: the split regex {:?} does not compile: {} (at offset {} of "
+                    "the pattern as PCRE2 read it)",
+                    where_, pattern_, pcre2_message(error), offset));
   // Without JIT support PCRE2 interprets the pattern: slower, and the same answers.
   (void)pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);
   code_ = code;
@@ -98,8 +99,8 @@ void SplitPattern::split(std::string_view text, std::vector<std::string_view>& o
   std::size_t gap = 0;  // start of the text not yet handed out
   std::size_t at = 0;   // where the next search starts
   while (at < text.size()) {
-    const int rc = pcre2_match(code, subject, text.size(), at, PCRE2_NO_UTF_CHECK, match.get(),
-                               context);
+    const int rc =
+        pcre2_match(code, subject, text.size(), at, PCRE2_NO_UTF_CHECK, match.get(), context);
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (rc < 0)
       throw InputError(fmt::format("{}: the split regex {:?} failed on a {}-byte text: {}", where_,

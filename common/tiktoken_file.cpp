@@ -71,7 +71,8 @@ const std::vector<std::string>& llama3_special_tokens() {
                                   "<|eom_id|>",
                                   "<|eot_id|>",
                                   "<|python_tag|>"};
-    for (int i = 3; t.size() < 256; ++i) t.push_back(fmt::format("<|reserved_special_token_{}|>", i));
+    for (int i = 3; t.size() < 256; ++i)
+      t.push_back(fmt::format("<|reserved_special_token_{}|>", i));
     return t;
   }();
   return tokens;
@@ -107,39 +108,45 @@ BpeParts parse_tiktoken(std::string_view text, const std::string& path) {
     if (line.ends_with('\r')) line.remove_suffix(1);
     if (line.empty()) continue;
     auto fail = [&](const std::string& what) {
-      throw InputError(fmt::format("tiktoken file '{}' line {}: {}; expected a base64 token, a "
-                                   "space and its rank, like \"IQ== 0\"",
-                                   path, line_number, what));
+      throw InputError(
+          fmt::format("tiktoken file '{}' line {}: {}; expected a base64 token, a "
+                      "space and its rank, like \"IQ== 0\"",
+                      path, line_number, what));
     };
     const std::size_t space = line.find(' ');
     if (space == std::string_view::npos) fail("no space between token and rank");
     long rank = 0;
     if (!parse_rank(line.substr(space + 1), rank) || rank > kMaxRank)
-      fail(fmt::format("the rank {:?} is not a number from 0 to {}", line.substr(space + 1), kMaxRank));
-    if (!base64_decode(line.substr(0, space), bytes)) fail(fmt::format("{:?} is not base64", line.substr(0, space)));
+      fail(fmt::format("the rank {:?} is not a number from 0 to {}", line.substr(space + 1),
+                       kMaxRank));
+    if (!base64_decode(line.substr(0, space), bytes))
+      fail(fmt::format("{:?} is not base64", line.substr(0, space)));
     const auto r = static_cast<std::size_t>(rank);
     if (r >= parts.tokens.size()) {
       parts.tokens.resize(r + 1);
       parts.present.resize(r + 1, 0);
       line_of.resize(r + 1, 0);
     }
-    if (parts.present[r]) fail(fmt::format("rank {} is also on line {}; expected each rank once", rank, line_of[r]));
+    if (parts.present[r])
+      fail(fmt::format("rank {} is also on line {}; expected each rank once", rank, line_of[r]));
     parts.tokens[r] = bytes;
     parts.present[r] = 1;
     line_of[r] = line_number;
   }
   if (parts.tokens.empty())
-    throw InputError(fmt::format("tiktoken file '{}' holds no token; expected lines of a base64 "
-                                 "token, a space and its rank",
-                                 path));
+    throw InputError(
+        fmt::format("tiktoken file '{}' holds no token; expected lines of a base64 "
+                    "token, a space and its rank",
+                    path));
   id_of.reserve(parts.tokens.size());
   for (std::size_t id = 0; id < parts.tokens.size(); ++id) {
     if (!parts.present[id]) continue;
     const auto [it, fresh] = id_of.emplace(parts.tokens[id], static_cast<int>(id));
     if (!fresh)
-      throw InputError(fmt::format("tiktoken file '{}' line {}: the token of rank {} is also rank "
-                                   "{} (line {}); expected each token once",
-                                   path, line_of[id], id, it->second, line_of[static_cast<std::size_t>(it->second)]));
+      throw InputError(fmt::format(
+          "tiktoken file '{}' line {}: the token of rank {} is also rank "
+          "{} (line {}); expected each token once",
+          path, line_of[id], id, it->second, line_of[static_cast<std::size_t>(it->second)]));
   }
   // tiktoken merges the adjacent pair whose concatenation has the lowest rank: every way of
   // cutting a token into two tokens is a merge at that token's rank.
@@ -166,8 +173,8 @@ BpeParts parse_tiktoken(std::string_view text, const std::string& path) {
 }
 
 std::unique_ptr<BpeTokenizer> load_tiktoken(const std::string& path) {
-  const std::string text =
-      read_regular_file(path, "tokenizer", "a tiktoken file (base64 token and rank per line)", kMaxTiktokenBytes);
+  const std::string text = read_regular_file(
+      path, "tokenizer", "a tiktoken file (base64 token and rank per line)", kMaxTiktokenBytes);
   return std::make_unique<BpeTokenizer>(parse_tiktoken(text, path));
 }
 

@@ -16,6 +16,7 @@ namespace kvheap {
 /// \brief A vocabulary that encodes text to token ids and decodes ids to text.
 class Tokenizer {
  public:
+  /// \brief Destroys the implementation behind the interface.
   virtual ~Tokenizer() = default;
 
   /// \brief Token ids for `text`, with the vocabulary's beginning-of-sequence token first when
@@ -47,10 +48,15 @@ class Tokenizer {
   [[nodiscard]] virtual std::string describe() const = 0;
 
  protected:
+  /// \brief Only an implementation constructs a Tokenizer.
   Tokenizer() = default;
+  /// \brief Copied as part of an implementation only.
   Tokenizer(const Tokenizer&) = default;
+  /// \brief Copied as part of an implementation only.
   Tokenizer& operator=(const Tokenizer&) = default;
+  /// \brief Moved as part of an implementation only.
   Tokenizer(Tokenizer&&) = default;
+  /// \brief Moved as part of an implementation only.
   Tokenizer& operator=(Tokenizer&&) = default;
 };
 
@@ -68,7 +74,7 @@ class TextStream {
 
  private:
   const Tokenizer* tok_;
-  int prev_ = -1;      // the last token that is not special, or -1 at the start
+  int prev_ = -1;     // the last token that is not special, or -1 at the start
   std::string held_;  // bytes of a character still waiting for its continuation bytes
 };
 

@@ -28,7 +28,8 @@ std::string head_of(const std::string& path) {
   std::string head(std::min<std::uint64_t>(file.size(), 512), '\0');
   std::size_t got = 0;
   while (got < head.size()) {
-    const ssize_t n = ::pread(file.fd(), head.data() + got, head.size() - got, static_cast<off_t>(got));
+    const ssize_t n =
+        ::pread(file.fd(), head.data() + got, head.size() - got, static_cast<off_t>(got));
     if (n <= 0) break;
     got += static_cast<std::size_t>(n);
   }
@@ -66,10 +67,11 @@ std::unique_ptr<Tokenizer> load_tokenizer_file(const std::string& path, int mode
   if (fs::is_directory(path, ec)) {
     file = find_tokenizer_file(path);
     if (file.empty())
-      throw InputError(fmt::format("tokenizer folder '{}' holds no tokenizer.json and no tiktoken "
-                                   "tokenizer.model (nor original/tokenizer.model); expected a "
-                                   "model folder or {}",
-                                   path, kExpected));
+      throw InputError(
+          fmt::format("tokenizer folder '{}' holds no tokenizer.json and no tiktoken "
+                      "tokenizer.model (nor original/tokenizer.model); expected a "
+                      "model folder or {}",
+                      path, kExpected));
   }
   const std::string head = head_of(file);
   const std::size_t first = head.find_first_not_of(" \t\r\n");

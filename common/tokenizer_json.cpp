@@ -103,16 +103,20 @@ void read_normalizer(const json& j, const Where& w, BpeParts& parts) {
   } else if (type == "NFC") {
     parts.normalizer.push_back({NormalizeStep::Kind::Nfc, "", ""});
   } else if (type == "Prepend") {
-    parts.normalizer.push_back({NormalizeStep::Kind::Prepend, "", get_string(j, "prepend", w, nullptr)});
+    parts.normalizer.push_back(
+        {NormalizeStep::Kind::Prepend, "", get_string(j, "prepend", w, nullptr)});
   } else if (type == "Replace") {
     const auto [from, regex] = pattern_of(j, w);
-    if (regex) (w / "pattern").fail("a Regex pattern in Replace is not supported; expected a String");
+    if (regex)
+      (w / "pattern").fail("a Regex pattern in Replace is not supported; expected a String");
     if (from.empty()) (w / "pattern").fail("the String to replace is empty");
-    parts.normalizer.push_back({NormalizeStep::Kind::Replace, from, get_string(j, "content", w, nullptr)});
+    parts.normalizer.push_back(
+        {NormalizeStep::Kind::Replace, from, get_string(j, "content", w, nullptr)});
   } else {
-    (w / "type").fail(fmt::format("'{}' is not supported; kvheap reads the normalizers NFC, "
-                                  "Prepend, Replace and Sequence",
-                                  type));
+    (w / "type")
+        .fail(fmt::format("'{}' is not supported; kvheap reads the normalizers NFC, "
+                          "Prepend, Replace and Sequence",
+                          type));
   }
 }
 
@@ -161,9 +165,10 @@ void read_pre_tokenizer(const json& j, const Where& w, BpeParts& parts) {
     }
     step.split = get_bool(j, "split", w, true);
   } else {
-    (w / "type").fail(fmt::format("'{}' is not supported; kvheap reads the pre-tokenizers Split, "
-                                  "ByteLevel, Metaspace and Sequence",
-                                  type));
+    (w / "type")
+        .fail(fmt::format("'{}' is not supported; kvheap reads the pre-tokenizers Split, "
+                          "ByteLevel, Metaspace and Sequence",
+                          type));
   }
   parts.pre_tokenizer.push_back(std::move(step));
 }
@@ -196,15 +201,18 @@ void read_post_processor(const json& j, const Where& w, BpeParts& parts) {
     if (!text_seen) ws.fail("has no Sequence (the text itself)");
     if (!bos.empty()) {
       const Where wt = w / "special_tokens" / bos;
-      const json& special = object_at(object_at(j, "special_tokens", w), bos.c_str(), w / "special_tokens");
+      const json& special =
+          object_at(object_at(j, "special_tokens", w), bos.c_str(), w / "special_tokens");
       const json* ids = member(special, "ids");
-      if (ids == nullptr || !ids->is_array() || ids->size() != 1) (wt / "ids").fail("expected one id");
+      if (ids == nullptr || !ids->is_array() || ids->size() != 1)
+        (wt / "ids").fail("expected one id");
       parts.bos_id = get_id((*ids)[0], wt / "ids");
     }
   } else {
-    (w / "type").fail(fmt::format("'{}' is not supported; kvheap reads the post-processors "
-                                  "TemplateProcessing, ByteLevel and Sequence",
-                                  type));
+    (w / "type")
+        .fail(fmt::format("'{}' is not supported; kvheap reads the post-processors "
+                          "TemplateProcessing, ByteLevel and Sequence",
+                          type));
   }
 }
 
@@ -228,8 +236,10 @@ void read_decoder(const json& j, const Where& w, BpeParts& parts) {
     // Joining the pieces is what decoding does anyway.
   } else if (type == "Strip") {
     if (get_string(j, "content", w, nullptr) != " " || !member(j, "stop") ||
-        (*member(j, "stop")) != 0 || !member(j, "start") || !member(j, "start")->is_number_unsigned())
-      w.fail("kvheap supports Strip of leading spaces only (content \" \", stop 0), got " + j.dump());
+        (*member(j, "stop")) != 0 || !member(j, "start") ||
+        !member(j, "start")->is_number_unsigned())
+      w.fail("kvheap supports Strip of leading spaces only (content \" \", stop 0), got " +
+             j.dump());
     parts.strip_leading_spaces = std::min(member(j, "start")->get<int>(), 16);
   } else if (type == "Metaspace") {
     parts.space_marker = get_string(j, "replacement", w, "\u2581");
@@ -237,9 +247,10 @@ void read_decoder(const json& j, const Where& w, BpeParts& parts) {
         j, "prepend_scheme", w, get_bool(j, "add_prefix_space", w, true) ? "always" : "never");
     parts.strip_leading_spaces = scheme == "never" ? 0 : 1;
   } else {
-    (w / "type").fail(fmt::format("'{}' is not supported; kvheap reads the decoders ByteLevel, "
-                                  "Replace, ByteFallback, Fuse, Strip, Metaspace and Sequence",
-                                  type));
+    (w / "type")
+        .fail(fmt::format("'{}' is not supported; kvheap reads the decoders ByteLevel, "
+                          "Replace, ByteFallback, Fuse, Strip, Metaspace and Sequence",
+                          type));
   }
 }
 
@@ -255,13 +266,18 @@ std::string from_byte_level(const std::string& token, const Where& w) {
   for (std::size_t i = 0; i < token.size();) {
     const std::size_t n = utf8_char_length(token, i);
     if (n == 0) w.fail(fmt::format("token {:?} is not UTF-8", token));
-    char32_t cp = static_cast<unsigned char>(token[i]) & (n == 1 ? 0x7F : n == 2 ? 0x1F : n == 3 ? 0x0F : 0x07);
-    for (std::size_t k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<unsigned char>(token[i + k]) & 0x3F);
+    char32_t cp = static_cast<unsigned char>(token[i]) & (n == 1   ? 0x7F
+                                                          : n == 2 ? 0x1F
+                                                          : n == 3 ? 0x0F
+                                                                   : 0x07);
+    for (std::size_t k = 1; k < n; ++k)
+      cp = (cp << 6) | (static_cast<unsigned char>(token[i + k]) & 0x3F);
     const auto it = kByteOf.find(cp);
     if (it == kByteOf.end())
-      w.fail(fmt::format("token {:?} has the character U+{:04X}, which is not in the byte-level "
-                         "alphabet",
-                         token, static_cast<std::uint32_t>(cp)));
+      w.fail(
+          fmt::format("token {:?} has the character U+{:04X}, which is not in the byte-level "
+                      "alphabet",
+                      token, static_cast<std::uint32_t>(cp)));
     out += it->second;
     i += n;
   }
@@ -273,10 +289,12 @@ void read_model(const json& root, const Where& top, BpeParts& parts) {
   const json& model = object_at(root, "model", top);
   const std::string type = get_string(model, "type", w, "BPE");
   if (type != "BPE")
-    (w / "type").fail(fmt::format("'{}' is not supported; kvheap reads BPE tokenizers "
-                                  "(byte-level, or SentencePiece-style with byte_fallback)",
-                                  type));
-  if (const json* d = member(model, "dropout"); d != nullptr && !(d->is_number() && d->get<double>() == 0.0))
+    (w / "type")
+        .fail(fmt::format("'{}' is not supported; kvheap reads BPE tokenizers "
+                          "(byte-level, or SentencePiece-style with byte_fallback)",
+                          type));
+  if (const json* d = member(model, "dropout");
+      d != nullptr && !(d->is_number() && d->get<double>() == 0.0))
     (w / "dropout").fail("BPE dropout is for training; expected null");
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
     if (!get_string(model, key, w, "").empty()) (w / key).fail("is not supported; expected null");
@@ -293,19 +311,22 @@ void read_model(const json& root, const Where& top, BpeParts& parts) {
     const int id = get_id(id_json, wv / text);
     const auto [it, fresh] = text_of.emplace(id, &text);
     if (!fresh)
-      wv.fail(fmt::format("tokens {:?} and {:?} both have id {}; expected one token per id", *it->second, text, id));
+      wv.fail(fmt::format("tokens {:?} and {:?} both have id {}; expected one token per id",
+                          *it->second, text, id));
     id_of.emplace(text, id);
     if (static_cast<std::size_t>(id) >= parts.tokens.size()) {
       parts.tokens.resize(static_cast<std::size_t>(id) + 1);
       parts.present.resize(static_cast<std::size_t>(id) + 1, 0);
     }
-    parts.tokens[static_cast<std::size_t>(id)] = parts.byte_level ? from_byte_level(text, wv / text) : text;
+    parts.tokens[static_cast<std::size_t>(id)] =
+        parts.byte_level ? from_byte_level(text, wv / text) : text;
     parts.present[static_cast<std::size_t>(id)] = 1;
   }
   if (const json* unk = member(model, "unk_token")) {
     if (!unk->is_string()) (w / "unk_token").fail("expected a string or null");
     const auto it = id_of.find(unk->get<std::string>());
-    if (it == id_of.end()) (w / "unk_token").fail(fmt::format("{:?} is not in model.vocab", unk->get<std::string>()));
+    if (it == id_of.end())
+      (w / "unk_token").fail(fmt::format("{:?} is not in model.vocab", unk->get<std::string>()));
     parts.unk_id = it->second;
   }
 
@@ -334,10 +355,13 @@ void read_model(const json& root, const Where& top, BpeParts& parts) {
     for (const auto& [it, name] : {std::pair{l, &left}, std::pair{r, &right}})
       if (it == id_of.end()) wm.fail(fmt::format("names {:?}, which is not in model.vocab", *name));
     if (merged == id_of.end())
-      wm.fail(fmt::format("merges {:?} and {:?} into {:?}, which is not in model.vocab", left, right, left + right));
-    const std::uint64_t key = (static_cast<std::uint64_t>(l->second) << 32) | static_cast<std::uint32_t>(r->second);
+      wm.fail(fmt::format("merges {:?} and {:?} into {:?}, which is not in model.vocab", left,
+                          right, left + right));
+    const std::uint64_t key =
+        (static_cast<std::uint64_t>(l->second) << 32) | static_cast<std::uint32_t>(r->second);
     if (const auto [it, fresh] = first_seen.emplace(key, rank); !fresh)
-      wm.fail(fmt::format("repeats model.merges[{}] ({:?} {:?}); expected each merge once", it->second, left, right));
+      wm.fail(fmt::format("repeats model.merges[{}] ({:?} {:?}); expected each merge once",
+                          it->second, left, right));
     parts.merges.emplace(key, PairMerge{static_cast<double>(rank), merged->second});
   }
 }
@@ -362,8 +386,10 @@ void read_added_tokens(const json& root, const Where& top, BpeParts& parts) {
     if (a.content.empty()) (wi / "content").fail("is empty");
     if (!utf8_valid(a.content)) (wi / "content").fail("is not UTF-8");
     for (const char* key : {"single_word", "lstrip", "rstrip"})
-      if (get_bool(t, key, wi, false)) (wi / key).fail(fmt::format("true is not supported ({:?})", a.content));
-    if (!seen.insert(a.content).second) (wi / "content").fail(fmt::format("{:?} is added twice", a.content));
+      if (get_bool(t, key, wi, false))
+        (wi / key).fail(fmt::format("true is not supported ({:?})", a.content));
+    if (!seen.insert(a.content).second)
+      (wi / "content").fail(fmt::format("{:?} is added twice", a.content));
     parts.added.push_back(std::move(a));
   }
 }
@@ -394,29 +420,34 @@ BpeParts parse_tokenizer_json(std::string_view text, const std::string& path) {
   }
   const Where top{path, ""};
   if (!root.is_object())
-    throw InputError(fmt::format("tokenizer.json '{}' must hold a JSON object, got {}", path, root.type_name()));
+    throw InputError(
+        fmt::format("tokenizer.json '{}' must hold a JSON object, got {}", path, root.type_name()));
   BpeParts parts;
   parts.source = path;
   parts.format = "tokenizer.json";
   // The pre-tokenizer first: whether it is byte-level decides how the vocabulary reads.
-  if (const json* p = member(root, "pre_tokenizer")) read_pre_tokenizer(*p, top / "pre_tokenizer", parts);
+  if (const json* p = member(root, "pre_tokenizer"))
+    read_pre_tokenizer(*p, top / "pre_tokenizer", parts);
   if (const json* n = member(root, "normalizer")) read_normalizer(*n, top / "normalizer", parts);
   read_model(root, top, parts);
   read_added_tokens(root, top, parts);
-  if (const json* p = member(root, "post_processor")) read_post_processor(*p, top / "post_processor", parts);
+  if (const json* p = member(root, "post_processor"))
+    read_post_processor(*p, top / "post_processor", parts);
   const json* d = member(root, "decoder");
   if (d == nullptr) (top / "decoder").fail("missing; kvheap needs it to print text");
   read_decoder(*d, top / "decoder", parts);
   if (!parts.byte_level && parts.space_marker.empty() && !parts.byte_fallback)
-    (top / "pre_tokenizer").fail("neither byte-level nor SentencePiece-style (no ByteLevel "
-                                 "pre-tokenizer, no \"▁\" decoder, no byte_fallback); kvheap "
-                                 "reads those two kinds of BPE");
+    (top / "pre_tokenizer")
+        .fail(
+            "neither byte-level nor SentencePiece-style (no ByteLevel "
+            "pre-tokenizer, no \"▁\" decoder, no byte_fallback); kvheap "
+            "reads those two kinds of BPE");
   return parts;
 }
 
 std::unique_ptr<BpeTokenizer> load_tokenizer_json(const std::string& path) {
-  const std::string text = read_regular_file(path, "tokenizer", "a Hugging Face tokenizer.json",
-                                             kMaxTokenizerJsonBytes);
+  const std::string text =
+      read_regular_file(path, "tokenizer", "a Hugging Face tokenizer.json", kMaxTokenizerJsonBytes);
   return std::make_unique<BpeTokenizer>(parse_tokenizer_json(text, path));
 }
 

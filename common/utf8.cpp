@@ -110,13 +110,11 @@ namespace {
 
 std::string nfc_by_library(std::string_view s) {
   utf8proc_uint8_t* raw = nullptr;
-  const utf8proc_ssize_t n =
-      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()),
-                   static_cast<utf8proc_ssize_t>(s.size()), &raw,
-                   static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+  const utf8proc_ssize_t n = utf8proc_map(
+      reinterpret_cast<const utf8proc_uint8_t*>(s.data()), static_cast<utf8proc_ssize_t>(s.size()),
+      &raw, static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
   const std::unique_ptr<utf8proc_uint8_t, decltype(&std::free)> owned(raw, &std::free);
-  if (n < 0)
-    throw InputError(std::string("cannot normalize text to NFC: ") + utf8proc_errmsg(n));
+  if (n < 0) throw InputError(std::string("cannot normalize text to NFC: ") + utf8proc_errmsg(n));
   return {reinterpret_cast<const char*>(raw), static_cast<std::size_t>(n)};
 }
 

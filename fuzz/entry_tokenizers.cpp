@@ -30,8 +30,8 @@ constexpr std::size_t kReferenceMaxBytes = 128;
 // same text as decode and never half a character.
 void check_encoding(const BpeTokenizer& tok, std::string_view text, const std::vector<int>& ids) {
   for (const int id : ids)
-    require(id >= 0 && id < tok.vocab_size(), "encode produced id " + std::to_string(id) +
-                                                  " outside the vocabulary");
+    require(id >= 0 && id < tok.vocab_size(),
+            "encode produced id " + std::to_string(id) + " outside the vocabulary");
   const std::string decoded = tok.decode(ids);
   require(utf8_valid(decoded), "decode produced text that is not UTF-8");
   TextStream stream(tok);
@@ -134,8 +134,8 @@ FuzzOutcome fuzz_tiktoken(std::span<const std::uint8_t> input, std::string* why)
 FuzzOutcome fuzz_bpe_encode(std::span<const std::uint8_t> input, std::string* /*why*/) {
   // The committed test vocabularies: Qwen's as a tokenizer.json (NFC first), Llama 3's tiktoken
   // form of it, and Mistral's SentencePiece-style file.
-  static const std::unique_ptr<BpeTokenizer> qwen =
-      load_tokenizer_json(std::string(KVHEAP_SOURCE_DIR) + "/tests/data/tokenizers/qwen16k.tokenizer.json");
+  static const std::unique_ptr<BpeTokenizer> qwen = load_tokenizer_json(
+      std::string(KVHEAP_SOURCE_DIR) + "/tests/data/tokenizers/qwen16k.tokenizer.json");
   static const std::unique_ptr<BpeTokenizer> llama3 =
       load_tiktoken(std::string(KVHEAP_SOURCE_DIR) + "/tests/data/tokenizers/qwen16k.tiktoken");
   static const std::unique_ptr<BpeTokenizer> mistral = load_tokenizer_json(

@@ -149,7 +149,8 @@ std::vector<int> reference_encode(const Llama2cTokenizer& t, std::string_view te
       pieces.push_back(id);
       return;
     }
-    for (const char c : cp) pieces.push_back(Llama2cTokenizer::kFirstByte + static_cast<unsigned char>(c));
+    for (const char c : cp)
+      pieces.push_back(Llama2cTokenizer::kFirstByte + static_cast<unsigned char>(c));
   };
   push(" ");
   for (std::size_t i = 0; i < text.size();) {

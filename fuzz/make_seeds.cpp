@@ -139,7 +139,8 @@ std::string data_file(const std::string& name) {
 // The BPE readers' seeds: small valid files cut from the committed test vocabularies, texts, and
 // a few broken files. The whole files are too large to mutate quickly.
 void bpe_seeds() {
-  const std::string text = "Hello, world! It's 2024: caf\xC3\xA9 \xE4\xBD\xA0\xE5\xA5\xBD <|im_end|>";
+  const std::string text =
+      "Hello, world! It's 2024: caf\xC3\xA9 \xE4\xBD\xA0\xE5\xA5\xBD <|im_end|>";
   // tiktoken: the 256 byte ranks and the first merges of Qwen's vocabulary.
   const std::string tiktoken = data_file("qwen16k.tiktoken");
   std::size_t cut = 0;
@@ -150,7 +151,8 @@ void bpe_seeds() {
        join({small, "<|begin_of_text|>hi<|eot_id|><|start_header_id|>x"}));
   seed("fuzz_tiktoken", "duplicate_rank.tiktoken", "IQ== 0\nIg== 0\n");
   seed("fuzz_tiktoken", "missing_bytes.tiktoken", join({"IQ== 0\n", "!!"}));
-  // tokenizer.json: the same 400 tokens, byte-level, and Mistral's first pieces, SentencePiece-style.
+  // tokenizer.json: the same 400 tokens, byte-level, and Mistral's first pieces,
+  // SentencePiece-style.
   nlohmann::json qwen = nlohmann::json::parse(data_file("qwen16k.tokenizer.json"));
   nlohmann::json vocab = nlohmann::json::object(), merges = nlohmann::json::array();
   for (const auto& [token, id] : qwen["model"]["vocab"].items())
@@ -173,7 +175,8 @@ void bpe_seeds() {
       sp_merges.push_back(m);
   mistral["model"]["vocab"] = sp_vocab;
   mistral["model"]["merges"] = sp_merges;
-  seed("fuzz_tokenizer_json", "valid_mistral400.json", join({mistral.dump(), "<s>[INST] " + text + " [/INST]"}));
+  seed("fuzz_tokenizer_json", "valid_mistral400.json",
+       join({mistral.dump(), "<s>[INST] " + text + " [/INST]"}));
   nlohmann::json broken = qwen;
   broken["model"]["merges"].push_back({"a", "no-such-token"});
   seed("fuzz_tokenizer_json", "merge_of_missing_token.json", broken.dump());

@@ -27,8 +27,8 @@ TEST(ChatFormat, EachFormatGivesTheIdsOfItsStatedTextTokenForToken) {
     const std::string name = c.at("family");
     SCOPED_TRACE(name + ", system \"" + c.at("system").get<std::string>() + "\"");
     const ChatFormat format = parse_chat_format(name);
-    const std::string text = chat_prompt(format, c.at("system").get<std::string>(),
-                                         c.at("message").get<std::string>());
+    const std::string text =
+        chat_prompt(format, c.at("system").get<std::string>(), c.at("message").get<std::string>());
     EXPECT_EQ(text, c.at("text").get<std::string>());
     const std::unique_ptr<BpeTokenizer> tok = test::reference_tokenizer(tokenizer_for(name));
     EXPECT_EQ(tok->encode(text, false), c.at("ids").get<std::vector<int>>());
@@ -55,10 +55,10 @@ std::string chat_folder(const test::TempDir& tmp, const std::string& model_type,
 
 TEST(ChatFormat, TheModelTypeAndTokenizerPickTheFormat) {
   const test::TempDir tmp;
-  for (const auto& [type, tok_name, want] :
-       {std::tuple{"qwen2", "qwen2", ChatFormat::Qwen2}, std::tuple{"qwen3", "qwen2", ChatFormat::Qwen3},
-        std::tuple{"mistral", "mistral", ChatFormat::Mistral},
-        std::tuple{"llama", "llama3", ChatFormat::Llama3}}) {
+  for (const auto& [type, tok_name, want] : {std::tuple{"qwen2", "qwen2", ChatFormat::Qwen2},
+                                             std::tuple{"qwen3", "qwen2", ChatFormat::Qwen3},
+                                             std::tuple{"mistral", "mistral", ChatFormat::Mistral},
+                                             std::tuple{"llama", "llama3", ChatFormat::Llama3}}) {
     const std::unique_ptr<BpeTokenizer> tok = test::reference_tokenizer(tok_name);
     EXPECT_EQ(detect_chat_format(chat_folder(tmp, type, tok_name), *tok), want) << type;
   }
@@ -74,14 +74,18 @@ TEST(ChatFormat, FamiliesWithoutAKnownFormatAreRefusedByName) {
   EXPECT_NE(why.find("llama3, qwen2, qwen3, mistral"), std::string::npos) << why;
   EXPECT_NE(why.find("does not interpret a chat_template"), std::string::npos) << why;
   const std::string gemma = chat_folder(tmp, "gemma", "qwen2");
-  EXPECT_NE(test::input_error_of([&] { return detect_chat_format(gemma, *tok); })
-                .find("model_type 'gemma'"),
+  EXPECT_NE(test::input_error_of([&] {
+              return detect_chat_format(gemma, *tok);
+            }).find("model_type 'gemma'"),
             std::string::npos);
-  EXPECT_NE(test::input_error_of([&] { return detect_chat_format("tiny", *tok); }).find("not a Hugging Face folder"),
+  EXPECT_NE(test::input_error_of([&] {
+              return detect_chat_format("tiny", *tok);
+            }).find("not a Hugging Face folder"),
             std::string::npos);
   EXPECT_THROW((void)parse_chat_format("chatml"), UsageError);
   // A format whose special tokens the tokenizer lacks would encode them as plain text.
-  const std::string lacks = test::input_error_of([&] { return chat_end_of_turn(ChatFormat::Qwen2, *tok); });
+  const std::string lacks =
+      test::input_error_of([&] { return chat_end_of_turn(ChatFormat::Qwen2, *tok); });
   EXPECT_NE(lacks.find("<|im_start|>"), std::string::npos) << lacks;
 }
 

@@ -161,7 +161,8 @@ TEST(Cli, TokenizerThatIsNotARegularFileExitsOne) {
   const auto r = run_program(kCh01, {"--model", "tiny", "--tokenizer", tmp.path().string(),
                                      "--prompt", "hi", "--no-peak"});
   EXPECT_EQ(r.exit_code, 1);
-  expect_one_line_error(r, "tokenizer folder '" + tmp.path().string() + "' holds no tokenizer.json");
+  expect_one_line_error(r,
+                        "tokenizer folder '" + tmp.path().string() + "' holds no tokenizer.json");
 }
 
 // The same for --model: a FIFO or a device is named as such, not as a missing file.

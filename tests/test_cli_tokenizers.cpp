@@ -22,7 +22,8 @@ const char* kCh01 = "ch01_cpu_reference";
 
 // The tiny preset with `rows` embedding rows as a Hugging Face folder in `tmp`, model_type qwen2
 // (attention biases) or llama, holding the reference tokenizer `tokenizer` as tokenizer.json.
-std::string tiny_folder(const test::TempDir& tmp, int rows, bool qwen, const std::string& tokenizer) {
+std::string tiny_folder(const test::TempDir& tmp, int rows, bool qwen,
+                        const std::string& tokenizer) {
   ModelConfig c = preset("tiny");
   c.vocab_size = rows;
   c.rope_style = RopeStyle::Halves;
@@ -47,8 +48,8 @@ TEST(Cli, ModelFolderTokenizerEncodesThePromptAndPrintsText) {
   const auto generated = j.at("generated_ids").get<std::vector<int>>();
   ASSERT_FALSE(generated.empty());
   EXPECT_EQ(j.at("text").get<std::string>(), tok->decode(generated));
-  const auto text_run = run_program(kCh01, {"--model", dir, "--prompt", "Hello, world",
-                                            "--max-new-tokens", "4", "--no-peak"});
+  const auto text_run = run_program(
+      kCh01, {"--model", dir, "--prompt", "Hello, world", "--max-new-tokens", "4", "--no-peak"});
   ASSERT_EQ(text_run.exit_code, 0) << text_run.err;
   EXPECT_NE(text_run.out.find("text: " + tok->decode(generated) + "\n"), std::string::npos)
       << text_run.out;
@@ -57,10 +58,9 @@ TEST(Cli, ModelFolderTokenizerEncodesThePromptAndPrintsText) {
 TEST(Cli, TokenizerFlagReadsATiktokenFile) {
   const test::TempDir tmp;
   const std::string dir = tiny_folder(tmp, 16640, false, "");
-  const auto r = run_program(kCh01, {"--model", dir, "--tokenizer",
-                                     test::tokenizer_data("qwen16k.tiktoken"), "--prompt",
-                                     "Once upon a time", "--max-new-tokens", "2", "--no-peak",
-                                     "--json"});
+  const auto r = run_program(
+      kCh01, {"--model", dir, "--tokenizer", test::tokenizer_data("qwen16k.tiktoken"), "--prompt",
+              "Once upon a time", "--max-new-tokens", "2", "--no-peak", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto ids = nlohmann::json::parse(r.out).at("prompt_ids").get<std::vector<int>>();
   EXPECT_EQ(ids, test::reference_tokenizer("llama3_tiktoken")->encode("Once upon a time", true));
@@ -94,19 +94,25 @@ TEST(Cli, BadTokenizersAndChatFlagsExitWithTheProblemNamed) {
   j["model"]["merges"][5] = {"\xC4\xA0t", "no-such-token"};
   const std::string broken = tmp.file("broken.json");
   test::write_bytes(broken, j.dump());
-  auto r = run_program(kCh01, {"--model", "tiny", "--tokenizer", broken, "--prompt", "hi", "--no-peak"});
+  auto r =
+      run_program(kCh01, {"--model", "tiny", "--tokenizer", broken, "--prompt", "hi", "--no-peak"});
   EXPECT_EQ(r.exit_code, 1);
-  expect_one_line_error(r, "tokenizer.json '" + broken + "': model.merges[5]: names \"no-such-token\"");
-  r = run_program(kCh01, {"--model", "tiny", "--tokenizer", test::tokenizer_data("qwen16k.tokenizer.json"),
-                          "--prompt", "hi", "--no-peak"});
+  expect_one_line_error(
+      r, "tokenizer.json '" + broken + "': model.merges[5]: names \"no-such-token\"");
+  r = run_program(kCh01,
+                  {"--model", "tiny", "--tokenizer", test::tokenizer_data("qwen16k.tokenizer.json"),
+                   "--prompt", "hi", "--no-peak"});
   EXPECT_EQ(r.exit_code, 1);
-  expect_one_line_error(r, "can produce token ids up to 16388, but the model's embedding has 128 rows");
+  expect_one_line_error(
+      r, "can produce token ids up to 16388, but the model's embedding has 128 rows");
   r = run_program(kCh01, {"--model", "tiny", "--chat", "hi", "--no-peak"});
   EXPECT_EQ(r.exit_code, 2);
   expect_one_line_error(r, "--chat needs a tokenizer");
-  for (const std::vector<std::string>& args :
-       {std::vector<std::string>{"--system", "x"}, {"--chat-format", "qwen2"},
-        {"--chat", "hi", "--prompt", "hi"}, {"--chat", "hi", "--prompt-ids", "1"}, {"--chat", ""}}) {
+  for (const std::vector<std::string>& args : {std::vector<std::string>{"--system", "x"},
+                                               {"--chat-format", "qwen2"},
+                                               {"--chat", "hi", "--prompt", "hi"},
+                                               {"--chat", "hi", "--prompt-ids", "1"},
+                                               {"--chat", ""}}) {
     std::vector<std::string> all = {"--model", "tiny", "--no-peak"};
     all.insert(all.end(), args.begin(), args.end());
     EXPECT_EQ(run_program(kCh01, all).exit_code, 2) << args.front();

@@ -184,7 +184,8 @@ TEST(Tokenizer, InvalidUtf8IsEncodedByteByByte) {
           << "byte 0x" << std::hex << int{b} << " was not encoded as its byte token";
     }
   }
-  EXPECT_EQ(t.encode("\x80", false), (std::vector<int>{t.find(" "), Llama2cTokenizer::kFirstByte + 0x80}));
+  EXPECT_EQ(t.encode("\x80", false),
+            (std::vector<int>{t.find(" "), Llama2cTokenizer::kFirstByte + 0x80}));
 }
 
 TEST(Tokenizer, EncodingStartsWithBosAndADummyPrefixSpace) {
@@ -203,8 +204,9 @@ TEST(Tokenizer, EncodingStartsWithBosAndADummyPrefixSpace) {
   EXPECT_EQ(t.decode_piece(ids[1], ids[2]), " world");
   EXPECT_EQ(t.encode("", true), std::vector<int>{Llama2cTokenizer::kBos});
   EXPECT_TRUE(t.encode("", false).empty());
-  EXPECT_EQ(t.decode(std::vector<int>{Llama2cTokenizer::kBos, ids[1], ids[2], Llama2cTokenizer::kEos}),
-            "Hello world");
+  EXPECT_EQ(
+      t.decode(std::vector<int>{Llama2cTokenizer::kBos, ids[1], ids[2], Llama2cTokenizer::kEos}),
+      "Hello world");
 }
 
 TEST(Tokenizer, WrongVocabularySizeNamesTheMismatch) {

@@ -46,11 +46,13 @@ nlohmann::json small_byte_level() {
 }
 
 std::string error_of(const nlohmann::json& j) {
-  return test::input_error_of([&] { return parse_tokenizer_json(j.dump(), "PATH/tokenizer.json"); });
+  return test::input_error_of(
+      [&] { return parse_tokenizer_json(j.dump(), "PATH/tokenizer.json"); });
 }
 
 void expect_mentions(const std::string& message, std::initializer_list<std::string> parts) {
-  for (const std::string& p : parts) EXPECT_NE(message.find(p), std::string::npos) << message << "\nlacks: " << p;
+  for (const std::string& p : parts)
+    EXPECT_NE(message.find(p), std::string::npos) << message << "\nlacks: " << p;
 }
 
 TEST(TokenizerFiles, TheSmallTokenizerJsonIsValid) {
@@ -77,7 +79,8 @@ std::string base64(std::string_view bytes) {
 // merging: a token no chain of merges reaches is still found.
 TEST(TokenizerFiles, AWholeTokenNoMergeReachesIsFoundWhenMergesAreIgnored) {
   std::string text;
-  for (int b = 0; b < 256; ++b) text += base64(std::string(1, static_cast<char>(b))) + " " + std::to_string(b) + "\n";
+  for (int b = 0; b < 256; ++b)
+    text += base64(std::string(1, static_cast<char>(b))) + " " + std::to_string(b) + "\n";
   text += base64("abc") + " 256\n";  // neither "ab" nor "bc" is a token
   const BpeTokenizer tiktoken(parse_tiktoken(text, "abc.tiktoken"));
   EXPECT_EQ(tiktoken.encode("abc", false), std::vector<int>{256});
@@ -95,22 +98,28 @@ TEST(TokenizerFiles, AWholeTokenNoMergeReachesIsFoundWhenMergesAreIgnored) {
 // word's marker; a vocabulary with such a token ("a▁b") is merged across words.
 TEST(TokenizerFiles, SentencePieceMergesCrossWordsWhenATokenDoes) {
   const std::string m = "\xE2\x96\x81";  // ▁
-  nlohmann::json j = {
-      {"model",
-       {{"type", "BPE"},
-        {"unk_token", "<unk>"},
-        {"vocab", {{"<unk>", 0}, {m, 1}, {"a", 2}, {"b", 3}, {"a" + m, 4}, {"a" + m + "b", 5}, {m + "a", 6}}},
-        {"merges", {"a " + m, "a" + m + " b", m + " a"}}}},
-      {"normalizer",
-       {{"type", "Sequence"},
-        {"normalizers",
-         {{{"type", "Prepend"}, {"prepend", m}},
-          {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", m}}}}}},
-      {"decoder",
-       {{"type", "Sequence"},
-        {"decoders",
-         {{{"type", "Replace"}, {"pattern", {{"String", m}}}, {"content", " "}},
-          {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}}}};
+  nlohmann::json j = {{"model",
+                       {{"type", "BPE"},
+                        {"unk_token", "<unk>"},
+                        {"vocab",
+                         {{"<unk>", 0},
+                          {m, 1},
+                          {"a", 2},
+                          {"b", 3},
+                          {"a" + m, 4},
+                          {"a" + m + "b", 5},
+                          {m + "a", 6}}},
+                        {"merges", {"a " + m, "a" + m + " b", m + " a"}}}},
+                      {"normalizer",
+                       {{"type", "Sequence"},
+                        {"normalizers",
+                         {{{"type", "Prepend"}, {"prepend", m}},
+                          {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", m}}}}}},
+                      {"decoder",
+                       {{"type", "Sequence"},
+                        {"decoders",
+                         {{{"type", "Replace"}, {"pattern", {{"String", m}}}, {"content", " "}},
+                          {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}}}};
   const BpeTokenizer crossing(parse_tokenizer_json(j.dump(), "crossing"));
   EXPECT_EQ(crossing.encode("a b", false), (std::vector<int>{1, 5}));
   EXPECT_EQ(crossing.decode(std::vector<int>{1, 5}), "a b");
@@ -122,11 +131,13 @@ TEST(TokenizerFiles, SentencePieceMergesCrossWordsWhenATokenDoes) {
 }
 
 TEST(TokenizerFiles, MalformedTokenizerJsonNamesTheFileAndTheField) {
-  expect_mentions(test::input_error_of([] { return parse_tokenizer_json("{\"model\": ", "PATH/tokenizer.json"); }),
+  expect_mentions(test::input_error_of(
+                      [] { return parse_tokenizer_json("{\"model\": ", "PATH/tokenizer.json"); }),
                   {"'PATH/tokenizer.json' is not valid JSON"});
   nlohmann::json j = small_byte_level();
   j["model"]["type"] = "Unigram";
-  expect_mentions(error_of(j), {"'PATH/tokenizer.json'", "model.type", "'Unigram' is not supported"});
+  expect_mentions(error_of(j),
+                  {"'PATH/tokenizer.json'", "model.type", "'Unigram' is not supported"});
   j = small_byte_level();
   j["model"]["merges"].push_back("a zz");
   expect_mentions(error_of(j), {"model.merges[2]", "names \"zz\", which is not in model.vocab"});
@@ -138,7 +149,8 @@ TEST(TokenizerFiles, MalformedTokenizerJsonNamesTheFileAndTheField) {
   expect_mentions(error_of(j), {"model.vocab", "both have id 256"});
   j = small_byte_level();
   j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(\\p{L}+";
-  expect_mentions(error_of(j), {"pre_tokenizer.pretokenizers[0].pattern", "does not compile", "missing closing parenthesis"});
+  expect_mentions(error_of(j), {"pre_tokenizer.pretokenizers[0].pattern", "does not compile",
+                                "missing closing parenthesis"});
   j = small_byte_level();
   j["normalizer"] = {{"type", "Lowercase"}};
   expect_mentions(error_of(j), {"normalizer.type", "'Lowercase' is not supported"});
@@ -158,13 +170,18 @@ TEST(TokenizerFiles, MalformedTiktokenFilesNameTheLine) {
                   {"tiktoken file 'PATH' line 2", "rank 0 is also on line 1"});
   expect_mentions(test::input_error_of([] { return parse_tiktoken("IQ== 0\nIQ== 1\n", "PATH"); }),
                   {"line 2", "also rank 0"});
-  expect_mentions(test::input_error_of([] { return parse_tiktoken("IQ==0\n", "PATH"); }), {"line 1", "no space"});
-  expect_mentions(test::input_error_of([] { return parse_tiktoken("I*== 0\n", "PATH"); }), {"line 1", "not base64"});
-  expect_mentions(test::input_error_of([] { return parse_tiktoken("IQ== x\n", "PATH"); }), {"line 1", "rank"});
-  expect_mentions(test::input_error_of([] { return parse_tiktoken("\n\n", "PATH"); }), {"holds no token"});
+  expect_mentions(test::input_error_of([] { return parse_tiktoken("IQ==0\n", "PATH"); }),
+                  {"line 1", "no space"});
+  expect_mentions(test::input_error_of([] { return parse_tiktoken("I*== 0\n", "PATH"); }),
+                  {"line 1", "not base64"});
+  expect_mentions(test::input_error_of([] { return parse_tiktoken("IQ== x\n", "PATH"); }),
+                  {"line 1", "rank"});
+  expect_mentions(test::input_error_of([] { return parse_tiktoken("\n\n", "PATH"); }),
+                  {"holds no token"});
   // Valid lines but not every byte: byte-level BPE could not encode the others.
-  expect_mentions(test::input_error_of([] { return BpeTokenizer(parse_tiktoken("IQ== 0\n", "PATH")); }),
-                  {"no token for byte 0x00"});
+  expect_mentions(
+      test::input_error_of([] { return BpeTokenizer(parse_tiktoken("IQ== 0\n", "PATH")); }),
+      {"no token for byte 0x00"});
 }
 
 // A tokenizer that can produce an id at or past the model's embedding rows is refused; fewer ids
@@ -184,13 +201,16 @@ TEST(TokenizerFiles, TokenizersWithIdsPastTheEmbeddingRowsAreRefused) {
 
 TEST(TokenizerFiles, FoldersAreSearchedForTheirTokenizer) {
   const test::TempDir tmp;
-  expect_mentions(test::input_error_of([&] { return load_tokenizer_file(tmp.path().string(), 100); }),
-                  {"holds no tokenizer.json"});
+  expect_mentions(
+      test::input_error_of([&] { return load_tokenizer_file(tmp.path().string(), 100); }),
+      {"holds no tokenizer.json"});
   std::filesystem::create_directories(tmp.path() / "original");
-  test::write_bytes(tmp.file("original/tokenizer.model"), test::read_bytes(test::tokenizer_data("qwen16k.tiktoken")));
+  test::write_bytes(tmp.file("original/tokenizer.model"),
+                    test::read_bytes(test::tokenizer_data("qwen16k.tiktoken")));
   EXPECT_EQ(find_tokenizer_file(tmp.path().string()), tmp.file("original/tokenizer.model"));
   EXPECT_EQ(load_tokenizer_file(tmp.path().string(), 16640)->vocab_size(), 16640);
-  test::write_bytes(tmp.file("tokenizer.json"), test::read_bytes(test::tokenizer_data("qwen16k.tokenizer.json")));
+  test::write_bytes(tmp.file("tokenizer.json"),
+                    test::read_bytes(test::tokenizer_data("qwen16k.tokenizer.json")));
   EXPECT_EQ(find_tokenizer_file(tmp.path().string()), tmp.file("tokenizer.json"));
   const test::TempDir sp;
   test::write_bytes(sp.file("tokenizer.model"), std::string("\x0a\x0b\x0a\x05<unk>", 9));

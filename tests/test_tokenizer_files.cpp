@@ -110,14 +110,17 @@ TEST(Tokenizer, HigherScoringPairMergesFirst) {
     v.emplace_back("bc", bc);
     return v;
   };
-  const Llama2cTokenizer ab_first = Llama2cTokenizer::load(write_vocab(dir, "ab.bin", with(-2.0f, -5.0f)), 9);
+  const Llama2cTokenizer ab_first =
+      Llama2cTokenizer::load(write_vocab(dir, "ab.bin", with(-2.0f, -5.0f)), 9);
   EXPECT_EQ(pieces_of(ab_first, ab_first.encode("abc", false)),
             (std::vector<std::string>{" ", "ab", "c"}));
-  const Llama2cTokenizer bc_first = Llama2cTokenizer::load(write_vocab(dir, "bc.bin", with(-5.0f, -2.0f)), 9);
+  const Llama2cTokenizer bc_first =
+      Llama2cTokenizer::load(write_vocab(dir, "bc.bin", with(-5.0f, -2.0f)), 9);
   EXPECT_EQ(pieces_of(bc_first, bc_first.encode("abc", false)),
             (std::vector<std::string>{" ", "a", "bc"}));
   // Equal scores: the leftmost pair wins, as in llama2.c.
-  const Llama2cTokenizer tie = Llama2cTokenizer::load(write_vocab(dir, "tie.bin", with(-3.0f, -3.0f)), 9);
+  const Llama2cTokenizer tie =
+      Llama2cTokenizer::load(write_vocab(dir, "tie.bin", with(-3.0f, -3.0f)), 9);
   EXPECT_EQ(pieces_of(tie, tie.encode("abc", true)),
             (std::vector<std::string>{"<s>", " ", "ab", "c"}));
 }
@@ -142,8 +145,9 @@ TEST(Tokenizer, MergesChainUntilNoPairIsInTheVocabulary) {
 }
 
 TEST(Tokenizer, MissingFileIsReportedWithItsPath) {
-  expect_input_error([] { (void)Llama2cTokenizer::load("/nonexistent/kvheap/tokenizer.bin", 32000); },
-                     {"cannot open", "/nonexistent/kvheap/tokenizer.bin"});
+  expect_input_error(
+      [] { (void)Llama2cTokenizer::load("/nonexistent/kvheap/tokenizer.bin", 32000); },
+      {"cannot open", "/nonexistent/kvheap/tokenizer.bin"});
 }
 
 TEST(Tokenizer, TruncatedFilesNameTheTokenWhereTheyEnd) {
@@ -161,8 +165,9 @@ TEST(Tokenizer, TruncatedFilesNameTheTokenWhereTheyEnd) {
   cut_header.bytes += "\x01\x02\x03";
   expect_input_error([&] { (void)Llama2cTokenizer::load(cut_header.save(dir, "header.bin"), 3); },
                      {"truncated inside token 1"});
-  expect_input_error([&] { (void)Llama2cTokenizer::load(FileBytes{"\x10"}.save(dir, "tiny.bin"), 3); },
-                     {"too short"});
+  expect_input_error(
+      [&] { (void)Llama2cTokenizer::load(FileBytes{"\x10"}.save(dir, "tiny.bin"), 3); },
+      {"too short"});
 }
 
 TEST(Tokenizer, GarbageLengthsAreRejected) {

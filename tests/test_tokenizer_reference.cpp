@@ -71,8 +71,7 @@ TEST(TokenizerReference, MetaspaceFormOfTheSameVocabularyGivesHuggingFaceIds) {
 // The split patterns alone against the reference pre-tokenizer: where numbers, white space,
 // contractions and punctuation are cut decides every id after it.
 TEST(TokenizerReference, SplitPatternsCutTextWhereTheReferenceDoes) {
-  const nlohmann::json qwen_json =
-      nlohmann::json::parse(test::reference_tokenizer_json("qwen2"));
+  const nlohmann::json qwen_json = nlohmann::json::parse(test::reference_tokenizer_json("qwen2"));
   const std::string qwen_pattern =
       qwen_json.at("pre_tokenizer").at("pretokenizers").at(0).at("pattern").at("Regex");
   const SplitPattern qwen(qwen_pattern, "qwen"), llama3(SplitPattern::kLlama3, "llama3"),

@@ -27,7 +27,8 @@ std::string tokenizer_data(const std::string& name) {
 }
 
 const nlohmann::json& tokenizer_reference() {
-  static const nlohmann::json ref = nlohmann::json::parse(read_text(tokenizer_data("reference.json")));
+  static const nlohmann::json ref =
+      nlohmann::json::parse(read_text(tokenizer_data("reference.json")));
   return ref;
 }
 
@@ -45,7 +46,8 @@ std::string reference_tokenizer_json(const std::string& name) {
       tokenizer_data(sentencepiece ? "mistral_subset.tokenizer.json" : "qwen16k.tokenizer.json"));
   if (name == "qwen2" || name == "mistral") return base;
   nlohmann::json j = nlohmann::json::parse(base);
-  const nlohmann::json overlay = nlohmann::json::parse(read_text(tokenizer_data(name + ".overlay.json")));
+  const nlohmann::json overlay =
+      nlohmann::json::parse(read_text(tokenizer_data(name + ".overlay.json")));
   for (const auto& [key, value] : overlay.items()) {
     if (key == "model") {
       for (const auto& [k, v] : value.items()) j["model"][k] = v;
