@@ -38,23 +38,28 @@ struct AddedToken {
 
 /// \brief One step of a normalizer.
 struct NormalizeStep {
-  enum class Kind { Nfc, Prepend, Replace } kind;  ///< what it does
-  std::string from;                                ///< Replace: the text replaced
-  std::string to;                                  ///< Prepend: the prefix; Replace: the new text
+  /// \brief NFC; a prefix before the text; every `from` replaced by `to`.
+  enum class Kind { Nfc, Prepend, Replace };
+  Kind kind = Kind::Nfc;  ///< what it does
+  std::string from;       ///< Replace: the text replaced
+  std::string to;         ///< Prepend: the prefix; Replace: the new text
 };
 
 /// \brief One step of a pre-tokenizer.
 struct PreTokenizeStep {
-  /// Split: by `pattern`. ByteLevel: a space before each piece that lacks one when
+  /// \brief Split: by `pattern`. ByteLevel: a space before each piece that lacks one when
   /// `prefix_space`, then the GPT-2 pattern when `pattern` is set. Metaspace: spaces become
   /// `replacement`, one goes before the piece by `prepend`, and with `split` each run of it
   /// starts a new piece.
-  enum class Kind { Split, ByteLevel, Metaspace } kind;
+  enum class Kind { Split, ByteLevel, Metaspace };
+  /// \brief Which pieces Metaspace puts a `replacement` before: all, the text's first, none.
+  enum class Prepend { Always, First, Never };
+  Kind kind = Kind::Split;                      ///< what it does
   std::shared_ptr<const SplitPattern> pattern;  ///< Split, ByteLevel with use_regex
   bool prefix_space = false;                    ///< ByteLevel: add_prefix_space
   std::string replacement;                      ///< Metaspace: "▁"
-  enum class Prepend { Always, First, Never } prepend = Prepend::Always;  ///< Metaspace
-  bool split = false;                                                     ///< Metaspace
+  Prepend prepend = Prepend::Always;            ///< Metaspace
+  bool split = false;                           ///< Metaspace
 };
 
 /// \brief Everything a BPE tokenizer file says, in the form BpeTokenizer runs.

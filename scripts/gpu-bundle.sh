@@ -20,6 +20,7 @@ packages=(
   libfmt-dev libfmt9                             # fmt and its shared library
   libgtest-dev libgmock-dev                      # GoogleTest (static libraries)
   libbenchmark-dev libbenchmark1debian           # Google Benchmark and its shared library
+  libpcre2-dev libpcre2-8-0 libutf8proc-dev libutf8proc2  # the tokenizers' regexes and NFC
 )
 
 # Into a fresh folder first, so that a failed download leaves the last bundle as it was.
