@@ -108,7 +108,8 @@ BENCHMARK_CAPTURE(encode, qwen2_tokenizer_json_1MiB, qwen, "tokenizers (qwen2 to
     ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(encode, llama3_tiktoken_1MiB, llama3, "tiktoken (llama3 pattern)")
     ->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(encode, mistral_tokenizer_json_1MiB, mistral, "tokenizers (mistral tokenizer.json)")
+BENCHMARK_CAPTURE(encode, mistral_tokenizer_json_1MiB, mistral,
+                  "tokenizers (mistral tokenizer.json)")
     ->Unit(benchmark::kMillisecond);
 
 }  // namespace
