@@ -180,7 +180,7 @@ int run_chapter(const Chapter& chapter, int argc, char** argv) {
                         "Run on the tiny model and compare every request's greedy ids with "
                         "the reference forward pass; prints Disposition: Passed or Failed");
   for (const char* set :
-       {"--model", "--tokenizer", "--prompt", "--prompt-ids", "--prompts", "--workload",
+       {"--model", "--tokenizer", "--prompt", "--prompt-ids", "--chat", "--prompts", "--workload",
         "--num-seqs", "--max-new-tokens", "--temperature", "--json", "--top2-gaps"})
     check.excludes(cli.get(set));
   if (chapter.add_flags) chapter.add_flags(cli);
@@ -235,7 +235,11 @@ int run_chapter(const Chapter& chapter, int argc, char** argv) {
         requests.push_back(std::move(r));
       }
     }
-    for (Request& r : requests) r.ignore_eos = o.ignore_eos;
+    const std::vector<int> chat_stops = chat_stop_ids(o, tok.get());  // the end of the turn
+    for (Request& r : requests) {
+      r.ignore_eos = o.ignore_eos;
+      r.stop_ids.insert(r.stop_ids.end(), chat_stops.begin(), chat_stops.end());
+    }
     if (chapter.shape_requests) chapter.shape_requests(requests);
     long longest = 0;
     for (std::size_t i = 0; i < requests.size(); ++i) {

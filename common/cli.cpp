@@ -15,8 +15,10 @@
 #include <utility>
 
 #include "base/error.hpp"
+#include "common/chat_format.hpp"
 #include "common/token_ids.hpp"
 #include "common/tokenizer.hpp"
+#include "common/tokenizer_files.hpp"
 
 namespace kvheap {
 
@@ -124,13 +126,26 @@ void add_common_options(CommandLine& cli, CommonOptions& o, const std::string& n
       .show_default();
   // Empty values are refused (see empty_value); for --prompt-ids the BOS-only default would
   // otherwise stand in for an explicitly empty list.
-  cli.option("--tokenizer", o.tokenizer, "llama2.c tokenizer.bin for --prompt and text output")
+  cli.option("--tokenizer", o.tokenizer,
+             "Tokenizer for --prompt and text output: a tokenizer.json, a tiktoken file, a "
+             "llama2.c tokenizer.bin, or a model folder (default: the --model folder's own)")
       .cli11()
-      ->check(not_empty(false, "value", "a tokenizer.bin path"));
-  cli.option("--prompt", o.prompt, "Prompt text (needs --tokenizer)")
+      ->check(not_empty(false, "value", "a tokenizer file or folder"));
+  cli.option("--prompt", o.prompt, "Prompt text (needs a tokenizer)")
       .cli11()
       ->check(not_empty(false, "value", "some prompt text"));
+  Flag chat = cli.option("--chat", o.chat,
+                         "A message, wrapped in the model family's chat format "
+                         "(docs/pages/chat_formats.md); generation stops at the end of the turn");
+  chat.cli11()->check(not_empty(false, "value", "a chat message"));
+  chat.excludes(cli.get("--prompt"));
+  cli.option("--system", o.system, "System message of --chat").needs(chat);
+  cli.option("--chat-format", o.chat_format,
+             "Chat format of --chat: llama3, qwen2, qwen3 or mistral (default: from the model "
+             "folder's config.json and tokenizer)")
+      .needs(chat);
   cli.option("--prompt-ids", o.prompt_ids, "Prompt as comma-separated token ids, e.g. 1,403,407")
+      .excludes(chat)
       .cli11()
       ->check(not_empty(true, "list", "comma-separated token ids like 1,2,3", "IDS"));
   cli.option("--max-new-tokens", o.max_new_tokens, "Tokens to generate at most").show_default();
@@ -144,13 +159,15 @@ void add_common_options(CommandLine& cli, CommonOptions& o, const std::string& n
              "File with one prompt per line (ids, or text with --tokenizer)")
       .excludes(cli.get("--num-seqs"))
       .excludes(cli.get("--prompt"))
-      .excludes(cli.get("--prompt-ids"));
+      .excludes(cli.get("--prompt-ids"))
+      .excludes(cli.get("--chat"));
   cli.option("--workload", o.workload_file,
              "JSONL file of requests: prompt, max_new_tokens, stop_ids, arrival (see "
              "common/workload.hpp; scripts/make_workload.py writes them)")
       .excludes(cli.get("--num-seqs"))
       .excludes(cli.get("--prompt"))
       .excludes(cli.get("--prompt-ids"))
+      .excludes(cli.get("--chat"))
       .excludes(cli.get("--prompts"));
   cli.option("--device", o.device, "Where to run: cpu or cuda").show_default();
   cli.option("--weight-dtype", o.weight_dtype, "Weights on the device: fp32, fp16 or bf16")
@@ -200,21 +217,38 @@ int run_cli(CommandLine& cli, int argc, char** argv, const std::function<void()>
 }
 
 std::unique_ptr<Tokenizer> load_tokenizer(const CommonOptions& o, const ModelConfig& c) {
-  if (o.tokenizer.empty()) return nullptr;
-  return std::make_unique<Tokenizer>(Tokenizer::load(o.tokenizer, c.vocab_size));
+  if (!o.tokenizer.empty()) return load_tokenizer_file(o.tokenizer, c.vocab_size);
+  return model_folder_tokenizer(o.model, c.vocab_size);
+}
+
+namespace {
+ChatFormat chat_format_of(const CommonOptions& o, const Tokenizer& tok) {
+  return o.chat_format.empty() ? detect_chat_format(o.model, tok)
+                               : parse_chat_format(o.chat_format);
+}
+}  // namespace
+
+std::vector<int> chat_stop_ids(const CommonOptions& o, const Tokenizer* tok) {
+  if (o.chat.empty() || tok == nullptr) return {};
+  return {chat_end_of_turn(chat_format_of(o, *tok), *tok)};
 }
 
 std::vector<int> resolve_prompt(const CommonOptions& o, const ModelConfig& c,
                                 const Tokenizer* tok) {
-  if (!o.prompt.empty() && !o.prompt_ids.empty())
-    throw UsageError("give either --prompt or --prompt-ids, not both");
+  if ((!o.prompt.empty()) + (!o.prompt_ids.empty()) + (!o.chat.empty()) > 1)
+    throw UsageError("give one of --prompt, --prompt-ids and --chat, not two");
   if (!o.prompt_ids.empty()) return parse_token_ids(o.prompt_ids, c.vocab_size);
-  if (!o.prompt.empty()) {
+  if (!o.prompt.empty() || !o.chat.empty()) {
     if (tok == nullptr)
-      throw UsageError(
-          "--prompt needs --tokenizer (a llama2.c tokenizer.bin), or give token ids "
-          "with --prompt-ids");
-    return tok->encode(o.prompt, /*add_bos=*/true);
+      throw UsageError(fmt::format(
+          "{} needs a tokenizer: --tokenizer (a tokenizer.json, tiktoken file or llama2.c "
+          "tokenizer.bin) or a --model folder that ships one; or give token ids with --prompt-ids",
+          o.prompt.empty() ? "--chat" : "--prompt"));
+    if (!o.prompt.empty()) return tok->encode(o.prompt, /*add_bos=*/true);
+    const ChatFormat format = chat_format_of(o, *tok);
+    (void)chat_end_of_turn(format, *tok);  // the tokenizer has the format's special tokens
+    // The format writes its own BOS, as apply_chat_template's text does.
+    return tok->encode(chat_prompt(format, o.system, o.chat), /*add_bos=*/false);
   }
   return {c.bos_id};
 }

@@ -83,8 +83,11 @@ class CommandLine {
 /// \brief Flags common to every chapter's program.
 struct CommonOptions {
   std::string model = "stories15m";   ///< preset name, llama2.c .bin path, or safetensors folder
-  std::string tokenizer;              ///< llama2.c tokenizer.bin (optional)
-  std::string prompt;                 ///< text prompt (needs --tokenizer)
+  std::string tokenizer;              ///< tokenizer file or folder (default: the model folder's)
+  std::string prompt;                 ///< text prompt (needs a tokenizer)
+  std::string chat;                   ///< a message, wrapped in the model's chat format
+  std::string system;                 ///< the system message of --chat
+  std::string chat_format;            ///< --chat's format by name (default: from the model)
   std::string prompt_ids;             ///< comma-separated token ids
   std::string prompts_file;           ///< one prompt per line (ids, or text with a tokenizer)
   std::string workload_file;          ///< JSONL requests with lengths and arrivals (workload.hpp)
@@ -117,13 +120,19 @@ void add_common_options(
 /// 1 input or resource errors (bad file, exhausted budget, no device).
 int run_cli(CommandLine& cli, int argc, char** argv, const std::function<void()>& body);
 
-/// \brief The tokenizer named by --tokenizer, checked against the model's vocabulary, or nullptr
-/// when the flag is not given.
+/// \brief The tokenizer named by --tokenizer (a file or a model folder), else the one the
+/// --model folder ships, checked against the model's embedding rows; nullptr when there is none.
 std::unique_ptr<Tokenizer> load_tokenizer(const CommonOptions& o, const ModelConfig& c);
 
-/// \brief The prompt's token ids: --prompt-ids, or --prompt encoded with BOS by `tok`, or just BOS
-/// when neither is given. Throws UsageError for both at once or --prompt without a tokenizer.
+/// \brief The prompt's token ids: --prompt-ids, or --prompt encoded with BOS by `tok`, or --chat
+/// wrapped in the model's chat format (common/chat_format.hpp), or just BOS when none is given.
+/// Throws UsageError for two at once or text without a tokenizer, and InputError when no chat
+/// format fits the model.
 std::vector<int> resolve_prompt(const CommonOptions& o, const ModelConfig& c, const Tokenizer* tok);
+
+/// \brief With --chat, the token that ends the assistant's turn in the chat format, which ends
+/// each request too; empty without --chat.
+std::vector<int> chat_stop_ids(const CommonOptions& o, const Tokenizer* tok);
 
 /// \brief The sampler settings from the flags.
 SamplerConfig sampler_config(const CommonOptions& o);

@@ -1,80 +1,81 @@
-// Tokenizer: the byte-pair-encoding vocabulary of llama2.c's tokenizer.bin, turning text into token
-// ids for a prompt and ids back into text for output.
+// Tokenizer: what the chapter programs need of any vocabulary, whatever its file format. Text in,
+// token ids out for prompts; ids back to text for output, all at once or one token at a time.
 //
-// The file holds the sentencepiece vocabulary with its merge scores; the "▁" word marker is already
-// replaced by a plain space. Encoding follows llama2.c: a dummy-prefix space, one piece per UTF-8
-// code point (raw bytes <0xNN> when the vocabulary lacks it), then greedy merging of the adjacent
-// pair whose concatenation scores highest.
+// Three kinds implement it: llama2.c's tokenizer.bin (common/llama2c_tokenizer.hpp), and the
+// byte-pair encodings of Hugging Face tokenizer.json and tiktoken files (common/bpe_tokenizer.hpp).
+// common/tokenizer_files.hpp reads any of them from a path or a model folder.
 #pragma once
 
-#include <cstddef>
-#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 namespace kvheap {
 
-/// \brief A llama2.c BPE vocabulary: pieces, their merge scores, and a piece -> id index.
+/// \brief A vocabulary that encodes text to token ids and decodes ids to text.
 class Tokenizer {
  public:
-  /// \brief Id of the beginning-of-sequence token in every llama2.c vocabulary.
-  static constexpr int kBos = 1;
-  /// \brief Id of the end-of-sequence token.
-  static constexpr int kEos = 2;
-  /// \brief Id of the byte token <0x00>; byte b is id kFirstByte + b.
-  static constexpr int kFirstByte = 3;
+  /// \brief Destroys the implementation behind the interface.
+  virtual ~Tokenizer() = default;
 
-  /// \brief Reads exactly `vocab_size` tokens from a llama2.c tokenizer.bin.
-  ///
-  /// Throws InputError when the file cannot be opened, is not a regular file (a directory, FIFO
-  /// or device) or is larger than 1 GiB, holds fewer tokens than `vocab_size` or bytes after the
-  /// last of them (a tokenizer of a different model, or a damaged file), or has a negative, absurd
-  /// or truncated length anywhere.
-  [[nodiscard]] static Tokenizer load(const std::string& path, int vocab_size);
+  /// \brief Token ids for `text`, with the vocabulary's beginning-of-sequence token first when
+  /// `add_bos` and the vocabulary adds one (Qwen's does not). Special tokens written in the text
+  /// ("<|im_start|>") become their ids.
+  [[nodiscard]] virtual std::vector<int> encode(std::string_view text, bool add_bos) const = 0;
 
-  /// \brief Token ids for `text`: [BOS] when `add_bos`, then the dummy-prefix space and the text,
-  /// merged pair by pair. Empty text gives [BOS] or []. Invalid UTF-8 is encoded byte by byte.
-  [[nodiscard]] std::vector<int> encode(std::string_view text, bool add_bos) const;
+  /// \brief The text of `ids`, as printed for a reader: special tokens (BOS, end of turn) are left
+  /// out. Throws InputError on an id outside the vocabulary.
+  [[nodiscard]] virtual std::string decode(std::span<const int> ids) const = 0;
 
-  /// \brief Text of `token` as it should be printed after `prev_token`.
-  ///
-  /// Strips the dummy-prefix space from the first piece after BOS, turns <0xNN> into the raw
-  /// byte, and gives "" for BOS and EOS. Throws InputError when `token` is not a valid id.
-  [[nodiscard]] std::string decode_piece(int prev_token, int token) const;
+  /// \brief The bytes token `id` adds to the output after `prev` (-1 before the first token).
+  /// They may end inside a UTF-8 character that the next token completes; TextStream assembles
+  /// them. Throws InputError on an id outside the vocabulary.
+  [[nodiscard]] virtual std::string piece_bytes(int prev, int id) const = 0;
 
-  /// \brief Concatenated text of `ids`, skipping BOS and EOS; the inverse of encode.
-  ///
-  /// The first id is decoded as if it followed BOS, because encode starts every text with the
-  /// dummy-prefix space whether or not it adds BOS. Throws InputError on an invalid id.
-  [[nodiscard]] std::string decode(std::span<const int> ids) const;
+  /// \brief Whether `id` is a special token (BOS, end of turn): decode and TextStream print
+  /// nothing for it.
+  [[nodiscard]] virtual bool is_special(int id) const = 0;
 
-  /// \brief Number of tokens in the vocabulary.
-  [[nodiscard]] int vocab_size() const { return static_cast<int>(pieces_.size()); }
-  /// \brief The raw piece of `id` (with a leading space for word starts, "<0x0A>" for bytes).
-  [[nodiscard]] std::string_view piece(int id) const;
-  /// \brief The merge score of `id`; higher merges first.
-  [[nodiscard]] float score(int id) const;
-  /// \brief Id of a piece, or -1 when the vocabulary does not hold it.
-  [[nodiscard]] int find(std::string_view piece) const;
+  /// \brief One past the largest id the tokenizer can produce: the model's embedding needs at
+  /// least this many rows.
+  [[nodiscard]] virtual int vocab_size() const = 0;
+
+  /// \brief Id of the special or added token written `text` ("<|eot_id|>"), or -1.
+  [[nodiscard]] virtual int special_id(std::string_view text) const = 0;
+
+  /// \brief A few words on the format and size, for messages ("tokenizer.json, byte-level BPE").
+  [[nodiscard]] virtual std::string describe() const = 0;
+
+ protected:
+  /// \brief Only an implementation constructs a Tokenizer.
+  Tokenizer() = default;
+  /// \brief Copied as part of an implementation only.
+  Tokenizer(const Tokenizer&) = default;
+  /// \brief Copied as part of an implementation only.
+  Tokenizer& operator=(const Tokenizer&) = default;
+  /// \brief Moved as part of an implementation only.
+  Tokenizer(Tokenizer&&) = default;
+  /// \brief Moved as part of an implementation only.
+  Tokenizer& operator=(Tokenizer&&) = default;
+};
+
+/// \brief Text of generated tokens as they arrive, for streaming output: each push returns what
+/// can be printed now. A UTF-8 character split across tokens is held back until it is whole, so
+/// nothing printed is ever half a character; bytes that can never form one print as U+FFFD.
+class TextStream {
+ public:
+  /// \brief A stream over `tok`, which must outlive it.
+  explicit TextStream(const Tokenizer& tok) : tok_(&tok) {}
+  /// \brief Takes the next token; returns the text that became complete (maybe "").
+  [[nodiscard]] std::string push(int id);
+  /// \brief Ends the stream: the held bytes of an unfinished character, as U+FFFD.
+  [[nodiscard]] std::string finish();
 
  private:
-  Tokenizer() = default;
-  void build_index();
-  void check_id(int id) const;
-  void append_code_point(std::string_view bytes, std::vector<int>& out) const;
-
-  std::vector<std::string> pieces_;  // [vocab_size] piece text, id order
-  std::vector<float> scores_;        // [vocab_size] merge priority, id order
-  // A transparent hash lets find() and the merge loop probe with a string_view without building a
-  // std::string per lookup; the keys own their text so a Tokenizer copies and moves safely.
-  struct Hash {
-    using is_transparent = void;
-    std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-  };
-  std::unordered_map<std::string, int, Hash, std::equal_to<>> index_;  // piece -> lowest id
+  const Tokenizer* tok_;
+  int prev_ = -1;     // the last token that is not special, or -1 at the start
+  std::string held_;  // bytes of a character still waiting for its continuation bytes
 };
 
 }  // namespace kvheap

@@ -88,6 +88,25 @@ int fuzz_scheduler_one(const std::uint8_t* data, std::size_t size);
 FuzzOutcome fuzz_workload(std::span<const std::uint8_t> input, std::string* why = nullptr);
 /// \brief libFuzzer-shaped wrapper of fuzz_workload; always returns 0.
 int fuzz_workload_one(const std::uint8_t* data, std::size_t size);
+/// \brief Input: a tokenizer.json[, separator, text]. The file is read into a tokenizer; the text
+/// is encoded with it, decoded and streamed (the stream must print what decode prints), and a
+/// byte-level file that changes nothing before splitting must give the text back.
+FuzzOutcome fuzz_tokenizer_json(std::span<const std::uint8_t> input, std::string* why = nullptr);
+/// \brief libFuzzer-shaped wrapper of fuzz_tokenizer_json; always returns 0.
+int fuzz_tokenizer_json_one(const std::uint8_t* data, std::size_t size);
+/// \brief Input: a tiktoken file[, separator, text], read with Llama 3's pattern and special
+/// tokens. The text must decode back exactly, and on short texts without special tokens encode
+/// as tiktoken's own merge loop, restated plainly, does.
+FuzzOutcome fuzz_tiktoken(std::span<const std::uint8_t> input, std::string* why = nullptr);
+/// \brief libFuzzer-shaped wrapper of fuzz_tiktoken; always returns 0.
+int fuzz_tiktoken_one(const std::uint8_t* data, std::size_t size);
+/// \brief Input: text, encoded with the committed real vocabularies (tests/data/tokenizers: Qwen's
+/// tokenizer.json, its Llama 3 tiktoken form, Mistral's SentencePiece-style file). Ids must be in
+/// range, streams must print what decode prints, invalid UTF-8 must encode as its U+FFFD
+/// replacement, and the byte-level ones must give the (NFC) text back.
+FuzzOutcome fuzz_bpe_encode(std::span<const std::uint8_t> input, std::string* why = nullptr);
+/// \brief libFuzzer-shaped wrapper of fuzz_bpe_encode; always returns 0.
+int fuzz_bpe_encode_one(const std::uint8_t* data, std::size_t size);
 /// \brief libFuzzer-shaped wrapper of fuzz_llama2c_loader; always returns 0.
 int fuzz_llama2c_loader_one(const std::uint8_t* data, std::size_t size);
 /// \brief libFuzzer-shaped wrapper of fuzz_safetensors; always returns 0.

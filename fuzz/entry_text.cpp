@@ -13,7 +13,7 @@
 #include "common/cli.hpp"
 #include "common/sampler.hpp"
 #include "common/serve.hpp"
-#include "common/tokenizer.hpp"
+#include "common/llama2c_tokenizer.hpp"
 #include "common/workload.hpp"
 #include "fuzz/entry_points.hpp"
 #include "fuzz/fuzz_support.hpp"
@@ -66,7 +66,7 @@ FuzzOutcome fuzz_tokenizer(std::span<const std::uint8_t> input, std::string* why
   const bool add_bos = input.size() % 2 == 1;
 
   // Any bytes at all encode with a vocabulary that has every byte token, and decode back exactly.
-  const Tokenizer& builtin = fuzz::builtin_tokenizer();
+  const Llama2cTokenizer& builtin = fuzz::builtin_tokenizer();
   const std::vector<int> ids = builtin.encode(text, add_bos);
   check_ids_in_range(ids, builtin.vocab_size());
   require(builtin.decode(ids) == text, "decode(encode(text)) differs from text");
@@ -82,7 +82,7 @@ FuzzOutcome fuzz_tokenizer(std::span<const std::uint8_t> input, std::string* why
   const std::string path = fuzz::write_scratch("tokenizer.bin", file);
   try {
     const int vocab = count_records(file) + delta;
-    const Tokenizer t = Tokenizer::load(path, vocab);
+    const Llama2cTokenizer t = Llama2cTokenizer::load(path, vocab);
     require(t.vocab_size() == vocab, "tokenizer loaded a different vocab_size than asked for");
     const std::vector<int> got = t.encode(parts[1], add_bos);
     check_ids_in_range(got, vocab);
@@ -125,7 +125,7 @@ FuzzOutcome fuzz_cli(std::span<const std::uint8_t> input, std::string* why) {
     (void)apply_threads(o);
     omp_set_num_threads(threads_before);
     // As the chapter programs do: the tokenizer exists only when --tokenizer was given.
-    const Tokenizer* tok = o.tokenizer.empty() ? nullptr : &fuzz::builtin_tokenizer();
+    const Llama2cTokenizer* tok = o.tokenizer.empty() ? nullptr : &fuzz::builtin_tokenizer();
     const std::vector<int> prompt = resolve_prompt(o, c, tok);
     check_ids_in_range(prompt, c.vocab_size);
     check_generation_fits(prompt.size(), o.max_new_tokens, c);
@@ -141,7 +141,7 @@ FuzzOutcome fuzz_cli(std::span<const std::uint8_t> input, std::string* why) {
 
 FuzzOutcome fuzz_workload(std::span<const std::uint8_t> input, std::string* why) {
   const ModelConfig c = cli_config();
-  const Tokenizer& tok = fuzz::builtin_tokenizer();
+  const Llama2cTokenizer& tok = fuzz::builtin_tokenizer();
   std::vector<Request> w;
   try {
     w = parse_workload(fuzz::as_text(input), "fuzz.jsonl", c, &tok, 8);
@@ -182,6 +182,8 @@ std::span<const FuzzTarget> fuzz_targets() {
       {"fuzz_tokenizer", fuzz_tokenizer},           {"fuzz_cli", fuzz_cli},
       {"fuzz_block_pool", fuzz_block_pool},         {"fuzz_shared_blocks", fuzz_shared_blocks},
       {"fuzz_scheduler", fuzz_scheduler},           {"fuzz_workload", fuzz_workload},
+      {"fuzz_tokenizer_json", fuzz_tokenizer_json}, {"fuzz_tiktoken", fuzz_tiktoken},
+      {"fuzz_bpe_encode", fuzz_bpe_encode},
   };
   return kTargets;
 }

@@ -46,7 +46,7 @@ void append_record(std::string& out, float score, std::string_view piece) {
 }
 
 // Length of the well-formed UTF-8 sequence at text[i], or 1 for a byte that does not start one:
-// the contract Tokenizer::encode documents, restated independently.
+// the contract Llama2cTokenizer::encode documents, restated independently.
 std::size_t utf8_length(std::string_view text, std::size_t i) {
   const auto b = static_cast<unsigned char>(text[i]);
   const std::size_t n = b >= 0xF0 && b < 0xF8   ? 4
@@ -123,8 +123,8 @@ std::string builtin_vocab_bytes() {
   return out;
 }
 
-const Tokenizer& builtin_tokenizer() {
-  static const Tokenizer tok = [] {
+const Llama2cTokenizer& builtin_tokenizer() {
+  static const Llama2cTokenizer tok = [] {
     const std::string bytes = builtin_vocab_bytes();
     const std::string path = write_scratch("builtin-tokenizer.bin", bytes);
     // Header (4 bytes), then one record per token; count them to get the vocab size.
@@ -134,14 +134,14 @@ const Tokenizer& builtin_tokenizer() {
       std::memcpy(&len, bytes.data() + pos + 4, 4);
       pos += 8 + static_cast<std::size_t>(len);
     }
-    return Tokenizer::load(path, n);
+    return Llama2cTokenizer::load(path, n);
   }();
   return tok;
 }
 
-std::vector<int> reference_encode(const Tokenizer& t, std::string_view text, bool add_bos) {
+std::vector<int> reference_encode(const Llama2cTokenizer& t, std::string_view text, bool add_bos) {
   std::vector<int> ids;
-  if (add_bos) ids.push_back(Tokenizer::kBos);
+  if (add_bos) ids.push_back(Llama2cTokenizer::kBos);
   if (text.empty()) return ids;
   std::vector<int> pieces;
   auto push = [&](std::string_view cp) {
@@ -149,7 +149,8 @@ std::vector<int> reference_encode(const Tokenizer& t, std::string_view text, boo
       pieces.push_back(id);
       return;
     }
-    for (const char c : cp) pieces.push_back(Tokenizer::kFirstByte + static_cast<unsigned char>(c));
+    for (const char c : cp)
+      pieces.push_back(Llama2cTokenizer::kFirstByte + static_cast<unsigned char>(c));
   };
   push(" ");
   for (std::size_t i = 0; i < text.size();) {

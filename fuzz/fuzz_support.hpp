@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "common/tokenizer.hpp"
+#include "common/llama2c_tokenizer.hpp"
 #include "fuzz/entry_points.hpp"
 
 namespace kvheap::fuzz {
@@ -37,12 +37,12 @@ void remove_scratch(const std::string& name);
 /// scores, to exercise tie-breaking). The fuzz seed generator writes the same layout.
 [[nodiscard]] std::string builtin_vocab_bytes();
 
-/// \brief The built-in vocabulary, loaded once through Tokenizer::load.
-const Tokenizer& builtin_tokenizer();
+/// \brief The built-in vocabulary, loaded once through Llama2cTokenizer::load.
+const Llama2cTokenizer& builtin_tokenizer();
 
 /// \brief llama2.c's original encoder: rescan every adjacent pair after each merge and merge the
 /// leftmost best. O(n^2); the oracle for kvheap's heap-based encoder on short texts.
-[[nodiscard]] std::vector<int> reference_encode(const Tokenizer& t, std::string_view text,
+[[nodiscard]] std::vector<int> reference_encode(const Llama2cTokenizer& t, std::string_view text,
                                                 bool add_bos);
 
 /// \brief Records `e`'s message in `why` (when not null) and returns FuzzOutcome::Rejected.

@@ -135,6 +135,69 @@ void tokenizer_seeds() {
   seed("fuzz_tokenizer", "one_token_short.tok", join({std::string(1, '\0') + small, "ab"}));
 }
 
+std::string data_file(const std::string& name) {
+  return test::read_bytes(std::string(KVHEAP_SOURCE_DIR) + "/tests/data/tokenizers/" + name);
+}
+
+// The BPE readers' seeds: small valid files cut from the committed test vocabularies, texts, and
+// a few broken files. The whole files are too large to mutate quickly.
+void bpe_seeds() {
+  const std::string text =
+      "Hello, world! It's 2024: caf\xC3\xA9 \xE4\xBD\xA0\xE5\xA5\xBD <|im_end|>";
+  // tiktoken: the 256 byte ranks and the first merges of Qwen's vocabulary.
+  const std::string tiktoken = data_file("qwen16k.tiktoken");
+  std::size_t cut = 0;
+  for (int line = 0; line < 400; ++line) cut = tiktoken.find('\n', cut) + 1;
+  const std::string small = tiktoken.substr(0, cut);
+  seed("fuzz_tiktoken", "valid_qwen400.tiktoken", join({small, text}));
+  seed("fuzz_tiktoken", "valid_specials.tiktoken",
+       join({small, "<|begin_of_text|>hi<|eot_id|><|start_header_id|>x"}));
+  seed("fuzz_tiktoken", "duplicate_rank.tiktoken", "IQ== 0\nIg== 0\n");
+  seed("fuzz_tiktoken", "missing_bytes.tiktoken", join({"IQ== 0\n", "!!"}));
+  // tokenizer.json: the same 400 tokens, byte-level, and Mistral's first pieces,
+  // SentencePiece-style.
+  nlohmann::json qwen = nlohmann::json::parse(data_file("qwen16k.tokenizer.json"));
+  nlohmann::json vocab = nlohmann::json::object(), merges = nlohmann::json::array();
+  for (const auto& [token, id] : qwen["model"]["vocab"].items())
+    if (id.get<int>() < 400) vocab[token] = id;
+  for (const nlohmann::json& m : qwen["model"]["merges"])
+    if (vocab.contains(m[0].get<std::string>()) && vocab.contains(m[1].get<std::string>()) &&
+        vocab.contains(m[0].get<std::string>() + m[1].get<std::string>()))
+      merges.push_back(m);
+  qwen["model"]["vocab"] = vocab;
+  qwen["model"]["merges"] = merges;
+  for (nlohmann::json& t : qwen["added_tokens"]) t["id"] = t["id"].get<int>() - 16384 + 400;
+  seed("fuzz_tokenizer_json", "valid_qwen400.json", join({qwen.dump(), text}));
+  nlohmann::json mistral = nlohmann::json::parse(data_file("mistral_subset.tokenizer.json"));
+  nlohmann::json sp_vocab = nlohmann::json::object(), sp_merges = nlohmann::json::array();
+  for (const auto& [token, id] : mistral["model"]["vocab"].items())
+    if (id.get<int>() < 400) sp_vocab[token] = id;
+  for (const nlohmann::json& m : mistral["model"]["merges"])
+    if (sp_vocab.contains(m[0].get<std::string>()) && sp_vocab.contains(m[1].get<std::string>()) &&
+        sp_vocab.contains(m[0].get<std::string>() + m[1].get<std::string>()))
+      sp_merges.push_back(m);
+  mistral["model"]["vocab"] = sp_vocab;
+  mistral["model"]["merges"] = sp_merges;
+  seed("fuzz_tokenizer_json", "valid_mistral400.json",
+       join({mistral.dump(), "<s>[INST] " + text + " [/INST]"}));
+  nlohmann::json broken = qwen;
+  broken["model"]["merges"].push_back({"a", "no-such-token"});
+  seed("fuzz_tokenizer_json", "merge_of_missing_token.json", broken.dump());
+  broken = qwen;
+  broken["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(?<=a+)b";
+  seed("fuzz_tokenizer_json", "invalid_regex.json", broken.dump());
+  seed("fuzz_tokenizer_json", "not_json.json", "{\"model\": {\"type\": \"BPE\", ");
+  // Encoding with the full test vocabularies: the reference cases' texts.
+  const nlohmann::json ref = nlohmann::json::parse(data_file("reference.json"));
+  for (const auto& [name, hex] : ref["cases"].items()) {
+    std::string bytes;
+    const std::string h = hex.get<std::string>();
+    for (std::size_t i = 0; i + 1 < h.size(); i += 2)
+      bytes += static_cast<char>(std::stoi(h.substr(i, 2), nullptr, 16));
+    seed("fuzz_bpe_encode", "valid_" + name + ".txt", bytes);
+  }
+}
+
 void cli_seeds() {
   seed("fuzz_cli", "valid_prompt_ids.args", "--prompt-ids\n1, 5,9\n--max-new-tokens\n8\n--json");
   seed("fuzz_cli", "valid_prompt_text.args",
@@ -147,6 +210,8 @@ void cli_seeds() {
   seed("fuzz_cli", "malformed_number.args", "--max-new-tokens\nten");
   seed("fuzz_cli", "past_context.args", "--prompt-ids\n1,2,3\n--max-new-tokens\n95");
   seed("fuzz_cli", "prompt_without_tokenizer.args", "--prompt\nhello");
+  seed("fuzz_cli", "chat_without_tokenizer.args", "--chat\nhello\n--system\nbe brief");
+  seed("fuzz_cli", "system_without_chat.args", "--system\nbe brief");
 }
 
 void workload_seeds() {
@@ -176,6 +241,7 @@ int main(int argc, char** argv) {
   llama2c_seeds();
   safetensors_seeds();
   tokenizer_seeds();
+  bpe_seeds();
   cli_seeds();
   workload_seeds();
   fs::remove_all(g_tmp);

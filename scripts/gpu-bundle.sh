@@ -25,6 +25,7 @@ dev_packages=(
   libfmt-dev                                     # fmt: headers and a shared library
   libgtest-dev libgmock-dev                      # GoogleTest (static libraries)
   libbenchmark-dev                               # Google Benchmark: headers and a shared library
+  libpcre2-dev libutf8proc-dev                   # the tokenizers' regexes and NFC
 )
 if ! command -v apt-get > /dev/null || ! command -v apt-cache > /dev/null; then
   echo "gpu-bundle: no apt-get here: the bundle is made of Debian packages, so pack it on Debian or Ubuntu" >&2
@@ -35,7 +36,7 @@ distro=$( (. /etc/os-release 2> /dev/null && echo "${PRETTY_NAME:-$ID $VERSION_I
 # The shared-library packages each development package depends on, named as this distribution
 # names them (a library package's name ends in its soname's version: libfmt9, libbenchmark1debian).
 runtime_packages=()
-for dev in libfmt-dev libbenchmark-dev; do
+for dev in libfmt-dev libbenchmark-dev libpcre2-dev libutf8proc-dev; do
   deps=$(apt-cache depends --no-recommends --no-suggests --no-conflicts --no-breaks --no-replaces \
     --no-enhances "$dev" 2> /dev/null | sed -n 's/^  Depends: \(lib[^ <>]*[0-9][^ <>]*\)$/\1/p')
   if [ -z "$deps" ]; then

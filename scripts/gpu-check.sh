@@ -343,6 +343,10 @@ if [ -d .gpu-bundle/debs ]; then
   fi
   export CMAKE_PREFIX_PATH="$deps/usr:$deps/usr/lib/$arch/cmake${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
   export LD_LIBRARY_PATH="$deps/usr/lib/$arch${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  # PCRE2 and utf8proc are found through pkg-config, whose files say /usr: the sysroot moves them
+  # to the unpacked copy, which the search path puts first.
+  export PKG_CONFIG_PATH="$deps/usr/lib/$arch/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+  export PKG_CONFIG_SYSROOT_DIR="$deps"
   log "gpu-check: libraries from .gpu-bundle ($(find .gpu-bundle/debs -name '*.deb' | wc -l) packages, packed on $(head -1 <<< "$packed_on"))"
   echo "bundle: $(head -1 <<< "$packed_on")" >> "$out/versions.txt"
 else

@@ -7,6 +7,7 @@ packages=(
   cmake ninja-build g++ make
   libeigen3-dev libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev libfmt-dev
+  libpcre2-dev libutf8proc-dev pkg-config
   doxygen doxygen-awesome-css graphviz
   python3-matplotlib
   clang libclang-rt-14-dev libomp-dev clang-format clang-tidy

@@ -17,7 +17,8 @@
 #
 # KVHEAP_MODELS_DIR points the tests at a folder holding stories260K.bin and tokenizer.bin; tests
 # that need them skip without it (and fail instead when CI=true). KVHEAP_FUZZ_SECONDS sets the
-# time per fuzz target (default 35: eight targets, two at a time, and CI is kept under 30 minutes).
+# time per fuzz target (default 35: eleven targets, two at a time, six rounds, and CI is kept under
+# 30 minutes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -172,7 +172,7 @@ TEST(Cli, TokenizerThatIsNotARegularFileExitsOne) {
   const test::TempDir tmp;
   const std::string fifo = tmp.file("tok.fifo");
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-  std::vector<std::string> paths = {fifo, tmp.path().string()};
+  std::vector<std::string> paths = {fifo};
   if (std::filesystem::exists("/dev/zero")) paths.emplace_back("/dev/zero");
   for (const std::string& path : paths) {
     const auto r =
@@ -181,6 +181,12 @@ TEST(Cli, TokenizerThatIsNotARegularFileExitsOne) {
     expect_one_line_error(r, "tokenizer '" + path + "' is a");
     expect_one_line_error(r, "not a regular file; expected a llama2.c tokenizer.bin");
   }
+  // A folder is searched for a tokenizer.json or a tiktoken file.
+  const auto r = run_program(kCh01, {"--model", "tiny", "--tokenizer", tmp.path().string(),
+                                     "--prompt", "hi", "--no-peak"});
+  EXPECT_EQ(r.exit_code, 1);
+  expect_one_line_error(r,
+                        "tokenizer folder '" + tmp.path().string() + "' holds no tokenizer.json");
 }
 
 // The same for --model: a FIFO or a device is named as such, not as a missing file.

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "base/error.hpp"
-#include "common/tokenizer.hpp"
+#include "common/llama2c_tokenizer.hpp"
 #include "tests/support/test_support.hpp"
 
 namespace kvheap {
@@ -30,7 +30,7 @@ void expect_input_error(Fn&& fn, std::initializer_list<std::string_view> parts) 
   }
 }
 
-std::vector<std::string> pieces_of(const Tokenizer& t, const std::vector<int>& ids) {
+std::vector<std::string> pieces_of(const Llama2cTokenizer& t, const std::vector<int>& ids) {
   std::vector<std::string> out;
   for (const int id : ids) out.emplace_back(t.piece(id));
   return out;
@@ -38,14 +38,14 @@ std::vector<std::string> pieces_of(const Tokenizer& t, const std::vector<int>& i
 
 // The plain llama2.c loop: rescan every adjacent pair after each merge. encode keeps the pairs in
 // a heap instead; this is what it must agree with, token for token.
-std::vector<int> reference_encode(const Tokenizer& t, std::string_view text) {
+std::vector<int> reference_encode(const Llama2cTokenizer& t, std::string_view text) {
   std::vector<int> ids;
   auto add = [&](std::string_view bytes) {
     if (const int id = t.find(bytes); id >= 0) {
       ids.push_back(id);
     } else {
       for (const char c : bytes) {
-        ids.push_back(Tokenizer::kFirstByte + static_cast<unsigned char>(c));
+        ids.push_back(Llama2cTokenizer::kFirstByte + static_cast<unsigned char>(c));
       }
     }
   };
@@ -100,7 +100,7 @@ const std::vector<std::string>& round_trip_texts() {
 
 TEST(Tokenizer, RealVocabularyRoundTripsText) {
   KVHEAP_REQUIRE_MODEL(path, "tokenizer.bin");
-  const Tokenizer t = Tokenizer::load(path, 32000);
+  const Llama2cTokenizer t = Llama2cTokenizer::load(path, 32000);
   EXPECT_EQ(t.vocab_size(), 32000);
   for (const auto& text : round_trip_texts()) {
     SCOPED_TRACE(text);
@@ -112,7 +112,7 @@ TEST(Tokenizer, RealVocabularyRoundTripsText) {
 
 TEST(Tokenizer, HeapMergesMatchThePlainLlama2cLoop) {
   KVHEAP_REQUIRE_MODEL(path, "tokenizer.bin");
-  const Tokenizer t = Tokenizer::load(path, 32000);
+  const Llama2cTokenizer t = Llama2cTokenizer::load(path, 32000);
   std::vector<std::string> texts = round_trip_texts();
   std::string story;
   for (const auto& text : round_trip_texts()) story += text + " ";
@@ -153,13 +153,13 @@ TEST(Tokenizer, HeapMergesMatchThePlainLlama2cLoop) {
 
 TEST(Tokenizer, CharactersOutsideTheVocabularyUseByteTokens) {
   KVHEAP_REQUIRE_MODEL(path, "tokenizer.bin");
-  const Tokenizer t = Tokenizer::load(path, 32000);
-  EXPECT_EQ(t.piece(Tokenizer::kFirstByte + 0x0A), "<0x0A>");
-  EXPECT_EQ(t.decode_piece(0, Tokenizer::kFirstByte + 0x0A), "\n");
+  const Llama2cTokenizer t = Llama2cTokenizer::load(path, 32000);
+  EXPECT_EQ(t.piece(Llama2cTokenizer::kFirstByte + 0x0A), "<0x0A>");
+  EXPECT_EQ(t.decode_piece(0, Llama2cTokenizer::kFirstByte + 0x0A), "\n");
   bool used_bytes = false;
   for (const auto& text : round_trip_texts()) {
     for (const int id : t.encode(text, false)) {
-      used_bytes |= id >= Tokenizer::kFirstByte && id < Tokenizer::kFirstByte + 256;
+      used_bytes |= id >= Llama2cTokenizer::kFirstByte && id < Llama2cTokenizer::kFirstByte + 256;
     }
   }
   EXPECT_TRUE(used_bytes) << "no test text exercised byte fallback; add a rarer character";
@@ -167,7 +167,7 @@ TEST(Tokenizer, CharactersOutsideTheVocabularyUseByteTokens) {
 
 TEST(Tokenizer, InvalidUtf8IsEncodedByteByByte) {
   KVHEAP_REQUIRE_MODEL(path, "tokenizer.bin");
-  const Tokenizer t = Tokenizer::load(path, 32000);
+  const Llama2cTokenizer t = Llama2cTokenizer::load(path, 32000);
   // A stray continuation byte, a lead byte cut short, bytes that never occur in UTF-8, a lead
   // byte whose continuation is missing: each bad byte must come out as its own byte token.
   const std::vector<std::pair<std::string, std::vector<unsigned char>>> cases = {
@@ -180,46 +180,48 @@ TEST(Tokenizer, InvalidUtf8IsEncodedByteByByte) {
     const std::vector<int> ids = t.encode(text, true);
     EXPECT_EQ(t.decode(ids), text);
     for (const unsigned char b : bad_bytes) {
-      EXPECT_NE(std::find(ids.begin(), ids.end(), Tokenizer::kFirstByte + b), ids.end())
+      EXPECT_NE(std::find(ids.begin(), ids.end(), Llama2cTokenizer::kFirstByte + b), ids.end())
           << "byte 0x" << std::hex << int{b} << " was not encoded as its byte token";
     }
   }
-  EXPECT_EQ(t.encode("\x80", false), (std::vector<int>{t.find(" "), Tokenizer::kFirstByte + 0x80}));
+  EXPECT_EQ(t.encode("\x80", false),
+            (std::vector<int>{t.find(" "), Llama2cTokenizer::kFirstByte + 0x80}));
 }
 
 TEST(Tokenizer, EncodingStartsWithBosAndADummyPrefixSpace) {
   KVHEAP_REQUIRE_MODEL(path, "tokenizer.bin");
-  const Tokenizer t = Tokenizer::load(path, 32000);
+  const Llama2cTokenizer t = Llama2cTokenizer::load(path, 32000);
   const std::vector<int> ids = t.encode("Hello world", true);
   ASSERT_EQ(ids.size(), 3u);
-  EXPECT_EQ(ids[0], Tokenizer::kBos);
+  EXPECT_EQ(ids[0], Llama2cTokenizer::kBos);
   // llama2.c exports BOS as "\n<s>\n"; decode must not print it.
   EXPECT_EQ(pieces_of(t, {ids[1], ids[2]}), (std::vector<std::string>{" Hello", " world"}));
   EXPECT_EQ(t.encode("Hello world", false), std::vector<int>(ids.begin() + 1, ids.end()));
   // The dummy prefix makes a text's first word the same token as that word mid-sentence.
   EXPECT_EQ(t.encode("world", false), std::vector<int>{ids[2]});
   // After BOS the prefix space is dropped on output; mid-sentence it is kept.
-  EXPECT_EQ(t.decode_piece(Tokenizer::kBos, ids[1]), "Hello");
+  EXPECT_EQ(t.decode_piece(Llama2cTokenizer::kBos, ids[1]), "Hello");
   EXPECT_EQ(t.decode_piece(ids[1], ids[2]), " world");
-  EXPECT_EQ(t.encode("", true), std::vector<int>{Tokenizer::kBos});
+  EXPECT_EQ(t.encode("", true), std::vector<int>{Llama2cTokenizer::kBos});
   EXPECT_TRUE(t.encode("", false).empty());
-  EXPECT_EQ(t.decode(std::vector<int>{Tokenizer::kBos, ids[1], ids[2], Tokenizer::kEos}),
-            "Hello world");
+  EXPECT_EQ(
+      t.decode(std::vector<int>{Llama2cTokenizer::kBos, ids[1], ids[2], Llama2cTokenizer::kEos}),
+      "Hello world");
 }
 
 TEST(Tokenizer, WrongVocabularySizeNamesTheMismatch) {
   KVHEAP_REQUIRE_MODEL(path, "tokenizer.bin");
-  expect_input_error([&] { (void)Tokenizer::load(path, 512); },
+  expect_input_error([&] { (void)Llama2cTokenizer::load(path, 512); },
                      {"bytes left after the last of its 512 tokens", "31488 more tokens",
                       "32000-token vocabulary", "belongs to a different model"});
-  expect_input_error([&] { (void)Tokenizer::load(path, 40000); },
+  expect_input_error([&] { (void)Llama2cTokenizer::load(path, 40000); },
                      {"holds only 32000 tokens", "40000"});
-  expect_input_error([&] { (void)Tokenizer::load(path, 0); }, {"vocab_size"});
+  expect_input_error([&] { (void)Llama2cTokenizer::load(path, 0); }, {"vocab_size"});
 }
 
 TEST(Tokenizer, DecodeRejectsIdsOutsideTheVocabulary) {
   KVHEAP_REQUIRE_MODEL(path, "tokenizer.bin");
-  const Tokenizer t = Tokenizer::load(path, 32000);
+  const Llama2cTokenizer t = Llama2cTokenizer::load(path, 32000);
   expect_input_error(
       [&] {
         (void)t.decode(std::vector<int>{1, 32000});

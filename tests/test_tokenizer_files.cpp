@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "base/error.hpp"
-#include "common/tokenizer.hpp"
+#include "common/llama2c_tokenizer.hpp"
 
 namespace kvheap {
 namespace {
@@ -91,7 +91,7 @@ void expect_input_error(Fn&& fn, std::initializer_list<std::string_view> parts) 
   }
 }
 
-std::vector<std::string> pieces_of(const Tokenizer& t, const std::vector<int>& ids) {
+std::vector<std::string> pieces_of(const Llama2cTokenizer& t, const std::vector<int>& ids) {
   std::vector<std::string> out;
   for (const int id : ids) out.emplace_back(t.piece(id));
   return out;
@@ -110,14 +110,17 @@ TEST(Tokenizer, HigherScoringPairMergesFirst) {
     v.emplace_back("bc", bc);
     return v;
   };
-  const Tokenizer ab_first = Tokenizer::load(write_vocab(dir, "ab.bin", with(-2.0f, -5.0f)), 9);
+  const Llama2cTokenizer ab_first =
+      Llama2cTokenizer::load(write_vocab(dir, "ab.bin", with(-2.0f, -5.0f)), 9);
   EXPECT_EQ(pieces_of(ab_first, ab_first.encode("abc", false)),
             (std::vector<std::string>{" ", "ab", "c"}));
-  const Tokenizer bc_first = Tokenizer::load(write_vocab(dir, "bc.bin", with(-5.0f, -2.0f)), 9);
+  const Llama2cTokenizer bc_first =
+      Llama2cTokenizer::load(write_vocab(dir, "bc.bin", with(-5.0f, -2.0f)), 9);
   EXPECT_EQ(pieces_of(bc_first, bc_first.encode("abc", false)),
             (std::vector<std::string>{" ", "a", "bc"}));
   // Equal scores: the leftmost pair wins, as in llama2.c.
-  const Tokenizer tie = Tokenizer::load(write_vocab(dir, "tie.bin", with(-3.0f, -3.0f)), 9);
+  const Llama2cTokenizer tie =
+      Llama2cTokenizer::load(write_vocab(dir, "tie.bin", with(-3.0f, -3.0f)), 9);
   EXPECT_EQ(pieces_of(tie, tie.encode("abc", true)),
             (std::vector<std::string>{"<s>", " ", "ab", "c"}));
 }
@@ -132,7 +135,7 @@ TEST(Tokenizer, MergesChainUntilNoPairIsInTheVocabulary) {
                                         {"abab", -2.0f},
                                         {" abab", -3.0f},
                                         {" a", -9.0f}});
-  const Tokenizer t = Tokenizer::load(path, 10);
+  const Llama2cTokenizer t = Llama2cTokenizer::load(path, 10);
   // ab ab -> abab -> " abab"; " a" scores too low to steal the first 'a' early.
   EXPECT_EQ(pieces_of(t, t.encode("abab", false)), (std::vector<std::string>{" abab"}));
   EXPECT_EQ(pieces_of(t, t.encode("ababa", false)), (std::vector<std::string>{" abab", "a"}));
@@ -142,8 +145,9 @@ TEST(Tokenizer, MergesChainUntilNoPairIsInTheVocabulary) {
 }
 
 TEST(Tokenizer, MissingFileIsReportedWithItsPath) {
-  expect_input_error([] { (void)Tokenizer::load("/nonexistent/kvheap/tokenizer.bin", 32000); },
-                     {"cannot open", "/nonexistent/kvheap/tokenizer.bin"});
+  expect_input_error(
+      [] { (void)Llama2cTokenizer::load("/nonexistent/kvheap/tokenizer.bin", 32000); },
+      {"cannot open", "/nonexistent/kvheap/tokenizer.bin"});
 }
 
 TEST(Tokenizer, TruncatedFilesNameTheTokenWhereTheyEnd) {
@@ -155,14 +159,15 @@ TEST(Tokenizer, TruncatedFilesNameTheTokenWhereTheyEnd) {
   cut_piece.f32(0.0f);
   cut_piece.i32(10);
   cut_piece.bytes += "<s";  // 2 of the 10 declared bytes
-  expect_input_error([&] { (void)Tokenizer::load(cut_piece.save(dir, "piece.bin"), 3); },
+  expect_input_error([&] { (void)Llama2cTokenizer::load(cut_piece.save(dir, "piece.bin"), 3); },
                      {"truncated inside token 1", "10 bytes", "found 2"});
   FileBytes cut_header = f;
   cut_header.bytes += "\x01\x02\x03";
-  expect_input_error([&] { (void)Tokenizer::load(cut_header.save(dir, "header.bin"), 3); },
+  expect_input_error([&] { (void)Llama2cTokenizer::load(cut_header.save(dir, "header.bin"), 3); },
                      {"truncated inside token 1"});
-  expect_input_error([&] { (void)Tokenizer::load(FileBytes{"\x10"}.save(dir, "tiny.bin"), 3); },
-                     {"too short"});
+  expect_input_error(
+      [&] { (void)Llama2cTokenizer::load(FileBytes{"\x10"}.save(dir, "tiny.bin"), 3); },
+      {"too short"});
 }
 
 TEST(Tokenizer, GarbageLengthsAreRejected) {
@@ -175,11 +180,11 @@ TEST(Tokenizer, GarbageLengthsAreRejected) {
     f.f32(0.0f);
     f.i32(bad);
     f.bytes += "<s>";
-    expect_input_error([&] { (void)Tokenizer::load(f.save(dir, "len.bin"), 3); },
+    expect_input_error([&] { (void)Llama2cTokenizer::load(f.save(dir, "len.bin"), 3); },
                        {"token 1 has a length of", std::to_string(bad)});
     FileBytes header;
     header.i32(bad);
-    expect_input_error([&] { (void)Tokenizer::load(header.save(dir, "max.bin"), 3); },
+    expect_input_error([&] { (void)Llama2cTokenizer::load(header.save(dir, "max.bin"), 3); },
                        {"max_token_length"});
   }
 }
@@ -194,10 +199,10 @@ TEST(Tokenizer, BytesAfterTheLastTokenAreCountedAndExplained) {
   f.token(0.0f, "</s>");
   FileBytes garbage = f;
   garbage.bytes += "\x01\x02\x03\x04\x05";
-  expect_input_error([&] { (void)Tokenizer::load(garbage.save(dir, "garbage.bin"), 3); },
+  expect_input_error([&] { (void)Llama2cTokenizer::load(garbage.save(dir, "garbage.bin"), 3); },
                      {"has 5 bytes left after the last of its 3 tokens (the model's vocab_size)",
                       "expected the file to end there", "not whole token records"});
-  expect_input_error([&] { (void)Tokenizer::load(f.save(dir, "three.bin"), 2); },
+  expect_input_error([&] { (void)Llama2cTokenizer::load(f.save(dir, "three.bin"), 2); },
                      {"has 12 bytes left after the last of its 2 tokens",
                       "1 more token:", "3-token vocabulary", "belongs to a different model"});
 }
@@ -209,16 +214,16 @@ TEST(Tokenizer, PathsThatAreNotRegularFilesAreRejectedWithoutReading) {
   const std::string folder = dir.write("x", "");
   fs::remove(folder);
   fs::create_directory(folder);
-  expect_input_error([&] { (void)Tokenizer::load(folder, 3); },
+  expect_input_error([&] { (void)Llama2cTokenizer::load(folder, 3); },
                      {"tokenizer '" + folder + "' is a directory, not a regular file",
                       "expected a llama2.c tokenizer.bin"});
   const std::string fifo = folder + ".fifo";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-  expect_input_error([&] { (void)Tokenizer::load(fifo, 3); },
+  expect_input_error([&] { (void)Llama2cTokenizer::load(fifo, 3); },
                      {"is a FIFO (named pipe), not a regular file"});
   fs::remove(fifo);
   if (fs::exists("/dev/zero")) {
-    expect_input_error([] { (void)Tokenizer::load("/dev/zero", 3); },
+    expect_input_error([] { (void)Llama2cTokenizer::load("/dev/zero", 3); },
                        {"'/dev/zero' is a character device, not a regular file"});
   }
 }
@@ -228,7 +233,7 @@ TEST(Tokenizer, FilesOverOneGibibyteAreRejectedBeforeReading) {
   const std::string path = dir.write("huge.bin", "");
   fs::resize_file(path, (std::uintmax_t{1} << 30) + 1);  // sparse: no disk space, no reading
   expect_input_error(
-      [&] { (void)Tokenizer::load(path, 3); },
+      [&] { (void)Llama2cTokenizer::load(path, 3); },
       {"is 1073741825 bytes, over the 1073741824-byte limit", "expected a llama2.c tokenizer.bin"});
 }
 

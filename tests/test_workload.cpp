@@ -7,7 +7,7 @@
 
 #include "base/error.hpp"
 #include "common/model_config.hpp"
-#include "common/tokenizer.hpp"
+#include "common/llama2c_tokenizer.hpp"
 #include "common/workload.hpp"
 #include "tests/support/test_support.hpp"
 
@@ -72,13 +72,13 @@ TEST(Workload, WhatItWritesReadsBackTheSame) {
 
 TEST(Workload, TextPromptsAreEncodedWithBos) {
   KVHEAP_REQUIRE_MODEL(path, "tokenizer.bin");
-  const Tokenizer tok = Tokenizer::load(path, 32000);
+  const Llama2cTokenizer tok = Llama2cTokenizer::load(path, 32000);
   ModelConfig c = tiny();
   c.vocab_size = 32000;
   const std::vector<Request> w =
       parse_workload("{\"prompt\": \"Once upon a time\", \"max_new_tokens\": 2}", "t", c, &tok, 1);
   EXPECT_EQ(w[0].prompt, tok.encode("Once upon a time", true));
-  EXPECT_EQ(w[0].prompt.front(), Tokenizer::kBos);
+  EXPECT_EQ(w[0].prompt.front(), Llama2cTokenizer::kBos);
 }
 
 struct BadLine {

@@ -1,0 +1,101 @@
+// Telling the tokenizer formats apart by their content, and finding them in a model folder.
+#include "common/tokenizer_files.hpp"
+
+#include <fmt/format.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "base/error.hpp"
+#include "common/file_checks.hpp"
+#include "common/llama2c_tokenizer.hpp"
+#include "common/tiktoken_file.hpp"
+#include "common/tokenizer_json.hpp"
+
+namespace kvheap {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kExpected = "a llama2.c tokenizer.bin, a tokenizer.json or a tiktoken file";
+
+// The first bytes of a regular file, enough to tell the formats apart.
+std::string head_of(const std::string& path) {
+  const RegularFile file(path, "tokenizer", kExpected);
+  std::string head(std::min<std::uint64_t>(file.size(), 512), '\0');
+  std::size_t got = 0;
+  while (got < head.size()) {
+    const ssize_t n =
+        ::pread(file.fd(), head.data() + got, head.size() - got, static_cast<off_t>(got));
+    if (n <= 0) break;
+    got += static_cast<std::size_t>(n);
+  }
+  head.resize(got);
+  return head;
+}
+
+bool is_file(const fs::path& p) {
+  std::error_code ec;
+  return fs::is_regular_file(p, ec);
+}
+
+}  // namespace
+
+std::string find_tokenizer_file(const std::string& dir) {
+  const fs::path root(dir);
+  if (is_file(root / "tokenizer.json")) return (root / "tokenizer.json").string();
+  std::string sentencepiece;
+  for (const fs::path& p : {root / "original" / "tokenizer.model", root / "tokenizer.model"}) {
+    if (!is_file(p)) continue;
+    if (looks_like_tiktoken(head_of(p.string()))) return p.string();
+    sentencepiece = p.string();
+  }
+  if (!sentencepiece.empty())
+    throw InputError(fmt::format(
+        "model folder '{}' holds '{}', a SentencePiece model, which kvheap does not read; it "
+        "reads the tokenizer.json that Hugging Face folders ship beside it",
+        dir, sentencepiece));
+  return "";
+}
+
+std::unique_ptr<Tokenizer> load_tokenizer_file(const std::string& path, int model_rows) {
+  std::error_code ec;
+  std::string file = path;
+  if (fs::is_directory(path, ec)) {
+    file = find_tokenizer_file(path);
+    if (file.empty())
+      throw InputError(
+          fmt::format("tokenizer folder '{}' holds no tokenizer.json and no tiktoken "
+                      "tokenizer.model (nor original/tokenizer.model); expected a "
+                      "model folder or {}",
+                      path, kExpected));
+  }
+  const std::string head = head_of(file);
+  const std::size_t first = head.find_first_not_of(" \t\r\n");
+  std::unique_ptr<Tokenizer> tok;
+  if (first != std::string::npos && head[first] == '{') {
+    tok = load_tokenizer_json(file);
+  } else if (looks_like_tiktoken(head)) {
+    tok = load_tiktoken(file);
+  } else {  // llama2.c's binary format, whose own checks name what is wrong with it
+    return std::make_unique<Llama2cTokenizer>(Llama2cTokenizer::load(file, model_rows));
+  }
+  if (tok->vocab_size() > model_rows)
+    throw InputError(fmt::format(
+        "{} can produce token ids up to {}, but the model's embedding has {} rows (vocab_size); "
+        "the tokenizer belongs to a different model",
+        tok->describe(), tok->vocab_size() - 1, model_rows));
+  return tok;
+}
+
+std::unique_ptr<Tokenizer> model_folder_tokenizer(const std::string& model, int model_rows) {
+  std::error_code ec;
+  if (!fs::is_directory(model, ec)) return nullptr;
+  const std::string file = find_tokenizer_file(model);
+  return file.empty() ? nullptr : load_tokenizer_file(file, model_rows);
+}
+
+}  // namespace kvheap
