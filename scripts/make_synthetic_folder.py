@@ -25,7 +25,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out")
     ap.add_argument("--tokenizer", required=True, help="a tokenizer.json (or tiktoken file) to copy")
-    ap.add_argument("--model-type", default="qwen2", choices=["llama", "mistral", "qwen2"])
+    ap.add_argument("--model-type", default="qwen2", choices=["llama", "mistral", "qwen2", "qwen3"])
     ap.add_argument("--vocab-size", type=int, required=True,
                     help="embedding rows: at least the tokenizer's largest id + 1")
     ap.add_argument("--seed", type=int, default=1)
@@ -33,7 +33,7 @@ def main():
     rng = random.Random(args.seed)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    qwen = args.model_type == "qwen2"
+    qwen2, qwen3 = args.model_type == "qwen2", args.model_type == "qwen3"
     shapes = {"model.embed_tokens.weight": [args.vocab_size, DIM], "model.norm.weight": [DIM]}
     for i in range(LAYERS):
         p = f"model.layers.{i}."
@@ -44,7 +44,10 @@ def main():
                    p + "self_attn.o_proj.weight": [DIM, HEADS * HEAD_DIM],
                    p + "mlp.gate_proj.weight": [HIDDEN, DIM], p + "mlp.up_proj.weight": [HIDDEN, DIM],
                    p + "mlp.down_proj.weight": [DIM, HIDDEN]}
-        if qwen:
+        if qwen3:  # an RMSNorm gain per head dimension, for q and for k, applied before RoPE
+            shapes |= {p + "self_attn.q_norm.weight": [HEAD_DIM],
+                       p + "self_attn.k_norm.weight": [HEAD_DIM]}
+        if qwen2:
             shapes |= {p + "self_attn.q_proj.bias": [HEADS * HEAD_DIM],
                        p + "self_attn.k_proj.bias": [KV_HEADS * HEAD_DIM],
                        p + "self_attn.v_proj.bias": [KV_HEADS * HEAD_DIM]}
@@ -69,6 +72,8 @@ def main():
               "num_key_value_heads": KV_HEADS, "vocab_size": args.vocab_size,
               "max_position_embeddings": POSITIONS, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
               "tie_word_embeddings": True, "hidden_act": "silu"}
+    if qwen3:  # Qwen3 states head_dim, whose default is not hidden / heads
+        config |= {"head_dim": HEAD_DIM, "attention_bias": False}
     (out / "config.json").write_text(json.dumps(config, indent=1) + "\n")
     name = "tokenizer.json" if args.tokenizer.endswith(".json") else "tokenizer.model"
     shutil.copyfile(args.tokenizer, out / name)
