@@ -21,7 +21,9 @@
 namespace kvheap::cuda {
 namespace {
 
-static_assert(kGpuHeadsPerBlock == 16, "decode_attention.cuh holds at most 16 heads per block");
+static_assert(gpu_heads_per_block(128) == detail::max_heads_per_block(128) &&
+                  gpu_heads_per_block(256) == detail::max_heads_per_block(256),
+              "the CPU-side count of prefix reads must follow the kernel's heads per block");
 
 /// Group g's wide row through the page table of its first sequence; only its first
 /// group_size[g] x group heads of each KV head are real, the rest pad it to the widest group.
@@ -29,7 +31,7 @@ struct WideLocator {
   PagedLocator pages;
   const int* group_size;  // [G] rows in each group
   int group;              // query heads per KV head of one row
-  KVHEAP_HD std::int64_t row(int g, int t) const { return pages.row(g, t); }
+  KVHEAP_HD PagedLocator::Rows rows_of(int g) const { return pages.rows_of(g); }
   KVHEAP_HD int heads_of(int g) const { return group_size[g] * group; }
 };
 
@@ -37,7 +39,13 @@ struct WideLocator {
 struct OffsetLocator {
   PagedLocator pages;
   const int* first;  // [n]
-  KVHEAP_HD std::int64_t row(int i, int t) const { return pages.row(i, t + first[i]); }
+  /// Row i's page table and first position, read once.
+  struct Rows {
+    PagedLocator::Rows pages;
+    int first = 0;
+    KVHEAP_HD std::int64_t at(int t) const { return pages.at(t + first); }
+  };
+  KVHEAP_HD Rows rows_of(int i) const { return Rows{pages.rows_of(i), first[i]}; }
 };
 
 /// wide_q [G, n_heads * widest, head_dim]: wide head h * (widest * group) + m * group + j of group
