@@ -4,8 +4,9 @@
   tests/check_position_loop.py paged OBJECTS...       (ctest: KernelCode.PagedLoopWalksNoPageTableChain)
   tests/check_position_loop.py contiguous OBJECTS...  (ctest: KernelCode.ContiguousLoopLoadsNoBaseRow)
 
-OBJECTS are the real build's kvheap_kernels_cuda objects; the check reads the sm_90 code of
-paged_attention.cu.o or decode_attention.cu.o among them (or of a fatbin of that name). The script disassembles
+OBJECTS are the real build's kvheap_kernels_cuda objects; the check reads the sm_90 code (else
+the first architecture's) of paged_attention.cu.o or decode_attention.cu.o among them (or of a
+fatbin of that name). The script disassembles
 it with cuobjdump -sass, finds the head_dim-128, G = 4 kernel for fp32 and bf16 KV, and takes as
 the position loop the backward branch whose span holds the most K/V vector loads (LDG/LD of 64 or
 128 bits). It counts instruction classes there, not exact text:
@@ -55,28 +56,30 @@ def find_tool(name):
     return None
 
 
-def functions(sass, arch="sm_90"):
+def functions(sass):
     """{mangled name: [(address, opcode, text)]} of one architecture's code in cuobjdump -sass
-    output (an object or fatbin may hold several)."""
-    out = {}
+    output (an object or fatbin may hold several): sm_90's, else the first there is."""
+    archs = {}
     current = None
-    this_arch = None
+    code = None
     for line in sass.splitlines():
         m = re.match(r"\s*code for (sm_\d+)", line)
         if m:
-            this_arch = m.group(1)
+            code = archs.setdefault(m.group(1), {})
             current = None
             continue
         m = re.match(r"\s*Function : (\S+)", line)
-        if m:
-            current = out.setdefault(m.group(1), []) if this_arch == arch else None
+        if m and code is not None:
+            current = code.setdefault(m.group(1), [])
             continue
         m = re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?);", line)
         if m and current is not None:
             text = m.group(2).strip()
             op = re.sub(r"^@!?U?P\w+\s+", "", text).split()[0] if text else ""
             current.append((int(m.group(1), 16), op, text))
-    return out
+    if not archs:
+        return {}
+    return archs.get("sm_90", archs[sorted(archs)[0]])
 
 
 def load_class(op):
