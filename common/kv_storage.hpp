@@ -79,8 +79,8 @@ class KVStorage {
   /// (copy-on-write), ordered before the next write. Throws std::logic_error outside the storage.
   virtual void copy_slots(std::int64_t src, std::int64_t dst, int count) = 0;
   /// \brief Positions the loaded view's attention reads per layer: every row's context, minus
-  /// what shared prefixes save (a GPU reads a prefix once per slice of kGpuHeadsPerBlock query
-  /// heads per KV head).
+  /// what shared prefixes save (a GPU reads a prefix once per slice of
+  /// gpu_heads_per_block(head_dim) query heads per KV head).
   [[nodiscard]] virtual long positions_read() const = 0;
 
   /// \brief Token slots per layer.

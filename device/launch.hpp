@@ -142,4 +142,16 @@ void launch(dim3 grid, dim3 block, std::size_t smem_bytes, cudaStream_t stream, 
                               std::forward<Args>(args)...);
 }
 
+/// \brief Blocks of `Kernel` that one SM of the current device holds at once, at `threads` per
+/// block and `smem_bytes` of dynamic shared memory (cudaOccupancyMaxActiveBlocksPerMultiprocessor).
+/// In the simulator the same limits of an sm_90 apply, with registers unknown and taken at the
+/// most a thread may have (device/sim/runtime.cpp). Throws ResourceError on failure.
+template <auto Kernel>
+int max_active_blocks(int threads, std::size_t smem_bytes) {
+  int blocks = 0;
+  KVHEAP_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      &blocks, reinterpret_cast<const void*>(Kernel), threads, smem_bytes));
+  return blocks;
+}
+
 }  // namespace kvheap

@@ -53,22 +53,30 @@ KVHEAP_HD void merge_partial(SoftmaxState& x, float* acc_x, SoftmaxState y, cons
   x = s.out;
 }
 
-/// \brief How many chunks to split a context of `n_ctx` positions into so that
-/// `work_items` x chunks blocks fill a device with `sm_count` multiprocessors.
+/// \brief Most chunks choose_num_splits picks.
+inline constexpr int kMaxSplits = 64;
+
+/// \brief How many chunks to split a context of `n_ctx` positions into so that `work_items` x
+/// chunks blocks fill a device with `sm_count` multiprocessors, each holding `blocks_per_sm`
+/// blocks of the kernel at once.
 ///
 /// Flash-decoding pays off when there are fewer (sequence, KV head) work items than the device
-/// has SMs: one block per item would leave most SMs idle while each streams a long context. The
-/// rule aims at about two blocks per SM, never makes a chunk shorter than `min_chunk` positions
-/// (merging costs more than it saves below that), and caps the split at `max_splits`.
-KVHEAP_HD int choose_num_splits(int work_items, int n_ctx, int sm_count, int min_chunk = 256,
-                                int max_splits = 64) {
-  if (work_items <= 0 || n_ctx <= min_chunk) return 1;
-  const int target_blocks = 2 * sm_count;
-  int splits = (target_blocks + work_items - 1) / work_items;
+/// has room for blocks: one block per item would leave SMs idle while each streams a long
+/// context, and decode attention is bound by the loads in flight. The rule fills one wave, as many
+/// blocks as are resident at once (sm_count x blocks_per_sm, from the occupancy of the kernel
+/// that runs), never makes a chunk shorter than `min_chunk` positions (below it, writing and
+/// merging a chunk's partial result costs more than its reads), and caps the split at
+/// `max_splits`. Every count from 1 to max_splits can come out.
+KVHEAP_HD int choose_num_splits(int work_items, int n_ctx, int sm_count, int blocks_per_sm,
+                                int min_chunk, int max_splits = kMaxSplits) {
+  if (work_items <= 0 || min_chunk <= 0) return 1;
+  const long long resident =
+      static_cast<long long>(sm_count) * (blocks_per_sm > 0 ? blocks_per_sm : 1);
+  long long splits = resident / work_items;
   const int by_length = n_ctx / min_chunk;
   splits = splits < by_length ? splits : by_length;
   splits = splits < max_splits ? splits : max_splits;
-  return splits > 1 ? splits : 1;
+  return splits > 1 ? static_cast<int>(splits) : 1;
 }
 
 }  // namespace kvheap

@@ -6,7 +6,11 @@
 // are recomputed by every thread (S is at most 64), which costs less than sharing them.
 #include "device/cuda_compat.hpp"
 
+#include <algorithm>
+#include <map>
+#include <mutex>
 #include <string>
+#include <utility>
 
 #include "kernels/decode_attention_launch.cuh"
 
@@ -29,13 +33,73 @@ __global__ void merge_splits_kernel(const SoftmaxState* states, const float* acc
   out[static_cast<long long>(r) * head_dim + dim] = state.sum > 0.0f ? a / state.sum : 0.0f;
 }
 
-/// SM count of device 0, asked once: device_info() is a driver round trip.
-int cached_sm_count() {
-  static const int sm_count = device_info(0).sm_count;
-  return sm_count;
+/// What the split-K plan needs of the current device: its SM count, and how many blocks of each
+/// decode-attention kernel one SM holds. Asked once per device (a driver round trip each) and
+/// kept; blocks_per_sm is indexed [head_dim kernel: 64, 128, any][log2 G], 0 until asked.
+struct DeviceOccupancy {
+  int sm_count = 0;
+  int blocks_per_sm[3][5] = {};
+};
+
+/// Blocks per SM of the contiguous kernels for (HD, G), the fewest over the KV types: the plan
+/// must not depend on the layout or the KV type, or paged and contiguous attention (and the
+/// chapters' bitwise claims resting on them) could split differently.
+template <int HD, int G>
+int attention_blocks_per_sm(int head_dim) {
+  const std::size_t smem = attention_smem_bytes(G, head_dim);
+  const int f32 =
+      max_active_blocks<decode_attention_kernel<float, HD, G, ContiguousLocator>>(kThreads, smem);
+  const int f16 =
+      max_active_blocks<decode_attention_kernel<__half, HD, G, ContiguousLocator>>(kThreads, smem);
+  const int b16 =
+      max_active_blocks<decode_attention_kernel<__nv_bfloat16, HD, G, ContiguousLocator>>(kThreads,
+                                                                                          smem);
+  return std::min({f32, f16, b16});
+}
+
+template <int HD>
+int attention_blocks_per_sm(int head_dim, int g) {
+  switch (g) {
+    case 1: return attention_blocks_per_sm<HD, 1>(head_dim);
+    case 2: return attention_blocks_per_sm<HD, 2>(head_dim);
+    case 4: return attention_blocks_per_sm<HD, 4>(head_dim);
+    case 8: return attention_blocks_per_sm<HD, 8>(head_dim);
+    default: return attention_blocks_per_sm<HD, 16>(head_dim);
+  }
+}
+
+/// SM count of the current device and blocks per SM of the kernel for (head_dim, heads per
+/// block), each asked of the device once.
+std::pair<int, int> device_occupancy(int head_dim, int heads_per_block) {
+  static std::mutex mutex;
+  static std::map<int, DeviceOccupancy> devices;
+  int device = 0;
+  KVHEAP_CUDA_CHECK(cudaGetDevice(&device));
+  int g = 1, log_g = 0;  // the kernel's G: heads_per_block rounded up to a power of two
+  while (g < heads_per_block) {
+    g *= 2;
+    ++log_g;
+  }
+  const int hd = head_dim == 64 ? 0 : head_dim == 128 ? 1 : 2;
+  // The generic kernel's occupancy is asked at its largest head_dim, so one answer serves all.
+  const int generic = max_head_dim(0, g);
+  std::lock_guard lock(mutex);
+  DeviceOccupancy& occ = devices[device];
+  if (occ.sm_count == 0) occ.sm_count = device_info(device).sm_count;
+  int& blocks = occ.blocks_per_sm[hd][log_g];
+  if (blocks == 0) {
+    blocks = hd == 0   ? attention_blocks_per_sm<64>(64, g)
+             : hd == 1 ? attention_blocks_per_sm<128>(128, g)
+                       : attention_blocks_per_sm<0>(generic, g);
+  }
+  return {occ.sm_count, blocks};
 }
 
 }  // namespace
+
+int attention_blocks_per_sm(int head_dim, int heads_per_block) {
+  return device_occupancy(head_dim, heads_per_block).second;
+}
 
 AttentionPlan plan_attention(const AttentionShape& s, int force_splits) {
   auto fail = [](const std::string& what) { throw InputError("decode_attention: " + what); };
@@ -49,13 +113,18 @@ AttentionPlan plan_attention(const AttentionShape& s, int force_splits) {
     fail("force_splits = " + std::to_string(force_splits) + "; need 0 (automatic) to 1024");
   AttentionPlan plan;
   const int group = s.n_heads / s.n_kv_heads;
-  plan.chunks = (group + 15) / 16;  // the kernel holds at most 16 heads per block
+  const int most = max_heads_per_block(s.head_dim);
+  plan.chunks = (group + most - 1) / most;
   plan.heads_per_block = (group + plan.chunks - 1) / plan.chunks;
   if (force_splits > 0) {
     plan.splits = force_splits;
+  } else if (s.n == 0) {
+    plan.splits = 1;
   } else {
-    const int blocks = s.n * s.n_kv_heads * plan.chunks;  // = n * n_kv_heads for groups <= 16
-    plan.splits = s.n == 0 ? 1 : choose_num_splits(blocks, s.max_n_ctx, cached_sm_count());
+    const auto [sm_count, blocks_per_sm] = device_occupancy(s.head_dim, plan.heads_per_block);
+    const int blocks = s.n * s.n_kv_heads * plan.chunks;  // = n * n_kv_heads for small groups
+    plan.splits = choose_num_splits(blocks, s.max_n_ctx, sm_count, blocks_per_sm,
+                                    min_split_positions(plan.heads_per_block));
   }
   return plan;
 }

@@ -1,18 +1,26 @@
 // The decode-attention kernel body, templated on the cache's row locator; included by the .cu
-// file of each layout (decode_attention.cu now, the paged one in chapter 3).
+// file of each layout (decode_attention.cu, paged_attention.cu, shared_prefix_attention.cu).
 //
 // Work: one block per (batch row i, KV head g, context split s); the block computes all query
 // heads of g's group at once, so each K and V row is read from memory once for the whole group.
-// (A group above 16 heads is cut into slices of at most 16, one block each; every slice reads the
-// rows again. No current Llama-family model has such a group except multi-query ones.)
+// (A group above 16 heads, or above 8 at a head_dim over 128, is cut into slices, one block each;
+// every slice reads the rows again. No current Llama-family model has such a group except
+// multi-query ones.)
 //
 // Mapping inside a block of 4 warps:
-//   * A position's K row for one head is VPR = head_dim * sizeof(T) / 16 vectors of 16 bytes.
-//     LP = min(32, next power of two >= VPR) lanes share a position (a "lane group"); lane j of a
-//     group loads vectors j, j + LP, ... (lanes with j >= VPR idle when VPR is not a power of two).
-//     A warp thus works on 32 / LP positions at once, the block on 4 x that many.
+//   * Each lane holds 4 elements of a row at a time (one vector: 16 bytes of fp32 KV, 8 bytes of
+//     fp16/bf16), whatever the KV type, so q and the accumulator take as many registers for a
+//     16-bit cache as for an fp32 one. A position's K row for one head is VPR = head_dim / 4
+//     vectors; LP = min(32, next power of two >= VPR) lanes share a position (a "lane group"),
+//     and lane j of a group loads vectors j, j + LP, ... (lanes with j >= VPR idle when VPR is not
+//     a power of two). A warp thus works on 32 / LP positions at once, the block on 4 x that many.
 //   * Each lane keeps, per query head of the group, its slice of q and of the unnormalised output,
-//     and the online-softmax state (running max m, running sum l) of its lane group's positions.
+//     and the online-softmax state (running max m, running sum l) of its lane group's positions:
+//     2 x G x head_dim / 32 floats of q and output, 128 at G = 16 and head_dim 128, the most that
+//     leaves registers for the rest. Above head_dim 128 a block therefore holds at most 8 heads
+//     (max_heads_per_block).
+//   * The locator resolves a row's page-table or base lookups once, before the position loop
+//     (Locator::rows_of); the loop then computes one address per position from registers.
 //   * Per position: partial dot products over the lane's vectors, summed across the lane group
 //     with __shfl_xor_sync (every lane gets the score), then one expf per head updates m, l, acc.
 //     expf rather than __expf: the fast intrinsic's error grows with |x| and would use up the
@@ -23,13 +31,14 @@
 //     whatever nvcc unrolls or peels in each, which the chapters' bitwise claims rest on.
 //     Loop bounds are warp-uniform so every lane reaches every shuffle; lanes whose position is
 //     past the end just do not update.
-//   * K and V of the next position are loaded before the current one is used (two positions in
-//     flight per lane), since the loop is bound by memory latency, not arithmetic.
+//   * K and V of the next positions are loaded before the current one is used: kDepth positions
+//     per lane in flight (4 where the group's registers leave room, else 2), in a ring of
+//     registers that the unrolled loop indexes statically, since the loop is bound by memory
+//     latency, not arithmetic.
 //   * At the end the lane groups of a warp merge by xor shuffles, then warps merge in a tree
 //     through shared memory, all with the log-sum-exp merge of attention_merge.hpp.
-// Registers: q and the accumulator take 2 x G x (head_dim / LP) floats per lane, about 120
-// registers for G = 4 and 250 for G = 8 (16-bit KV); G = 16 spills a few hundred bytes to local
-// memory, which is slower but keeps "each K/V row read once" for such groups.
+// Registers, spills and occupancy of every instantiation, as ptxas reports them:
+// docs/results/kernel-resources.md (step 3 of scripts/test.sh fails on a spill).
 // Split-K (flash-decoding): block s covers positions [n_ctx*s/S, n_ctx*(s+1)/S) and writes its
 // state and unnormalised output to the workspace; a second kernel merges the S partials.
 #pragma once
@@ -74,20 +83,44 @@ KVHEAP_HD constexpr int lanes_per_position(int vectors_per_row) {
   return lp;
 }
 
-/// \brief Widens one 16-byte vector of the cache to fp32 (exact for every KV dtype).
+/// \brief Elements of a row each lane holds at a time, for every KV type.
+constexpr int kVecElems = 4;
+
+/// \brief Bytes of dynamic shared memory a launch of G heads per block needs: the warps' tree
+/// merge, [kWarps / 2][G] states and then [kWarps / 2][G][head_dim] accumulators (at most
+/// 2 x 16 x 130 x 4 B = 16.6 KB, under the 48 KB a block may have without opting in).
+constexpr std::size_t attention_smem_bytes(int g, int head_dim) {
+  return static_cast<std::size_t>(kWarps / 2) * g * (head_dim + 2) * sizeof(float);
+}
+
+/// \brief Largest head_dim a kernel instantiation handles: HD when specialised; for the generic
+/// one (HD = 0) 256, or 128 at G = 16, where 256 would give q and the accumulator 256 registers
+/// per lane (max_heads_per_block keeps such groups to 8 heads per block).
+constexpr int max_head_dim(int hd, int g) { return hd ? hd : g > 8 ? 128 : 256; }
+
+/// \brief The cache's vector of kVecElems elements: 16 bytes of fp32, 8 of fp16 or bf16.
 template <class T>
-__device__ __forceinline__ void widen16(const uint4& raw, float* out) {
-  const unsigned w[4] = {raw.x, raw.y, raw.z, raw.w};
-  KVHEAP_UNROLL
-  for (int j = 0; j < 4; ++j) {
-    if constexpr (sizeof(T) == 4) {
-      out[j] = __uint_as_float(w[j]);
-    } else if constexpr (std::is_same_v<T, __half>) {  // element 2j sits in the low half-word
-      out[2 * j] = __half2float(__ushort_as_half(static_cast<unsigned short>(w[j] & 0xffffu)));
-      out[2 * j + 1] = __half2float(__ushort_as_half(static_cast<unsigned short>(w[j] >> 16)));
-    } else {  // bf16 is the top half of an fp32
-      out[2 * j] = __uint_as_float(w[j] << 16);
-      out[2 * j + 1] = __uint_as_float(w[j] & 0xffff0000u);
+using KvVec = std::conditional_t<sizeof(T) == 4, uint4, uint2>;
+
+/// \brief Widens one vector of the cache to fp32 (exact for every KV dtype).
+template <class T>
+__device__ __forceinline__ void widen(const KvVec<T>& raw, float (&out)[kVecElems]) {
+  if constexpr (sizeof(T) == 4) {
+    out[0] = __uint_as_float(raw.x);
+    out[1] = __uint_as_float(raw.y);
+    out[2] = __uint_as_float(raw.z);
+    out[3] = __uint_as_float(raw.w);
+  } else {
+    const unsigned w[2] = {raw.x, raw.y};
+    KVHEAP_UNROLL
+    for (int j = 0; j < 2; ++j) {
+      if constexpr (std::is_same_v<T, __half>) {  // element 2j sits in the low half-word
+        out[2 * j] = __half2float(__ushort_as_half(static_cast<unsigned short>(w[j] & 0xffffu)));
+        out[2 * j + 1] = __half2float(__ushort_as_half(static_cast<unsigned short>(w[j] >> 16)));
+      } else {  // bf16 is the top half of an fp32
+        out[2 * j] = __uint_as_float(w[j] << 16);
+        out[2 * j + 1] = __uint_as_float(w[j] & 0xffff0000u);
+      }
     }
   }
 }
@@ -107,8 +140,11 @@ template <class T, int HD, int G, class Locator>
 __global__ void decode_attention_kernel(const float* q, const T* k_cache, const T* v_cache,
                                         const int* n_ctx, Locator loc, KernelDims d, float* out,
                                         float* part_acc, SoftmaxState* part_state) {
-  constexpr int E = 16 / static_cast<int>(sizeof(T));   // elements per vector
-  constexpr int VPL = ((HD ? HD : 256) / E + 31) / 32;  // vectors per lane, at most
+  constexpr int E = kVecElems;
+  constexpr int VPL = (max_head_dim(HD, G) / E + 31) / 32;  // vectors per lane, at most
+  // Positions in flight per lane: each costs 2 x VPL vectors of registers.
+  constexpr int kDepth = G * VPL <= 4 ? 4 : 2;
+  using Vec = KvVec<T>;
   const int head_dim = HD ? HD : d.head_dim;
   const int vpr = head_dim / E;
   const int lp = lanes_per_position(vpr);
@@ -149,52 +185,46 @@ __global__ void decode_attention_kernel(const float* q, const T* k_cache, const 
     KVHEAP_UNROLL
     for (int v = 0; v < VPL; ++v) {
       const int vec = sl + v * lp;
-      KVHEAP_UNROLL
-      for (int e4 = 0; e4 < E; e4 += 4) {
-        const float4 f = vec < vpr ? *reinterpret_cast<const float4*>(qh + vec * E + e4)
-                                   : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        qv[h][v][e4] = f.x;
-        qv[h][v][e4 + 1] = f.y;
-        qv[h][v][e4 + 2] = f.z;
-        qv[h][v][e4 + 3] = f.w;
-      }
+      const float4 f = vec < vpr ? *reinterpret_cast<const float4*>(qh + vec * E)
+                                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      qv[h][v][0] = f.x;
+      qv[h][v][1] = f.y;
+      qv[h][v][2] = f.z;
+      qv[h][v][3] = f.w;
       KVHEAP_UNROLL
       for (int e = 0; e < E; ++e) acc[h][v][e] = 0.0f;
     }
   }
 
+  // The row's lookups (its base row, or its page table's start), once for the whole loop.
+  using Rows = decltype(loc.rows_of(0));
+  Rows rows{};
+  if (t0 < t1) rows = loc.rows_of(i);
+
   const long long kv_dim = static_cast<long long>(d.n_kv_heads) * head_dim;
   const T* k_head = k_cache + static_cast<long long>(g) * head_dim;
   const T* v_head = v_cache + static_cast<long long>(g) * head_dim;
-  auto load = [&](int t, uint4(&kr)[VPL], uint4(&vr)[VPL]) {
+  auto load = [&](int t, Vec(&kr)[VPL], Vec(&vr)[VPL]) {
     if (t >= t1) return;
-    const long long row = loc.row(i, t) * kv_dim;
+    const long long row = rows.at(t) * kv_dim;
     KVHEAP_UNROLL
     for (int v = 0; v < VPL; ++v) {
       const int vec = sl + v * lp;
       if (vec < vpr) {
-        kr[v] = *reinterpret_cast<const uint4*>(k_head + row + vec * E);
-        vr[v] = *reinterpret_cast<const uint4*>(v_head + row + vec * E);
+        kr[v] = *reinterpret_cast<const Vec*>(k_head + row + vec * E);
+        vr[v] = *reinterpret_cast<const Vec*>(v_head + row + vec * E);
       }
     }
   };
-
-  const int step = kWarps * ppw;
-  uint4 kr[VPL] = {}, vr[VPL] = {};
-  load(t0 + warp * ppw + sub, kr, vr);
-  // `base` is the same for all lanes of a warp, so all of them reach every shuffle below.
-  for (int base = t0 + warp * ppw; base < t1; base += step) {
-    const int t = base + sub;
-    uint4 kn[VPL] = {}, vn[VPL] = {};
-    load(t + step, kn, vn);  // the next position's rows travel while this one is computed
-
+  // One position's update of every head's (m, l, acc); all lanes of the warp call it together.
+  auto attend = [&](int t, const Vec(&kr)[VPL], const Vec(&vr)[VPL]) {
     float dot[G];
     KVHEAP_UNROLL
     for (int h = 0; h < G; ++h) dot[h] = 0.0f;
     KVHEAP_UNROLL
     for (int v = 0; v < VPL; ++v) {
       float kf[E];
-      widen16<T>(kr[v], kf);  // idle lanes hold zeros, so they add nothing
+      widen<T>(kr[v], kf);  // idle lanes hold zeros, so they add nothing
       KVHEAP_UNROLL
       for (int h = 0; h < G; ++h) KVHEAP_UNROLL
       for (int e = 0; e < E; ++e) dot[h] = fma_rn(qv[h][v][e], kf[e], dot[h]);
@@ -205,7 +235,7 @@ __global__ void decode_attention_kernel(const float* q, const T* k_cache, const 
     if (t < t1) {
       float vf[VPL][E];
       KVHEAP_UNROLL
-      for (int v = 0; v < VPL; ++v) widen16<T>(vr[v], vf[v]);
+      for (int v = 0; v < VPL; ++v) widen<T>(vr[v], vf[v]);
       KVHEAP_UNROLL
       for (int h = 0; h < G; ++h) {
         // One exp per head: whichever of (old max, new score) is smaller gets exp(-|diff|).
@@ -221,13 +251,27 @@ __global__ void decode_attention_kernel(const float* q, const T* k_cache, const 
         for (int e2 = 0; e2 < E; ++e2) acc[h][v][e2] = fma_rn(p, vf[v][e2], acc[h][v][e2] * alpha);
       }
     }
+  };
+
+  // A ring of kDepth positions per lane: slot j % kDepth holds the j-th position of the warp.
+  // The loop body is unrolled kDepth times, so every slot index is a constant and the ring
+  // stays in registers; each step loads the position kDepth - 1 steps ahead, then uses its own.
+  const int step = kWarps * ppw;
+  Vec kr[kDepth][VPL] = {}, vr[kDepth][VPL] = {};
+  const int first = t0 + warp * ppw;
+  KVHEAP_UNROLL
+  for (int j = 0; j + 1 < kDepth; ++j) load(first + sub + j * step, kr[j], vr[j]);
+  // `base` is the same for all lanes of a warp, so all of them reach every shuffle.
+  for (int base = first; base < t1; base += kDepth * step) {
     KVHEAP_UNROLL
-    for (int v = 0; v < VPL; ++v) {
-      kr[v] = kn[v];
-      vr[v] = vn[v];
+    for (int j = 0; j < kDepth; ++j) {
+      const int b = base + j * step;
+      if (b >= t1) break;  // warp-uniform
+      constexpr int ahead = kDepth - 1;
+      load(b + sub + ahead * step, kr[(j + ahead) % kDepth], vr[(j + ahead) % kDepth]);
+      attend(b + sub, kr[j], vr[j]);
     }
   }
-
   // Merges a partner's (state, accumulator slice) into this lane's, per head.
   auto merge_in = [&](int h, SoftmaxState other, auto&& partner_acc) {
     const MergeScales sc = merge_softmax(SoftmaxState{m[h], l[h]}, other);
@@ -301,11 +345,8 @@ __global__ void decode_attention_kernel(const float* q, const T* k_cache, const 
     for (int v = 0; v < VPL; ++v) {
       const int vec = sl + v * lp;
       if (vec >= vpr) continue;
-      KVHEAP_UNROLL
-      for (int e4 = 0; e4 < E; e4 += 4)
-        *reinterpret_cast<float4*>(dst + vec * E + e4) =
-            make_float4(acc[h][v][e4] * scale, acc[h][v][e4 + 1] * scale, acc[h][v][e4 + 2] * scale,
-                        acc[h][v][e4 + 3] * scale);
+      *reinterpret_cast<float4*>(dst + vec * E) = make_float4(
+          acc[h][v][0] * scale, acc[h][v][1] * scale, acc[h][v][2] * scale, acc[h][v][3] * scale);
     }
     if (!final && sl == 0) part_state[part_row] = SoftmaxState{m[h], l[h]};
   }

@@ -7,8 +7,11 @@
 //   chapter 2, contiguous reservation: row(i, t) = base_row[i] + t      (ContiguousLocator, here)
 //   chapter 3, paged blocks:           row(i, t) = indices[indptr[i] + t / B] * B + t % B
 //
-// A locator is a small trivially copyable struct with a `KVHEAP_HD std::int64_t row(int i, int t)
-// const` method; it is passed to the kernel by value. Everything else (the grouped-query mapping,
+// A locator is a small trivially copyable struct, passed to the kernel by value, whose
+// `KVHEAP_HD Rows rows_of(int i) const` reads what row i's addresses depend on (its base row, its
+// page table's start) and returns them as a small `Rows` value with a `KVHEAP_HD std::int64_t
+// at(int t) const` method. The kernel calls rows_of once per block, before its position loop, so
+// those lookups are not repeated for every position. Everything else (the grouped-query mapping,
 // online softmax, split-K and the merge) is shared, so a new layout costs one struct.
 //
 // Numerics: scores, softmax and the weighted sum are fp32 whatever the KV dtype; fp16/bf16 values
@@ -36,8 +39,14 @@ namespace kvheap::cuda {
 struct ContiguousLocator {
   const std::int64_t* base_row;  ///< [n] device memory: first cache row of row i's sequence
 
-  /// \brief Cache row of position t of batch row i.
-  KVHEAP_HD std::int64_t row(int i, int t) const { return base_row[i] + t; }
+  /// \brief One batch row's positions: base_row[i], read once.
+  struct Rows {
+    std::int64_t base = 0;  ///< first cache row of the row's sequence
+    /// \brief Cache row of position t.
+    KVHEAP_HD std::int64_t at(int t) const { return base + t; }
+  };
+  /// \brief The positions of batch row i.
+  KVHEAP_HD Rows rows_of(int i) const { return Rows{base_row[i]}; }
 };
 
 /// \brief Device scratch of split-K attention: per (split, row, query head) a softmax state and
@@ -88,7 +97,8 @@ struct AttentionShape {
 /// \param out          [n, n_heads, head_dim] fp32, written
 /// \param workspace    split-K scratch, grown when needed
 /// \param force_splits > 0: split every context into exactly this many chunks (tests); 0: choose
-///                     with choose_num_splits from the device's SM count
+///                     with choose_num_splits from the device's SM count and the kernel's
+///                     occupancy (plan_attention)
 void decode_attention(DType kv, const float* q, const void* k_cache, const void* v_cache,
                       const int* n_ctx, const std::int64_t* base_row, const AttentionShape& shape,
                       float* out, AttentionWorkspace& workspace, StreamHandle stream = nullptr,
@@ -103,7 +113,27 @@ struct AttentionPlan {
   int splits = 0;           ///< context chunks per block (split-K); 1 = single pass
 };
 
+/// \brief Most query heads one block holds (decode_attention.cuh): 16, or 8 above head_dim 128,
+/// where 16 heads' queries and outputs would not fit a lane's registers. A wider group is cut
+/// into slices that each read the cache rows again.
+constexpr int max_heads_per_block(int head_dim) { return head_dim > 128 ? 8 : 16; }
+
+/// \brief Fewest positions a split-K chunk may have: its partial result (G x head_dim floats,
+/// written, then read by the merge) stays within an eighth of the K and V bytes the chunk reads at
+/// a 2-byte KV type: chunk x 2 x head_dim x 2 B >= 8 x 2 x G x head_dim x 4 B.
+constexpr int min_split_positions(int heads_per_block) { return 16 * heads_per_block; }
+
+/// \brief Blocks of the decode-attention kernel for (head_dim, heads per block) that one SM of the
+/// current device holds at once: the fewest over the KV types, of the contiguous layout's kernel
+/// (the generic head_dim's at its largest, 256). Asked of the device once, then remembered.
+int attention_blocks_per_sm(int head_dim, int heads_per_block);
+
 /// \brief Validates `shape` (throws InputError naming the bad field) and picks the plan.
+///
+/// The split count fills one wave of the current device: its SM count times the blocks per SM of
+/// the contiguous kernel for this head_dim and group, the fewest over the KV types
+/// (cudaOccupancyMaxActiveBlocksPerMultiprocessor), so that the plan depends on the shape alone
+/// and every layout splits alike.
 AttentionPlan plan_attention(const AttentionShape& shape, int force_splits);
 
 /// \brief Second pass of split-K: out = merge over splits of (state, acc), normalised.

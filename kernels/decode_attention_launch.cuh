@@ -37,12 +37,10 @@ struct AttentionLaunch {
     if (blocks > INT_MAX)
       throw InputError("decode_attention: " + std::to_string(blocks) +
                        " (row, KV head) blocks exceed the grid limit");
-    // Two warp records for the tree merge: at most 2 x 16 x 258 x 4 B = 33 KB, under 48 KB.
-    const std::size_t smem = (kWarps / 2) * G * (d.head_dim + 2) * sizeof(float);
     launch<decode_attention_kernel<T, HD, G, Locator>>(
-        dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(d.splits)), dim3(kThreads), smem,
-        stream, q, static_cast<const T*>(k_cache), static_cast<const T*>(v_cache), n_ctx, loc, d,
-        out, part_acc, part_state);
+        dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(d.splits)), dim3(kThreads),
+        attention_smem_bytes(G, d.head_dim), stream, q, static_cast<const T*>(k_cache),
+        static_cast<const T*>(v_cache), n_ctx, loc, d, out, part_acc, part_state);
   }
   template <class T, int HD>
   void by_group() const {

@@ -5,15 +5,16 @@
 // Nothing about the algorithm changes with paging. The kernel body (decode_attention.cuh) asks its
 // locator where position t of batch row i lives; PagedLocator answers with one lookup in the page
 // table, indices[indptr[row_seq[i]] + t / block_size], instead of chapter 2's base_row[i] + t.
-// row_seq[i] and indptr[...] are loop-invariant for a block, so each position costs one extra
-// (L1-resident) load of a block id, which the kernel's one-position-ahead prefetch overlaps with
-// the K and V loads it feeds.
+// row_seq[i] and indptr[...] are read once per block, before the position loop (rows_of), so each
+// position costs one extra (L1-resident) load of a block id, which the kernel's prefetch of the
+// positions ahead overlaps with the K and V loads it feeds. The test KernelCode.* checks the
+// machine code of the loop for that.
 //
 // Bitwise equality with the contiguous cache follows: the same plan (it depends only on the
 // shape), the same per-lane positions, the same reduction trees and merges, and every rounding
 // spelled out (mul_rn, fma_rn), so the compiler's different unrolling of the two instantiations
-// cannot fuse a multiply and an add in one and not the other; only the addresses the 16-byte K
-// and V vectors come from differ.
+// cannot fuse a multiply and an add in one and not the other; only the addresses the K and V
+// vectors come from differ.
 #include "device/cuda_compat.hpp"
 
 #include <string>

@@ -45,7 +45,8 @@ KVHEAP_HD std::int64_t paged_slot(const int* pages, int block_size, int t) {
   return static_cast<std::int64_t>(pages[t / block_size]) * block_size + t % block_size;
 }
 
-/// \brief Row locator over page tables (CSR), for the attention kernels' `row(i, t)` interface.
+/// \brief Row locator over page tables (CSR), for the attention kernels' `rows_of(i).at(t)`
+/// interface.
 struct PagedLocator {
   const int* indptr = nullptr;         ///< [num_seqs + 1]
   const int* indices = nullptr;        ///< [indptr[num_seqs]] physical block ids
@@ -53,11 +54,16 @@ struct PagedLocator {
   const int* row_seq = nullptr;        ///< [n] sequence of each batch row
   int block_size = 0;                  ///< slots per block
 
-  /// \brief Physical slot (row of the [num_blocks * block_size, kv_dim] storage) of position t
-  /// of batch row i.
-  KVHEAP_HD std::int64_t row(int i, int t) const {
-    return paged_slot(indices + indptr[row_seq[i]], block_size, t);
-  }
+  /// \brief One batch row's positions: its page table, found once (row_seq, then indptr).
+  struct Rows {
+    const int* pages = nullptr;  ///< the row's sequence's physical block ids, logical order
+    int block_size = 1;          ///< slots per block
+    /// \brief Physical slot (row of the [num_blocks * block_size, kv_dim] storage) of
+    /// position t.
+    KVHEAP_HD std::int64_t at(int t) const { return paged_slot(pages, block_size, t); }
+  };
+  /// \brief The positions of batch row i.
+  KVHEAP_HD Rows rows_of(int i) const { return Rows{indices + indptr[row_seq[i]], block_size}; }
 };
 
 namespace cpu {

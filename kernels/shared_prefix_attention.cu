@@ -5,8 +5,9 @@
 // Nothing new streams the cache: both passes are chapter 2's decode-attention kernel, run with
 // keep_partials so that they leave raw (max, sum, acc) states. The prefix pass sees a group as
 // one row whose query heads are all its rows' heads (grouped-query attention with a larger
-// group); the rows' pass offsets each row's positions by its group's prefix through a locator.
-// Two small kernels gather the wide queries and merge the partial states.
+// group); the rows' pass offsets each row's positions by its group's prefix. Both read through
+// one locator type, so the kernel's instantiations are compiled once for the two passes. Two
+// small kernels gather the wide queries and merge the partial states.
 #include "device/cuda_compat.hpp"
 
 #include <climits>
@@ -21,23 +22,33 @@
 namespace kvheap::cuda {
 namespace {
 
-static_assert(kGpuHeadsPerBlock == 16, "decode_attention.cuh holds at most 16 heads per block");
+static_assert(gpu_heads_per_block(128) == detail::max_heads_per_block(128) &&
+                  gpu_heads_per_block(256) == detail::max_heads_per_block(256),
+              "the CPU-side count of prefix reads must follow the kernel's heads per block");
 
-/// Group g's wide row through the page table of its first sequence; only its first
-/// group_size[g] x group heads of each KV head are real, the rest pad it to the widest group.
-struct WideLocator {
+/// Both passes' rows, through one locator so that nvcc compiles the kernel once for them:
+///  - the prefix pass (first null): group g's wide row, through the page table of its first
+///    sequence; only its first group_size[g] x group heads of each KV head are real, the rest pad
+///    it to the widest group;
+///  - the rows' own pass (group_size null): positions [first[i], first[i] + n_ctx) of row i's
+///    sequence, seen as [0, n_ctx), every head real.
+struct SharedPrefixLocator {
   PagedLocator pages;
-  const int* group_size;  // [G] rows in each group
+  const int* first;       // [n] or null
+  const int* group_size;  // [G] rows in each group, or null
   int group;              // query heads per KV head of one row
-  KVHEAP_HD std::int64_t row(int g, int t) const { return pages.row(g, t); }
-  KVHEAP_HD int heads_of(int g) const { return group_size[g] * group; }
-};
-
-/// Positions [first[i], first[i] + n_ctx) of row i's sequence, seen as [0, n_ctx).
-struct OffsetLocator {
-  PagedLocator pages;
-  const int* first;  // [n]
-  KVHEAP_HD std::int64_t row(int i, int t) const { return pages.row(i, t + first[i]); }
+  /// Row i's page table and first position, read once.
+  struct Rows {
+    PagedLocator::Rows pages;
+    int first = 0;
+    KVHEAP_HD std::int64_t at(int t) const { return pages.at(t + first); }
+  };
+  KVHEAP_HD Rows rows_of(int i) const {
+    return Rows{pages.rows_of(i), first != nullptr ? first[i] : 0};
+  }
+  KVHEAP_HD int heads_of(int i) const {
+    return group_size != nullptr ? group_size[i] * group : INT_MAX;
+  }
 };
 
 /// wide_q [G, n_heads * widest, head_dim]: wide head h * (widest * group) + m * group + j of group
@@ -121,13 +132,14 @@ void shared_prefix_attention(DType kv, const float* q, const void* k_cache, cons
     by_group.row_seq = plan.prefix_seq;
     prefix_splits = detail::launch_decode_attention_partials(
         kv, wide_q, k_cache, v_cache, plan.prefix_len,
-        WideLocator{by_group, plan.group_size, group}, wide, prefix_ws, stream, force_splits);
+        SharedPrefixLocator{by_group, nullptr, plan.group_size, group}, wide, prefix_ws, stream,
+        force_splits);
   }
   AttentionShape own = shape;
   own.max_n_ctx = plan.max_own;
   const int own_splits = detail::launch_decode_attention_partials(
-      kv, q, k_cache, v_cache, plan.own_ctx, OffsetLocator{pages, plan.first}, own, own_ws, stream,
-      force_splits);
+      kv, q, k_cache, v_cache, plan.own_ctx, SharedPrefixLocator{pages, plan.first, nullptr, group},
+      own, own_ws, stream, force_splits);
   launch<merge_shared_prefix_kernel>(
       dim3(static_cast<unsigned>(shape.n * shape.n_heads)), dim3(threads), 0, stream,
       plan.groups > 0 ? prefix_ws.states() : nullptr, plan.groups > 0 ? prefix_ws.acc() : nullptr,

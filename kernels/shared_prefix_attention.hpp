@@ -23,9 +23,12 @@
 
 namespace kvheap {
 
-/// \brief Query heads one block of the GPU decode-attention kernel holds (decode_attention.cuh):
-/// a wider group is cut into slices that each read the cache rows again.
-inline constexpr int kGpuHeadsPerBlock = 16;
+/// \brief Query heads one block of the GPU decode-attention kernel holds at `head_dim`
+/// (cuda::detail::max_heads_per_block, decode_attention.cuh): a wider group is cut into slices
+/// that each read the cache rows again.
+inline constexpr int gpu_heads_per_block(int head_dim) { return head_dim > 128 ? 8 : 16; }
+/// \brief gpu_heads_per_block for head_dims up to 128 (Llama's and most models').
+inline constexpr int kGpuHeadsPerBlock = gpu_heads_per_block(128);
 
 /// \brief Which batch rows share a prefix, and how long it is (host arrays; CSR over groups).
 ///
@@ -41,7 +44,7 @@ struct SharedPrefixPlan {
   [[nodiscard]] int groups() const { return static_cast<int>(prefix_len.size()); }
   /// \brief Positions attention reads for a batch whose row i attends n_ctx[i] positions: each
   /// group's prefix once, plus every row's positions outside its group's prefix. With
-  /// `heads_per_pass` > 0 (the GPU kernel's limit, kGpuHeadsPerBlock), a group of r rows of
+  /// `heads_per_pass` > 0 (the GPU kernel's limit, gpu_heads_per_block), a group of r rows of
   /// `group` query heads per KV head reads its prefix ceil(r x group / heads_per_pass) times.
   [[nodiscard]] long positions_read(const std::vector<int>& n_ctx, int group = 1,
                                     int heads_per_pass = 0) const {
@@ -133,9 +136,10 @@ inline std::size_t shared_prefix_wide_q_floats(int groups, int widest, int n_hea
 /// `wide_q`) through the page table of the group's first sequence; the rows' pass runs it over
 /// every row's positions [first, n_ctx) through a locator that offsets positions; both leave
 /// unnormalised partial states, which the merge combines per (row, head). A group wider than 16
-/// query heads per KV head is cut into slices that each read the prefix (see
-/// decode_attention.cuh), so r rows of group size g read it ceil(r g / 16) times, not r times;
-/// wide rows are padded to the widest group, and a slice that is all padding reads nothing.
+/// query heads per KV head (8 above head_dim 128) is cut into slices that each read the prefix
+/// (see decode_attention.cuh), so r rows of group size g read it ceil(r g /
+/// gpu_heads_per_block(head_dim)) times, not r times; wide rows are padded to the widest group, and
+/// a slice that is all padding reads nothing.
 ///
 /// \param kv      element type of the pool
 /// \param q       [n, n_heads, head_dim] fp32 (device)

@@ -6,7 +6,10 @@
 #   2. the sanitizer build (preset asan): every test again under AddressSanitizer and UBSan, at -O1
 #      with line tables only (-g1), which compiles in half the time of -O2 -g and reports the same
 #      file:line stacks
-#   3. the real CUDA build (preset cuda, in build/cuda-check): compiles and links with nvcc
+#   3. the real CUDA build (preset cuda, in build/cuda-check): compiles and links with nvcc; then
+#      the kernels' registers, spills and occupancy for sm_80 and sm_90 against the committed
+#      docs/results/kernel-resources.md (scripts/kernel_resources.py), and the machine code of
+#      decode attention's position loop (the KernelCode tests)
 #   4. the CPU-only build (preset cpu, in build/cpu-check): the programs without any CUDA code,
 #      and their CLI tests
 #   5. the fuzz targets, each for a bounded time (scripts/fuzz.sh)
@@ -67,11 +70,15 @@ if [ "$toolkit" = yes ]; then
   # the preset's optimised build. Nothing built here runs, so the host code is compiled at -O0
   # (the front end and the linker see all of it either way) and the device code for sm_90 alone:
   # no source has a branch for one architecture yet, and ptxas optimises device code whatever
-  # -O says. scripts/gpu-check.sh builds for the GPU it runs on.
-  step "3. real CUDA build: compile and link with nvcc"
+  # -O says. scripts/gpu-check.sh builds for the GPU it runs on. The resource check compiles the
+  # kernels' device code again, for sm_80 and sm_90 at -O3 as the Release build does, and fails on
+  # a spill or a kernel past its register budget; the KernelCode tests disassemble the objects.
+  step "3. real CUDA build: compile and link with nvcc, kernel resources, machine code"
   cmake --preset cuda -B build/cuda-check -DKVHEAP_BUILD_TESTS=ON -DKVHEAP_BUILD_DOCS=OFF \
     -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_CXX_FLAGS_RELEASE=-O0 -DCMAKE_CUDA_FLAGS_RELEASE=-O0
   cmake --build build/cuda-check -j "$jobs"
+  python3 scripts/kernel_resources.py --build build/cuda-check
+  ctest --test-dir build/cuda-check -R "^KernelCode\." --output-on-failure --no-tests=error
   echo "[$SECONDS s]"
 
   # The CPU-only programs, without any CUDA code, and their CLI tests; the rest ran in step 1.

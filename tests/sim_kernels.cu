@@ -306,4 +306,12 @@ void big_smem(int* errors, unsigned smem_bytes) {
   kvheap::launch<big_smem_kernel>(dim3(2), dim3(256), smem_bytes, nullptr, errors);
 }
 
+int fill_blocks_per_sm(int threads, unsigned smem_bytes) {
+  return kvheap::max_active_blocks<fill_kernel>(threads, smem_bytes);
+}
+
+int big_smem_blocks_per_sm(int threads, unsigned smem_bytes) {
+  return kvheap::max_active_blocks<big_smem_kernel>(threads, smem_bytes);
+}
+
 }  // namespace kvheap::test

@@ -77,4 +77,10 @@ void set_big_smem_limit(int bytes);
 /// *errors counts bad reads.
 void big_smem(int* errors, unsigned smem_bytes);
 
+/// \brief Blocks of fill's kernel (or big_smem's) one SM holds at `threads` per block and
+/// `smem_bytes` of dynamic shared memory (kvheap::max_active_blocks).
+int fill_blocks_per_sm(int threads, unsigned smem_bytes);
+/// \copydoc fill_blocks_per_sm
+int big_smem_blocks_per_sm(int threads, unsigned smem_bytes);
+
 }  // namespace kvheap::test

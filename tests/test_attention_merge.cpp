@@ -99,15 +99,47 @@ TEST(AttentionMerge, EmptyChunksContributeNothing) {
   EXPECT_EQ(both.state.sum, 0.0f);
 }
 
-TEST(AttentionMerge, SplitRuleFillsTheDeviceOnlyForFewLongSequences) {
-  // Batch 1, 8 KV heads, 32k context on a 132-SM device: split to fill the SMs.
-  EXPECT_GT(choose_num_splits(8, 32768, 132), 8);
-  // Batch 64 x 8 heads = 512 work items already fill 132 SMs: no split.
-  EXPECT_EQ(choose_num_splits(512, 4096, 132), 1);
-  // Short contexts are never split.
-  EXPECT_EQ(choose_num_splits(1, 100, 132), 1);
-  // Chunks never get shorter than the minimum.
-  EXPECT_LE(choose_num_splits(1, 1024, 132), 1024 / 256);
+TEST(AttentionMerge, SplitRuleFillsOneWaveOfResidentBlocks) {
+  // Llama-3-8B at batch 1: 8 KV heads on a 132-SM device that holds 4 blocks per SM (528 at
+  // once). A long context splits until the blocks fill that wave, or the cap stops it.
+  EXPECT_EQ(choose_num_splits(8, 32768, 132, 4, 64), 64);
+  EXPECT_EQ(choose_num_splits(8, 32768, 132, 2, 64), 33);  // 264 resident: 8 x 33 = 264
+  // At 1k positions the 64-position minimum chunk binds: 16 splits, 128 blocks, not 32 as a
+  // 256-position minimum gave.
+  EXPECT_EQ(choose_num_splits(8, 1024, 132, 4, 64), 16);
+  // 512 work items already fill 528 slots: no split.
+  EXPECT_EQ(choose_num_splits(512, 4096, 132, 4, 64), 1);
+  // Short contexts are never split below the minimum chunk.
+  EXPECT_EQ(choose_num_splits(1, 100, 132, 4, 64), 1);
+  // Degenerate inputs give one pass.
+  EXPECT_EQ(choose_num_splits(0, 4096, 132, 4, 64), 1);
+  EXPECT_EQ(choose_num_splits(8, 4096, 132, 0, 64), 16);  // an unknown occupancy counts as 1
+}
+
+TEST(AttentionMerge, SplitRuleKeepsChunksLongAndBlocksInOneWave) {
+  // Over a grid of shapes: every chunk has at least min_chunk positions, a split never makes
+  // more blocks than are resident at once, and every count from 1 to kMaxSplits comes out (the
+  // simulator tests run each of them, tests/test_decode_attention.cpp).
+  std::vector<bool> seen(kMaxSplits + 1, false);
+  for (int work : {1, 2, 3, 5, 8, 32, 64, 200, 1000})
+    for (int ctx : {1, 63, 64, 200, 1024, 4096, 32768})
+      for (int sm : {1, 8, 108, 132})
+        for (int per_sm : {1, 2, 3, 4, 8})
+          for (int min_chunk : {16, 64, 256}) {
+            const int s = choose_num_splits(work, ctx, sm, per_sm, min_chunk);
+            ASSERT_GE(s, 1);
+            ASSERT_LE(s, kMaxSplits);
+            seen[s] = true;
+            if (s > 1) {
+              EXPECT_GE(ctx / s, min_chunk) << work << " " << ctx << " " << sm << " " << per_sm;
+              EXPECT_LE(static_cast<long>(work) * s, static_cast<long>(sm) * per_sm);
+            }
+          }
+  for (int s = 1; s <= kMaxSplits; ++s) {
+    // The grid reaches most counts; the rest come from a context of exactly s chunks.
+    if (!seen[s]) seen[s] = choose_num_splits(1, s * 16, 132, 4, 16) == s;
+    EXPECT_TRUE(seen[s]) << s << " splits never chosen";
+  }
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Chapter 3's claims on the device: paging changes where K and V live, never what attention
 // computes. cuda::paged_attention is bitwise equal to chapter 2's cuda::decode_attention on the
-// same cache contents (any block size, shuffled blocks, fp32 and bf16, forced split counts), and
+// same cache contents (any block size, shuffled blocks, fp32 and bf16, every split count the split
+// rule can choose), and
 // the GPU decoder over PagedCache in device memory returns the same logits, bit for bit, as over
 // ContiguousCache in device memory.
 //
@@ -169,6 +170,16 @@ TEST(Ch03PagedGpu, PagedAttentionBitwiseEqualsContiguousKernel) {
       for (int splits : {1, 3}) expect_twins_bitwise_equal(sh.kv, bs, splits, t);
     }
   }
+}
+
+TEST(Ch03PagedGpu, PagedAttentionBitwiseEqualsContiguousAtEverySplitCount) {
+  KVHEAP_REQUIRE_DEVICE();
+  // Every count the split rule can choose, 1 to kMaxSplits (tests/test_attention_merge.cpp), with
+  // Llama's group of 4 in bf16; the 3-position row leaves most splits of its block empty.
+  const std::vector<int> ctx = {3, 200};
+  const Twins t = make_twins(DType::BF16, 16, ctx, 4, 1, 64);
+  for (int splits = 1; splits <= kMaxSplits; ++splits)
+    expect_twins_bitwise_equal(DType::BF16, 16, splits, t);
 }
 
 TEST(Ch03PagedGpu, PagedAttentionRejectsBlockSizeZero) {

@@ -243,6 +243,41 @@ TEST(DecodeAttention, SplitKEqualsSinglePass) {
   }
 }
 
+TEST(DecodeAttention, EverySplitCountTheRuleCanChooseMatchesTwin) {
+  KVHEAP_REQUIRE_DEVICE();
+  // 1 to kMaxSplits, all the split rule can choose (tests/test_attention_merge.cpp): each equals
+  // the twin, and the single pass. Rows of 2 and 150 positions: most of the short row's splits
+  // are empty, the long row's shortest have 2 positions.
+  Problem p = batch(2, {150, 2}, 150);
+  p.n_heads = 2;
+  p.n_kv_heads = 1;
+  p.head_dim = 32;
+  p.q_scale = 2.0f;
+  const std::vector<float> single = expect_matches_twin(p, 1);
+  for (int splits = 2; splits <= kMaxSplits; ++splits)
+    EXPECT_TRUE(test::rel_close(expect_matches_twin(p, splits), single, kTol)) << splits;
+}
+
+TEST(DecodeAttention, AutomaticSplitFillsOneWaveOfTheDevice) {
+  KVHEAP_REQUIRE_DEVICE();
+  // One row, one KV head of 4 query heads: the plan splits until sm_count x the kernel's blocks
+  // per SM are resident, as far as 16 x G positions per chunk allow.
+  const cuda::AttentionShape shape{1, 4, 1, 128, 32768};
+  const int per_sm = cuda::detail::attention_blocks_per_sm(128, 4);
+  ASSERT_GT(per_sm, 0);
+  // The simulator keeps an sm_90's limits and takes registers at the most a thread can have
+  // (255): two blocks of 128 threads fill its 64 K register file.
+  if (is_simulator()) {
+    EXPECT_EQ(per_sm, 2);
+  }
+  const int resident = device_info().sm_count * per_sm;
+  const int splits = cuda::detail::plan_attention(shape, 0).splits;
+  EXPECT_EQ(splits, std::min(kMaxSplits, resident)) << per_sm << " blocks per SM";
+  // A short context keeps chunks of at least 64 positions (G = 4): 200 positions, 3 chunks.
+  const cuda::AttentionShape short_ctx{1, 4, 1, 128, 200};
+  EXPECT_EQ(cuda::detail::plan_attention(short_ctx, 0).splits, std::min(200 / 64, splits));
+}
+
 TEST(DecodeAttention, PrefillRowsAttendCausallyAfterKvWrite) {
   KVHEAP_REQUIRE_DEVICE();
   // One sequence's prompt as rows at positions 0..P-1, written with the KV write kernel first,

@@ -87,5 +87,34 @@ TEST(Layering, PlantedUpwardIncludesAndLinksAreCaught) {
       << "dev -> base and common, common -> dev";
 }
 
+std::string lines(const std::vector<std::string>& list) {
+  std::string out;
+  for (const std::string& s : list) out += "\n  " + s;
+  return out;
+}
+
+TEST(Layering, DeviceCodeIncludesNoCpuOnlyHeader) {
+  const std::vector<std::string> found = layers::cpu_headers_in_device_code(KVHEAP_SOURCE_DIR);
+  EXPECT_TRUE(found.empty()) << lines(found);
+}
+
+// A .cu file that reaches Eigen two includes down, and one that reaches a SIMD twin; a .cpp file
+// may include both.
+TEST(Layering, PlantedCpuHeaderInDeviceCodeIsCaught) {
+  const test::TempDir tmp;
+  const fs::path root = tmp.path();
+  write(root / "kernels/a.cu", "#include \"kernels/a.hpp\"\n");
+  write(root / "kernels/a.hpp", "#pragma once\n#if 0\n#include \"kernels/b.hpp\"\n#endif\n");
+  write(root / "kernels/b.hpp", "#pragma once\n#include <Eigen/Core>\n");
+  write(root / "kernels/c.cu", "#include \"kernels/c_simd.hpp\"\n");
+  write(root / "kernels/c_simd.hpp", "#pragma once\n#include <immintrin.h>\n");
+  write(root / "kernels/d.cpp", "#include \"kernels/b.hpp\"\n#include \"kernels/c_simd.hpp\"\n");
+  const std::vector<std::string> found = layers::cpu_headers_in_device_code(root);
+  ASSERT_EQ(found.size(), 3u) << lines(found);
+  EXPECT_EQ(found[0], "kernels/a.cu -> kernels/a.hpp -> kernels/b.hpp includes <Eigen/Core>");
+  EXPECT_EQ(found[1], "kernels/c.cu -> kernels/c_simd.hpp is a CPU SIMD header");
+  EXPECT_EQ(found[2], "kernels/c.cu -> kernels/c_simd.hpp includes <immintrin.h>");
+}
+
 }  // namespace
 }  // namespace kvheap

@@ -391,6 +391,23 @@ TEST(SimLaunch, DynamicSharedMemoryOver48KiBNeedsTheAttribute) {
   EXPECT_THROW(test::set_big_smem_limit(228 * 1024), ResourceError);  // above any GPU's 227 KiB
 }
 
+TEST(SimLaunch, OccupancyFollowsTheLimitsOfAnSm90) {
+  KVHEAP_REQUIRE_SIMULATOR();  // on a GPU the answer depends on the kernel's real registers
+  // Registers count at the most a thread may have, 255 (64 at 1024 threads): 8 warps per SM.
+  EXPECT_EQ(test::fill_blocks_per_sm(32, 0), 8);
+  EXPECT_EQ(test::fill_blocks_per_sm(128, 0), 2);
+  EXPECT_EQ(test::fill_blocks_per_sm(1024, 0), 1);
+  // Shared memory: 40 KiB + the 1 KiB the driver keeps per block, of 228 KiB per SM.
+  EXPECT_EQ(test::fill_blocks_per_sm(32, 40 * 1024), 5);
+  // More than 48 KiB needs the attribute, as a launch would.
+  test::set_big_smem_limit(48 * 1024);
+  EXPECT_EQ(test::big_smem_blocks_per_sm(32, 64 * 1024), 0);
+  test::set_big_smem_limit(100 * 1024);
+  EXPECT_EQ(test::big_smem_blocks_per_sm(32, 100 * 1024), 2);
+  test::set_big_smem_limit(48 * 1024);
+  EXPECT_THROW(test::fill_blocks_per_sm(2048, 0), ResourceError);  // no such block
+}
+
 TEST(SimLaunch, HostPointerArgumentIsRefused) {
   KVHEAP_REQUIRE_SIMULATOR();
   std::vector<float> host(64);

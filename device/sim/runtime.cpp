@@ -1,7 +1,9 @@
 // The simulator's CUDA runtime subset, part one: errors, the simulated device and its
-// properties, kernel attributes (memory is in runtime_memory.cpp, streams and events in
-// runtime_streams.cpp). Same names and signatures as cuda_runtime_api.h; nothing here links
+// properties, kernel attributes and occupancy (memory is in runtime_memory.cpp, streams and events
+// in runtime_streams.cpp). Same names and signatures as cuda_runtime_api.h; nothing here links
 // libcudart or needs a driver.
+#include <cuda_occupancy.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -137,6 +139,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   prop->sharedMemPerBlock = kvheap::sim::kDefaultDynamicSmem;
   prop->sharedMemPerBlockOptin = kvheap::sim::kMaxDynamicSmemOptin;
   prop->sharedMemPerMultiprocessor = 228 * 1024;
+  prop->reservedSharedMemPerBlock = 1024;
   prop->regsPerBlock = 65536;
   prop->regsPerMultiprocessor = 65536;
   prop->warpSize = 32;
@@ -215,4 +218,51 @@ cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int v
   std::lock_guard lock(kvheap::sim::g_attributes_mutex);
   kvheap::sim::g_max_dynamic_smem[func] = static_cast<std::size_t>(value);
   return api_ok();
+}
+
+// NVIDIA's occupancy calculator (cuda_occupancy.h, header-only) on the simulated sm_90. A kernel
+// compiled as C++ has no register count, so it is taken to use the most registers a thread can
+// have at this block size (255, or fewer where the block's threads would not fit the register
+// file): the answer is the fewest blocks per SM that any kernel of this block size and dynamic
+// shared memory gets on the GPU. Static shared memory is likewise unknown and counted as none.
+// Flags (the caching override) change nothing on an sm_90.
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* num_blocks,
+                                                                   const void* func, int block_size,
+                                                                   size_t dynamic_smem,
+                                                                   unsigned int /*flags*/) {
+  if (num_blocks == nullptr) return api_fail(cudaErrorInvalidValue, "occupancy: null pointer");
+  if (func == nullptr) return api_fail(cudaErrorInvalidDeviceFunction, "occupancy: null kernel");
+  cudaDeviceProp p;
+  if (const cudaError_t e = cudaGetDeviceProperties(&p, 0); e != cudaSuccess) return e;
+  if (block_size <= 0 || block_size > p.maxThreadsPerBlock) {
+    return api_fail(cudaErrorInvalidValue, "occupancy: a block of " + std::to_string(block_size) +
+                                               " threads; a block has 1 to 1024");
+  }
+  const cudaOccDeviceProp device(p);
+  cudaOccFuncAttributes kernel;
+  kernel.maxThreadsPerBlock = p.maxThreadsPerBlock;
+  // Registers are allocated per warp in units of 256 (8 per thread), and a block's warps are
+  // counted in fours (one per sub-partition) against the 64 K register file.
+  const int warps = (block_size + 31) / 32;
+  const int per_thread = p.regsPerBlock / (((warps + 3) / 4) * 4 * 32) / 8 * 8;
+  kernel.numRegs = std::min(255, per_thread);
+  kernel.sharedSizeBytes = 0;
+  kernel.maxDynamicSharedSizeBytes = kvheap::sim::max_dynamic_smem(func);
+  kernel.shmemLimitConfig = kernel.maxDynamicSharedSizeBytes > kvheap::sim::kDefaultDynamicSmem
+                                ? FUNC_SHMEM_LIMIT_OPTIN
+                                : FUNC_SHMEM_LIMIT_DEFAULT;
+  const cudaOccDeviceState state;
+  cudaOccResult result{};
+  if (cudaOccMaxActiveBlocksPerMultiprocessor(&result, &device, &kernel, &state, block_size,
+                                              dynamic_smem) != CUDA_OCC_SUCCESS) {
+    return api_fail(cudaErrorInvalidValue, "occupancy: the calculator refused the launch shape");
+  }
+  *num_blocks = result.activeBlocksPerMultiprocessor;
+  return api_ok();
+}
+
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* num_blocks, const void* func,
+                                                          int block_size, size_t dynamic_smem) {
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(num_blocks, func, block_size,
+                                                                dynamic_smem, 0);
 }

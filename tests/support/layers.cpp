@@ -232,4 +232,34 @@ std::map<std::pair<std::string, std::string>, int> count(const std::vector<Edge>
   return out;
 }
 
+std::vector<std::string> cpu_headers_in_device_code(const fs::path& root) {
+  static const std::regex quoted(R"re(^\s*#\s*include\s*"([^"]+)")re");
+  static const std::regex cpu_only(
+      R"re(^\s*#\s*include\s*<(Eigen/[^>]+|[a-z]*intrin\.h|omp\.h)>)re");
+  const auto is_cu = [](const fs::path& p) { return p.extension() == ".cu"; };
+  std::vector<std::string> out;
+  for (const fs::path& cu : files(root, is_cu)) {
+    // Breadth-first over the project includes, remembering how each file was reached.
+    std::map<std::string, std::string> via;  // tree path -> the chain that reached it
+    std::vector<std::string> queue = {tree_path(root, cu)};
+    via[queue[0]] = queue[0];
+    for (std::size_t next = 0; next < queue.size(); ++next) {
+      const std::string file = queue[next];
+      if (file.ends_with("_simd.hpp")) out.push_back(via[file] + " is a CPU SIMD header");
+      std::istringstream lines(read(root / file));
+      for (std::string line; std::getline(lines, line);) {
+        std::smatch m;
+        if (std::regex_search(line, m, cpu_only)) {
+          out.push_back(via[file] + " includes <" + m[1].str() + ">");
+        } else if (std::regex_search(line, m, quoted) && fs::exists(root / m[1].str()) &&
+                   !via.contains(m[1].str())) {
+          via[m[1].str()] = via[file] + " -> " + m[1].str();
+          queue.push_back(m[1].str());
+        }
+      }
+    }
+  }
+  return out;
+}
+
 }  // namespace kvheap::layers

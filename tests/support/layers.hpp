@@ -8,7 +8,7 @@
 // chapter may use an earlier one, never the reverse. tests/, bench/ and fuzz/ sit on top and may
 // use anything. The edges come from the tree itself: the #include lines of every .hpp, .cpp, .cu
 // and .cuh file, and the target_link_libraries edges (and the LIBS of kvheap's CMake helpers) of
-// every CMakeLists.txt.
+// every CMakeLists.txt. A second rule keeps CPU-only headers out of device code.
 #pragma once
 
 #include <filesystem>
@@ -49,5 +49,13 @@ struct Edge {
 /// \brief How many edges go from each folder to each other one.
 [[nodiscard]] std::map<std::pair<std::string, std::string>, int> count(
     const std::vector<Edge>& edges);
+
+/// \brief CPU-only headers that device code reaches: for every .cu file of the tree, each header
+/// of its #include "..." closure (the .cu file included) that includes Eigen, an x86 SIMD header
+/// (<immintrin.h> & co.) or <omp.h>, or is a CPU twin's SIMD header (kernels/*_simd.hpp), as
+/// "kernels/x.cu -> kernels/a.hpp -> kernels/b.hpp includes <Eigen/Core>". nvcc would parse
+/// them in every .cu file for nothing. The scan follows every include, whatever #if surrounds it.
+[[nodiscard]] std::vector<std::string> cpu_headers_in_device_code(
+    const std::filesystem::path& root);
 
 }  // namespace kvheap::layers
