@@ -7,6 +7,7 @@
 #include "device/cuda_compat.hpp"
 
 #include <algorithm>
+#include <climits>
 #include <map>
 #include <mutex>
 #include <string>
@@ -35,38 +36,12 @@ __global__ void merge_splits_kernel(const SoftmaxState* states, const float* acc
 
 /// What the split-K plan needs of the current device: its SM count, and how many blocks of each
 /// decode-attention kernel one SM holds. Asked once per device (a driver round trip each) and
-/// kept; blocks_per_sm is indexed [head_dim kernel: 64, 128, any][log2 G], 0 until asked.
+/// kept; blocks_per_sm is indexed [head_dim kernel: 64, 128, any][log2 G].
 struct DeviceOccupancy {
   int sm_count = 0;
   int blocks_per_sm[3][5] = {};
+  bool asked[3][5] = {};
 };
-
-/// Blocks per SM of the contiguous kernels for (HD, G), the fewest over the KV types: the plan
-/// must not depend on the layout or the KV type, or paged and contiguous attention (and the
-/// chapters' bitwise claims resting on them) could split differently.
-template <int HD, int G>
-int attention_blocks_per_sm(int head_dim) {
-  const std::size_t smem = attention_smem_bytes(G, head_dim);
-  const int f32 =
-      max_active_blocks<decode_attention_kernel<float, HD, G, ContiguousLocator>>(kThreads, smem);
-  const int f16 =
-      max_active_blocks<decode_attention_kernel<__half, HD, G, ContiguousLocator>>(kThreads, smem);
-  const int b16 =
-      max_active_blocks<decode_attention_kernel<__nv_bfloat16, HD, G, ContiguousLocator>>(kThreads,
-                                                                                          smem);
-  return std::min({f32, f16, b16});
-}
-
-template <int HD>
-int attention_blocks_per_sm(int head_dim, int g) {
-  switch (g) {
-    case 1: return attention_blocks_per_sm<HD, 1>(head_dim);
-    case 2: return attention_blocks_per_sm<HD, 2>(head_dim);
-    case 4: return attention_blocks_per_sm<HD, 4>(head_dim);
-    case 8: return attention_blocks_per_sm<HD, 8>(head_dim);
-    default: return attention_blocks_per_sm<HD, 16>(head_dim);
-  }
-}
 
 /// SM count of the current device and blocks per SM of the kernel for (head_dim, heads per
 /// block), each asked of the device once.
@@ -80,17 +55,19 @@ std::pair<int, int> device_occupancy(int head_dim, int heads_per_block) {
     g *= 2;
     ++log_g;
   }
-  const int hd = head_dim == 64 ? 0 : head_dim == 128 ? 1 : 2;
   // The generic kernel's occupancy is asked at its largest head_dim, so one answer serves all.
-  const int generic = max_head_dim(0, g);
+  const int hd = head_dim == 64 ? 0 : head_dim == 128 ? 1 : 2;
   std::lock_guard lock(mutex);
   DeviceOccupancy& occ = devices[device];
   if (occ.sm_count == 0) occ.sm_count = device_info(device).sm_count;
   int& blocks = occ.blocks_per_sm[hd][log_g];
-  if (blocks == 0) {
-    blocks = hd == 0   ? attention_blocks_per_sm<64>(64, g)
-             : hd == 1 ? attention_blocks_per_sm<128>(128, g)
-                       : attention_blocks_per_sm<0>(generic, g);
+  if (!occ.asked[hd][log_g]) {
+    // The fewest over the layouts and KV types: the plan must not depend on either, or paged
+    // and contiguous attention (and the chapters' bitwise claims resting on them) could split
+    // differently; and a wave sized for the leanest kernel would overfill the others.
+    blocks = std::min({layout_blocks_per_sm<ContiguousLocator>(head_dim, g),
+                       paged_blocks_per_sm(head_dim, g), shared_prefix_blocks_per_sm(head_dim, g)});
+    occ.asked[hd][log_g] = true;
   }
   return {occ.sm_count, blocks};
 }
@@ -122,9 +99,11 @@ AttentionPlan plan_attention(const AttentionShape& s, int force_splits) {
     plan.splits = 1;
   } else {
     const auto [sm_count, blocks_per_sm] = device_occupancy(s.head_dim, plan.heads_per_block);
-    const int blocks = s.n * s.n_kv_heads * plan.chunks;  // = n * n_kv_heads for small groups
-    plan.splits = choose_num_splits(blocks, s.max_n_ctx, sm_count, blocks_per_sm,
-                                    min_split_positions(plan.heads_per_block));
+    // = n * n_kv_heads for small groups; past a wave already, so more than INT_MAX is 1 split
+    const long long blocks = static_cast<long long>(s.n) * s.n_kv_heads * plan.chunks;
+    plan.splits =
+        choose_num_splits(static_cast<int>(std::min<long long>(blocks, INT_MAX)), s.max_n_ctx,
+                          sm_count, blocks_per_sm, min_split_positions(plan.heads_per_block));
   }
   return plan;
 }

@@ -5,6 +5,7 @@
 
 #include "device/cuda_compat.hpp"
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -59,14 +60,54 @@ struct AttentionLaunch {
   }
 };
 
+/// \brief Blocks of decode_attention_kernel<T, HD, G, Locator> one SM holds at once, the fewest
+/// over the three KV types, at the dynamic shared memory of a launch at `head_dim`.
+template <class Locator, int HD, int G>
+int blocks_per_sm_over_types(int head_dim) {
+  const std::size_t smem = attention_smem_bytes(G, head_dim);
+  return std::min(
+      {max_active_blocks<decode_attention_kernel<float, HD, G, Locator>>(kThreads, smem),
+       max_active_blocks<decode_attention_kernel<__half, HD, G, Locator>>(kThreads, smem),
+       max_active_blocks<decode_attention_kernel<__nv_bfloat16, HD, G, Locator>>(kThreads, smem)});
+}
+
+/// \brief blocks_per_sm_over_types of the head_dim-HD kernel for `g` heads per block (a power of
+/// two up to 16).
+template <class Locator, int HD>
+int blocks_per_sm_by_group(int head_dim, int g) {
+  switch (g) {
+    case 1: return blocks_per_sm_over_types<Locator, HD, 1>(head_dim);
+    case 2: return blocks_per_sm_over_types<Locator, HD, 2>(head_dim);
+    case 4: return blocks_per_sm_over_types<Locator, HD, 4>(head_dim);
+    case 8: return blocks_per_sm_over_types<Locator, HD, 8>(head_dim);
+    default: return blocks_per_sm_over_types<Locator, HD, 16>(head_dim);
+  }
+}
+
+/// \brief blocks_per_sm_over_types of the kernel a launch at `head_dim` with `g` heads per block
+/// runs; the generic head_dim kernel is counted at its largest head_dim.
+template <class Locator>
+int layout_blocks_per_sm(int head_dim, int g) {
+  if (head_dim == 64) return blocks_per_sm_by_group<Locator, 64>(64, g);
+  if (head_dim == 128) return blocks_per_sm_by_group<Locator, 128>(128, g);
+  return blocks_per_sm_by_group<Locator, 0>(max_head_dim(0, g), g);
+}
+
+/// \brief layout_blocks_per_sm of the paged and the shared-prefix row locators, defined where
+/// those kernels are instantiated (paged_attention.cu, shared_prefix_attention.cu). The split
+/// plan takes the fewest over every layout, so that it fits each and stays the same for all.
+int paged_blocks_per_sm(int head_dim, int g);
+int shared_prefix_blocks_per_sm(int head_dim, int g);
+
 /// \brief Validates and plans a launch over `loc`; throws InputError for a bad shape or pointer.
 template <class Locator>
 AttentionLaunch<Locator> prepare_launch(const float* q, const void* k_cache, const void* v_cache,
                                         const int* n_ctx, Locator loc, const AttentionShape& shape,
                                         float* out, StreamHandle stream, int force_splits) {
   const AttentionPlan plan = plan_attention(shape, force_splits);
-  // The kernel moves q, out and the cache in 16-byte vectors; every offset inside them is a
-  // multiple of 16 bytes (head_dim % 8 == 0), so only the base pointers can break alignment.
+  // The kernel moves q and out in 16-byte vectors, and the cache in 16-byte (fp32) or 8-byte
+  // (fp16, bf16) ones; every offset inside them is a multiple of 16 bytes (head_dim % 8 == 0), so
+  // only the base pointers can break alignment, and 16 bytes covers every case.
   const void* vectors[] = {q, k_cache, v_cache, out};
   for (const void* p : vectors)
     if (shape.n > 0 && reinterpret_cast<std::uintptr_t>(p) % 16 != 0)

@@ -40,4 +40,11 @@ void paged_attention(DType kv, const float* q, const void* k_cache, const void* 
                                   stream, force_splits);
 }
 
+namespace detail {
+
+int paged_blocks_per_sm(int head_dim, int g) {
+  return layout_blocks_per_sm<PagedLocator>(head_dim, g);
+}
+
+}  // namespace detail
 }  // namespace kvheap::cuda

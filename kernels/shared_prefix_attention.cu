@@ -147,4 +147,11 @@ void shared_prefix_attention(DType kv, const float* q, const void* k_cache, cons
       shape.head_dim, out);
 }
 
+namespace detail {
+
+int shared_prefix_blocks_per_sm(int head_dim, int g) {
+  return layout_blocks_per_sm<SharedPrefixLocator>(head_dim, g);
+}
+
+}  // namespace detail
 }  // namespace kvheap::cuda

@@ -29,6 +29,13 @@ namespace kvheap {
 inline constexpr int gpu_heads_per_block(int head_dim) { return head_dim > 128 ? 8 : 16; }
 /// \brief gpu_heads_per_block for head_dims up to 128 (Llama's and most models').
 inline constexpr int kGpuHeadsPerBlock = gpu_heads_per_block(128);
+/// \brief Query heads of each slice when `heads` query heads of one KV head are cut into slices of
+/// at most `most`: as few slices as that allows, made even (cuda::detail::plan_attention's rule;
+/// 24 heads at most 16 make two slices of 12).
+inline constexpr int slice_heads(int heads, int most) {
+  const int slices = (heads + most - 1) / most;
+  return (heads + slices - 1) / slices;
+}
 
 /// \brief Which batch rows share a prefix, and how long it is (host arrays; CSR over groups).
 ///
@@ -44,15 +51,20 @@ struct SharedPrefixPlan {
   [[nodiscard]] int groups() const { return static_cast<int>(prefix_len.size()); }
   /// \brief Positions attention reads for a batch whose row i attends n_ctx[i] positions: each
   /// group's prefix once, plus every row's positions outside its group's prefix. With
-  /// `heads_per_pass` > 0 (the GPU kernel's limit, gpu_heads_per_block), a group of r rows of
-  /// `group` query heads per KV head reads its prefix ceil(r x group / heads_per_pass) times.
+  /// `most_heads` > 0 (the GPU kernel's limit, gpu_heads_per_block), the prefix pass's wide row
+  /// (the widest group's rows x `group` query heads per KV head) is cut into even slices of
+  /// slice_heads(widest x group, most_heads) heads, and a group of r rows reads its prefix once
+  /// per slice holding one of its r x group real heads.
   [[nodiscard]] long positions_read(const std::vector<int>& n_ctx, int group = 1,
-                                    int heads_per_pass = 0) const {
+                                    int most_heads = 0) const {
     long total = 0;
     for (int c : n_ctx) total += c;
+    int widest = 0;
+    for (int g = 0; g < groups(); ++g) widest = std::max(widest, indptr[g + 1] - indptr[g]);
+    const long per_slice = most_heads > 0 ? slice_heads(widest * group, most_heads) : 0;
     for (int g = 0; g < groups(); ++g) {
       const long r = indptr[g + 1] - indptr[g];
-      const long reads = heads_per_pass > 0 ? (r * group + heads_per_pass - 1) / heads_per_pass : 1;
+      const long reads = per_slice > 0 ? (r * group + per_slice - 1) / per_slice : 1;
       total -= (r - reads) * prefix_len[g];
     }
     return total;
@@ -137,9 +149,9 @@ inline std::size_t shared_prefix_wide_q_floats(int groups, int widest, int n_hea
 /// every row's positions [first, n_ctx) through a locator that offsets positions; both leave
 /// unnormalised partial states, which the merge combines per (row, head). A group wider than 16
 /// query heads per KV head (8 above head_dim 128) is cut into slices that each read the prefix
-/// (see decode_attention.cuh), so r rows of group size g read it ceil(r g /
-/// gpu_heads_per_block(head_dim)) times, not r times; wide rows are padded to the widest group, and
-/// a slice that is all padding reads nothing.
+/// (see decode_attention.cuh): wide rows are padded to the widest group and cut into even slices
+/// (slice_heads), and a group reads its prefix once per slice that holds one of its real heads
+/// (SharedPrefixPlan::positions_read), not once per row; a slice of padding only reads nothing.
 ///
 /// \param kv      element type of the pool
 /// \param q       [n, n_heads, head_dim] fp32 (device)

@@ -24,6 +24,7 @@
 #include "kernels/decode_attention.hpp"
 #include "kernels/decode_attention_cpu.hpp"
 #include "kernels/kv_write.hpp"
+#include "kernels/shared_prefix_attention.hpp"
 #include "tests/support/device_test_support.hpp"
 
 namespace kvheap {
@@ -338,6 +339,24 @@ TEST(DecodeAttention, RejectsShapesTheKernelCannotRun) {
   EXPECT_THROW(attempt(4, 2, 12), InputError);   // not a multiple of 8
   EXPECT_THROW(attempt(4, 2, 264), InputError);  // above 256
   EXPECT_THROW(attempt(6, 4, 64), InputError);   // heads do not group
+}
+
+// SharedPrefixPlan::positions_read counts the slices of a wide row as the kernel's plan cuts them:
+// for every group width and head_dim the plan's heads per block is slice_heads of the group at
+// gpu_heads_per_block.
+TEST(DecodeAttentionPlan, SlicesAreEvenAsSharedPrefixReadsCountThem) {
+  for (int hd : {64, 128, 256})
+    for (int heads = 1; heads <= 200; ++heads) {
+      cuda::AttentionShape s;
+      s.n = 0;  // no device is asked: the plan's slices depend on the shape alone
+      s.n_kv_heads = 1;
+      s.n_heads = heads;
+      s.head_dim = hd;
+      const cuda::detail::AttentionPlan plan = cuda::detail::plan_attention(s, 0);
+      EXPECT_EQ(plan.heads_per_block, slice_heads(heads, gpu_heads_per_block(hd)))
+          << heads << " heads, head_dim " << hd;
+      EXPECT_EQ(plan.chunks, (heads + plan.heads_per_block - 1) / plan.heads_per_block);
+    }
 }
 
 }  // namespace

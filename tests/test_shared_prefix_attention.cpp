@@ -63,9 +63,16 @@ TEST(SharedPrefixAttention, PositionsReadCountEachPrefixOnce) {
   const std::vector<int> n_ctx = {40, 33, 32, 10, 20, 17};
   EXPECT_EQ(plan.positions_read(n_ctx), 40 + 33 + 32 + 10 + 20 + 17 - 2 * 32 - 1 * 16);
   EXPECT_EQ(SharedPrefixPlan{}.positions_read(n_ctx), 40 + 33 + 32 + 10 + 20 + 17);
-  // The GPU kernel holds 16 query heads per block: 3 rows x 8 heads read their prefix twice.
+  // The GPU kernel holds at most 16 query heads per block. At 8 heads per row the wide row is
+  // 3 x 8 = 24 heads, cut into two slices of 12: 3 rows (24 heads) and 2 rows (16 heads) both
+  // read their prefix twice.
   EXPECT_EQ(plan.positions_read(n_ctx, 8, kGpuHeadsPerBlock),
-            40 + 33 + 32 + 10 + 20 + 17 - 1 * 32 - 1 * 16);
+            40 + 33 + 32 + 10 + 20 + 17 - 1 * 32 - 0 * 16);
+  // At 4 heads per row the widest group's 12 heads fit one block: every prefix is read once.
+  EXPECT_EQ(plan.positions_read(n_ctx, 4, kGpuHeadsPerBlock),
+            40 + 33 + 32 + 10 + 20 + 17 - 2 * 32 - 1 * 16);
+  // At 16 heads per row, 48 heads make three slices of 16: 3 reads for 3 rows, 2 for 2.
+  EXPECT_EQ(plan.positions_read(n_ctx, 16, kGpuHeadsPerBlock), 40 + 33 + 32 + 10 + 20 + 17);
 }
 
 // Rows group by their first block, share the run of blocks all their tables begin with, and only
