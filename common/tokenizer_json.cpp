@@ -372,6 +372,7 @@ void read_added_tokens(const json& root, const Where& top, BpeParts& parts) {
   const Where w = top / "added_tokens";
   if (!list->is_array()) w.fail("expected an array");
   std::unordered_set<std::string> seen;
+  std::unordered_map<int, std::size_t> by_id;  // id -> the entry that took it
   for (std::size_t i = 0; i < list->size(); ++i) {
     const json& t = (*list)[i];
     const Where wi = w[i];
@@ -390,6 +391,17 @@ void read_added_tokens(const json& root, const Where& top, BpeParts& parts) {
         (wi / key).fail(fmt::format("true is not supported ({:?})", a.content));
     if (!seen.insert(a.content).second)
       (wi / "content").fail(fmt::format("{:?} is added twice", a.content));
+    // One id, one text: otherwise encoding gives an id whose decoding is another token's text.
+    if (const auto [it, fresh] = by_id.emplace(a.id, i); !fresh)
+      (wi / "id").fail(
+          fmt::format("{} is also added_tokens[{}]'s ({:?}); expected one token per id", a.id,
+                      it->second, parts.added[it->second].content));
+    const auto at = static_cast<std::size_t>(a.id);
+    if (at < parts.present.size() && parts.present[at] != 0 && parts.tokens[at] != a.content)
+      (wi / "id").fail(
+          fmt::format("{} is model.vocab's {:?}, not {:?}; expected an added token "
+                      "to keep its vocabulary entry's id and text, or a new id",
+                      a.id, parts.tokens[at], a.content));
     parts.added.push_back(std::move(a));
   }
 }

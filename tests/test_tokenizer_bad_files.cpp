@@ -157,6 +157,19 @@ TEST(TokenizerFiles, MalformedTokenizerJsonNamesTheFileAndTheField) {
   j = small_byte_level();
   j["added_tokens"][0]["lstrip"] = true;
   expect_mentions(error_of(j), {"added_tokens[0].lstrip", "not supported"});
+  // One id, one text: a second added token on an id, or one on a vocabulary entry's id with
+  // other text, would encode to an id that decodes to something else (found by fuzzing).
+  j = small_byte_level();
+  j["added_tokens"].push_back(
+      {{"id", 258}, {"content", "<think>"}, {"special", false}, {"normalized", false}});
+  expect_mentions(error_of(j), {"added_tokens[1].id", "258 is also added_tokens[0]'s", "<|end|>"});
+  j = small_byte_level();
+  j["added_tokens"][0]["id"] = 256;
+  expect_mentions(error_of(j), {"added_tokens[0].id", "256 is model.vocab's \"ab\"", "<|end|>"});
+  j = small_byte_level();
+  j["added_tokens"].push_back(
+      {{"id", 257}, {"content", "abc"}, {"special", false}, {"normalized", false}});
+  EXPECT_NO_THROW(parse_tokenizer_json(j.dump(), "PATH"));  // the same text: as Llama 2's <s>
   j = small_byte_level();
   j["model"]["vocab"].erase("c");
   expect_mentions(error_of(j), {"model.merges[1]", "\"c\""});
