@@ -4,7 +4,7 @@
 // each, with the work split chapters 1 and 3 use. Builds and runs in every mode.
 //
 // Two parts:
-//   1. paged (block size 16) vs contiguous, side by side, with their ratio: the goal is
+//   1. paged (block size 16) vs contiguous, side by side, with their ratio: kvheap's goal is
 //      paged / contiguous <= 1.10 on the CPU.
 //   2. a block-size sweep 1, 2, 4, ..., 256 over a batch of mixed context lengths: time and tail
 //      waste, written to PREFIX.md and PREFIX.csv (--sweep-out=PREFIX, default

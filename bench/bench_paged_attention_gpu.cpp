@@ -4,7 +4,7 @@
 //
 // Two parts, on Llama-3-8B's heads (32 query, 8 KV, head_dim 128) with a bf16 cache, one layer:
 //   1. paged (block size 16) vs contiguous for batch {1, 8, 64} x context {1k, 4k, 16k}: time,
-//      ratio (the goal: paged / contiguous <= 1.05), GB/s and the fraction of a
+//      ratio (kvheap's goal: paged / contiguous <= 1.05), GB/s and the fraction of a
 //      device-to-device copy peak measured in the same process.
 //   2. a block-size sweep 1, 2, 4, ..., 256 over a batch of mixed context lengths: kernel time and
 //      tail waste, written to PREFIX.md and PREFIX.csv (--sweep-out=PREFIX, default

@@ -5,7 +5,7 @@
 // to exactly 1 MiB: the text scripts/make_tokenizer_testdata.py timed the reference libraries on.
 // Vocabularies: the committed test data (tests/data/tokenizers): Qwen's first 16384 ranks as a
 // tokenizer.json and as a Llama 3 tiktoken file, and 9295 pieces of Mistral's SentencePiece v1
-// vocabulary. The rate is MB of UTF-8 text per second; the bar is 5 MB/s. The label gives
+// vocabulary. The rate is MB of UTF-8 text per second; kvheap's goal is 5 MB/s. The label gives
 // the reference library's rate on the same text and vocabulary, measured once by the script.
 //
 //   build/cpu/bench/bench_tokenizer
