@@ -372,7 +372,8 @@ TEST(SimLaunch, RefusesImpossibleShapes) {
         Shape{dim3(1), dim3(0)}, Shape{dim3(1, 65536), dim3(32)}}) {
     const std::string m = launch_error_of([&] { fill(bad.grid, bad.block); });
     EXPECT_NE(m.find("fill_kernel failed"), std::string::npos) << m;
-    EXPECT_NE(m.find("invalid configuration argument"), std::string::npos) << m;
+    // CUDA 13's answer on a real GPU (cudaErrorInvalidValue), and the simulator's.
+    EXPECT_NE(m.find("invalid argument"), std::string::npos) << m;
   }
   fill(dim3(2), dim3(1024));  // the largest legal block still runs
   EXPECT_EQ(x.to_host()[63], 1.0f);

@@ -91,29 +91,31 @@ class WorkerPool {
   bool stop_ = false;
 };
 
-// What a GPU refuses before running anything: (error, reason), or cudaSuccess.
+// What a GPU refuses before running anything: (error, reason), or cudaSuccess. An impossible
+// shape is cudaErrorInvalidValue, as CUDA 13.0's runtime answered each of these shapes on an H200
+// (driver 580); the reason says which limit the shape breaks, which the runtime does not.
 std::pair<cudaError_t, std::string> check_config(const LaunchSpec& s) {
   const dim3 b = s.block;
   const dim3 g = s.grid;
   if (b.x == 0 || b.y == 0 || b.z == 0) {
-    return {cudaErrorInvalidConfiguration, "blockDim " + dims(b) + " has a zero dimension"};
+    return {cudaErrorInvalidValue, "blockDim " + dims(b) + " has a zero dimension"};
   }
   if (g.x == 0 || g.y == 0 || g.z == 0) {
-    return {cudaErrorInvalidConfiguration,
+    return {cudaErrorInvalidValue,
             "gridDim " + dims(g) + " is empty (a zero dimension); skip the launch instead"};
   }
   if (b.x > 1024 || b.y > 1024 || b.z > 64) {
-    return {cudaErrorInvalidConfiguration,
+    return {cudaErrorInvalidValue,
             "blockDim " + dims(b) + " exceeds the per-dimension limits (1024, 1024, 64)"};
   }
   const std::uint64_t threads = std::uint64_t{b.x} * b.y * b.z;
   if (threads > 1024) {
-    return {cudaErrorInvalidConfiguration, "blockDim " + dims(b) + " has " +
+    return {cudaErrorInvalidValue, "blockDim " + dims(b) + " has " +
                                                std::to_string(threads) +
                                                " threads; a block may have at most 1024"};
   }
   if (g.x > 0x7fffffffu || g.y > 65535 || g.z > 65535) {
-    return {cudaErrorInvalidConfiguration,
+    return {cudaErrorInvalidValue,
             "gridDim " + dims(g) + " exceeds the limits (2^31-1, 65535, 65535)"};
   }
   const std::size_t limit = max_dynamic_smem(s.kernel);

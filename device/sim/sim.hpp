@@ -34,7 +34,7 @@ struct LaunchSpec {
 
 /// \brief Checks the launch like a GPU would, then runs every block to completion.
 ///
-/// Returns cudaSuccess, cudaErrorInvalidConfiguration / cudaErrorInvalidValue for a launch a GPU
+/// Returns cudaSuccess, cudaErrorInvalidValue for a launch a GPU running CUDA 13
 /// would refuse, or cudaErrorLaunchFailure for a kernel that deadlocked, trapped or threw. Also
 /// records the error for cudaGetLastError, and the details in last_error_detail().
 cudaError_t launch_kernel(const LaunchSpec& spec);
