@@ -31,8 +31,9 @@ inline constexpr int gpu_heads_per_block(int head_dim) { return head_dim > 128 ?
 inline constexpr int kGpuHeadsPerBlock = gpu_heads_per_block(128);
 /// \brief Query heads of each slice when `heads` query heads of one KV head are cut into slices of
 /// at most `most`: as few slices as that allows, made even (cuda::detail::plan_attention's rule;
-/// 24 heads at most 16 make two slices of 12).
+/// 24 heads at most 16 make two slices of 12). No heads (a batch with no group) make no slice: 0.
 inline constexpr int slice_heads(int heads, int most) {
+  if (heads <= 0 || most <= 0) return 0;
   const int slices = (heads + most - 1) / most;
   return (heads + slices - 1) / slices;
 }

@@ -63,6 +63,11 @@ TEST(SharedPrefixAttention, PositionsReadCountEachPrefixOnce) {
   const std::vector<int> n_ctx = {40, 33, 32, 10, 20, 17};
   EXPECT_EQ(plan.positions_read(n_ctx), 40 + 33 + 32 + 10 + 20 + 17 - 2 * 32 - 1 * 16);
   EXPECT_EQ(SharedPrefixPlan{}.positions_read(n_ctx), 40 + 33 + 32 + 10 + 20 + 17);
+  // No group at all (every prompt sampled once) with the GPU's slicing: the widest group has no
+  // rows, and nothing is divided by its empty slices (this trapped on a GPU machine's build).
+  EXPECT_EQ(SharedPrefixPlan{}.positions_read(n_ctx, 4, kGpuHeadsPerBlock),
+            40 + 33 + 32 + 10 + 20 + 17);
+  static_assert(slice_heads(0, kGpuHeadsPerBlock) == 0 && slice_heads(24, 16) == 12);
   // The GPU kernel holds at most 16 query heads per block. At 8 heads per row the wide row is
   // 3 x 8 = 24 heads, cut into two slices of 12: 3 rows (24 heads) and 2 rows (16 heads) both
   // read their prefix twice.
