@@ -4,8 +4,9 @@
 // `prefix` positions, each forked into `samples` sequences with 256 positions of their own, laid
 // out by chapter 4's allocator in a shuffled pool. It is timed two ways over the same device pool:
 // every row reading its whole context (cuda::paged_attention, chapter 3) and each group reading
-// its prefix once for all its rows (cuda::shared_prefix_attention, chapter 4). The outputs must
-// agree within 1e-5 relative before anything is timed.
+// its prefix once for all its rows (cuda::shared_prefix_attention, chapter 4). Before anything is
+// timed, both outputs are checked against attention computed in double precision on the host for
+// three rows: read-once must be no further from it than plain (within fp32's rounding).
 //
 // Napkin math: plain attention reads sum(n_ctx) x 2 x kv_dim x 2 B (bf16) per layer; read-once
 // attention reads each prefix ceil(samples x group / 16) times (a kernel block holds at most 16
@@ -63,6 +64,14 @@ constexpr DType kKv = DType::BF16;
 
 double g_peak_gbps = 0.0;
 
+/// Element e of the pool's K (kv 0) or V (kv 1), as bf16 bits: finite values 0x3c00..0x3cff, in
+/// [0.0078, 0.0156), different per slot.
+std::uint16_t kv_bits(std::size_t e, int kv) {
+  return static_cast<std::uint16_t>(0x3c00 | (((e * 2654435761u + kv) >> 7) & 0xff));
+}
+/// Query element j of the batch ([rows, heads, head_dim]).
+float q_value(std::size_t j) { return 0.02f * static_cast<float>(j % 11) - 0.1f; }
+
 /// The step on the device: pool, page tables, plan and queries.
 struct Problem {
   bench::SharedPrefixStep step;
@@ -88,11 +97,9 @@ std::string make_problem(Problem& p, int groups, int samples, int prefix) {
   const KVView& pb = p.step.batch.view;
   const int n = p.step.rows();
   p.shape = {n, kHeads, kKvHeads, kHeadDim, pb.max_ctx};
-  // Every slot holds finite bf16 values 0x3c00..0x3cff, in [0.0078, 0.0156), different per slot.
   std::vector<std::uint16_t> pattern(pool / 2);
   for (int kv = 0; kv < 2; ++kv) {
-    for (std::size_t e = 0; e < pattern.size(); ++e)
-      pattern[e] = static_cast<std::uint16_t>(0x3c00 | (((e * 2654435761u + kv) >> 7) & 0xff));
+    for (std::size_t e = 0; e < pattern.size(); ++e) pattern[e] = kv_bits(e, kv);
     std::vector<unsigned char> bytes(pool);
     std::memcpy(bytes.data(), pattern.data(), pool);
     (kv == 0 ? p.k : p.v) = DeviceBuffer<unsigned char>::from_host(bytes);
@@ -128,7 +135,7 @@ std::string make_problem(Problem& p, int groups, int samples, int prefix) {
   p.view.row_member = p.row_member.data();
   const std::size_t q_elems = static_cast<std::size_t>(n) * kHeads * kHeadDim;
   std::vector<float> q(q_elems);
-  for (std::size_t j = 0; j < q.size(); ++j) q[j] = 0.02f * static_cast<float>(j % 11) - 0.1f;
+  for (std::size_t j = 0; j < q.size(); ++j) q[j] = q_value(j);
   p.q = DeviceBuffer<float>::from_host(q);
   p.out_plain = DeviceBuffer<float>(q_elems);
   p.out_once = DeviceBuffer<float>(q_elems);
@@ -161,6 +168,68 @@ StepWork work_of(const bench::SharedPrefixStep& step) {
   return w;
 }
 
+/// The largest errors of both outputs ([rows, heads, head_dim], on the host) against attention
+/// computed in double precision from the same bf16 K and V and fp32 queries, over `rows`, relative
+/// to the reference's largest magnitude there. With these near-uniform scores, one position lost
+/// from (or read twice into) a 16K-position context moves an output by up to about 2e-5 of that
+/// magnitude; so can fp32 summation over 16K positions in either kernel (docs/results/gpu-h200/
+/// has the errors measured), so the check compares read-once's error with plain's rather than
+/// the two outputs with each other. The tests, on shorter contexts, are
+/// what pin the positions read exactly.
+struct ReferenceErrors {
+  double plain = 0.0, once = 0.0;
+};
+ReferenceErrors reference_errors(const Problem& p, const std::vector<float>& plain,
+                                 const std::vector<float>& once, const std::vector<int>& rows) {
+  const KVView& v = p.step.batch.view;
+  const int bs = bench::kSharedBlockSize, kv_dim = kKvHeads * kHeadDim;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(kHeadDim));
+  auto element = [](std::uint16_t bits) {
+    const std::uint32_t wide = static_cast<std::uint32_t>(bits) << 16;
+    float f;
+    std::memcpy(&f, &wide, sizeof f);
+    return static_cast<double>(f);
+  };
+  double worst_plain = 0.0, worst_once = 0.0, size = 0.0;
+  std::vector<double> score, acc(kHeadDim);
+  for (int r : rows) {
+    const int seq = v.row_seq[r], n = v.n_ctx[r];
+    score.assign(n, 0.0);
+    for (int h = 0; h < kHeads; ++h) {
+      const std::size_t q0 = (static_cast<std::size_t>(r) * kHeads + h) * kHeadDim;
+      const std::size_t col = static_cast<std::size_t>(h / kGroup) * kHeadDim;
+      double top = -1e300;
+      for (int t = 0; t < n; ++t) {
+        const std::size_t slot = static_cast<std::size_t>(v.indices[v.indptr[seq] + t / bs]) * bs +
+                                 static_cast<std::size_t>(t % bs);
+        double dot = 0.0;
+        for (int d = 0; d < kHeadDim; ++d)
+          dot +=
+              static_cast<double>(q_value(q0 + d)) * element(kv_bits(slot * kv_dim + col + d, 0));
+        score[t] = dot * scale;
+        top = std::max(top, score[t]);
+      }
+      double sum = 0.0;
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int t = 0; t < n; ++t) {
+        const std::size_t slot = static_cast<std::size_t>(v.indices[v.indptr[seq] + t / bs]) * bs +
+                                 static_cast<std::size_t>(t % bs);
+        const double w = std::exp(score[t] - top);
+        sum += w;
+        for (int d = 0; d < kHeadDim; ++d)
+          acc[d] += w * element(kv_bits(slot * kv_dim + col + d, 1));
+      }
+      for (int d = 0; d < kHeadDim; ++d) {
+        const double ref = acc[d] / sum;
+        size = std::max(size, std::fabs(ref));
+        worst_plain = std::max(worst_plain, std::fabs(plain[q0 + d] - ref));
+        worst_once = std::max(worst_once, std::fabs(once[q0 + d] - ref));
+      }
+    }
+  }
+  return {worst_plain / size, worst_once / size};
+}
+
 /// Both attentions over one problem, with their workspaces, on one stream.
 struct Kernels {
   Problem& p;
@@ -175,9 +244,23 @@ struct Kernels {
     cuda::shared_prefix_attention(kKv, p.q.data(), p.k.data(), p.v.data(), p.loc, p.view, p.shape,
                                   p.out_once.data(), p.wide_q.data(), prefix_ws, own_ws, stream);
   }
-  /// Runs both (also the warm-up: grows the workspaces, loads the modules) and returns the
-  /// largest difference relative to the plain output's largest magnitude.
-  double max_rel_diff() {
+  /// Runs both (also the warm-up: grows the workspaces, loads the modules) and checks them: the
+  /// largest difference between them relative to the plain output's largest magnitude, and each
+  /// one's error against the double-precision reference over `rows`.
+  struct Check {
+    double diff = 0.0;
+    ReferenceErrors ref;
+    /// Read-once passes when it is no further from the reference than twice plain's error plus
+    /// 1e-6: the same fp32 sums, in another order.
+    [[nodiscard]] bool passed() const { return ref.once <= 2.0 * ref.plain + 1e-6; }
+    [[nodiscard]] std::string describe() const {
+      return fmt::format(
+          "read-once vs plain {:.3g}; against a double-precision reference: plain {:.3g}, "
+          "read-once {:.3g} (relative to the largest output)",
+          diff, ref.plain, ref.once);
+    }
+  };
+  Check check(const std::vector<int>& rows) {
     plain();
     once();
     const std::vector<float> a = p.out_plain.to_host(stream), b = p.out_once.to_host(stream);
@@ -186,7 +269,7 @@ struct Kernels {
       worst = std::max(worst, static_cast<double>(std::fabs(a[j] - b[j])));
       scale = std::max(scale, static_cast<double>(std::fabs(a[j])));
     }
-    return scale > 0.0 ? worst / scale : worst;
+    return {scale > 0.0 ? worst / scale : worst, reference_errors(p, a, b, rows)};
   }
 };
 
@@ -199,13 +282,14 @@ int smoke() {
     return 1;
   }
   Kernels k(p);
-  const double diff = k.max_rel_diff();
+  std::vector<int> rows(static_cast<std::size_t>(p.step.rows()));
+  for (std::size_t r = 0; r < rows.size(); ++r) rows[r] = static_cast<int>(r);
+  const Kernels::Check c = k.check(rows);
   const double plain = p.step.bytes(false, 2.0 * kRowBytes), once = read_once_bytes(p);
   fmt::print(
-      "bench_shared_prefix_gpu --smoke: {} groups, outputs agree within {:.3g} relative; "
-      "{:.0f} bytes read plain, {:.0f} read once\n",
-      p.view.groups, diff, plain, once);
-  return diff <= 1e-5 && p.view.groups == 2 && once < plain ? 0 : 1;
+      "bench_shared_prefix_gpu --smoke: {} groups; {}; {:.0f} bytes read plain, {:.0f} read once\n",
+      p.view.groups, c.describe(), plain, once);
+  return c.passed() && c.ref.plain <= 1e-5 && p.view.groups == 2 && once < plain ? 0 : 1;
 }
 
 struct Row {
@@ -229,8 +313,14 @@ void shared_prefix(benchmark::State& state, int groups, int samples, int prefix)
   }
   Problem& p = *kept;
   Kernels k(p);
-  if (const double diff = k.max_rel_diff(); !(diff <= 1e-5)) {
-    bench::fail(state, fmt::format("read-once output differs from plain by {:.3g} relative", diff));
+  // Three rows against the reference (each is 32 heads x a 16K-position context on the host):
+  // the first and last prompt's first and last sample, and one between.
+  const int n = p.step.rows();
+  const Kernels::Check c = k.check({0, n / 2, n - 1});
+  fmt::print(stderr, "{} prompts x {} samples: {}\n", groups, samples, c.describe());
+  if (!c.passed()) {
+    bench::fail(state,
+                "read-once attention is further from the reference than plain: " + c.describe());
     return;
   }
   Stream& stream = k.stream;
