@@ -110,9 +110,8 @@ std::pair<cudaError_t, std::string> check_config(const LaunchSpec& s) {
   }
   const std::uint64_t threads = std::uint64_t{b.x} * b.y * b.z;
   if (threads > 1024) {
-    return {cudaErrorInvalidValue, "blockDim " + dims(b) + " has " +
-                                               std::to_string(threads) +
-                                               " threads; a block may have at most 1024"};
+    return {cudaErrorInvalidValue, "blockDim " + dims(b) + " has " + std::to_string(threads) +
+                                       " threads; a block may have at most 1024"};
   }
   if (g.x > 0x7fffffffu || g.y > 65535 || g.z > 65535) {
     return {cudaErrorInvalidValue,
