@@ -15,8 +15,9 @@
 #   3. the tests labelled `device`, on the GPU
 #   4. the GPU benchmarks, each table with the bandwidth roofline's prediction beside the
 #      measurement (docs/pages/gpu_performance_model.md)
-#   5. end-to-end runs of chapters 2 and 4 on a Llama-3-8B-shaped model, and chapter 5's
-#      scheduling benchmark on it
+#   5. end-to-end runs of chapters 2 and 4 on a Llama-3-8B-shaped model, chapter 4 both reading
+#      the shared prefix once and per row, which must give the same ids up to near ties
+#      (scripts/compare_ids.py), and chapter 5's scheduling benchmark on it
 #   6. compute-sanitizer: memcheck on small end-to-end cases (chapters 2, 4 and 5), racecheck on
 #      the attention kernels
 #   7. every result as JSON or markdown plus a summary in OUTDIR (OUTDIR/summary.md first), its
@@ -49,12 +50,12 @@ declare -A cap=(
   [build]=150 [device]=20 [ctest]=50
   [bench_attention_gpu]=25 [bench_paged_attention_gpu]=35 [bench_shared_prefix_gpu]=25
   [bench_decode_gpu]=30
-  [e2e_ch02]=12 [e2e_ch04_once]=12 [e2e_ch04_rows]=12 [e2e_ch05]=48
+  [e2e_ch02]=12 [e2e_ch04_once]=12 [e2e_ch04_rows]=12 [same_ids_ch04]=5 [e2e_ch05]=43
   [memcheck_ch02]=10 [racecheck_decode]=12 [memcheck_ch04]=10 [racecheck_ch04]=10
   [memcheck_ch05]=10
 )
 order=(build device ctest bench_attention_gpu bench_paged_attention_gpu bench_shared_prefix_gpu
-  bench_decode_gpu e2e_ch02 e2e_ch04_once e2e_ch04_rows e2e_ch05 memcheck_ch02 racecheck_decode
+  bench_decode_gpu e2e_ch02 e2e_ch04_once e2e_ch04_rows same_ids_ch04 e2e_ch05 memcheck_ch02 racecheck_decode
   memcheck_ch04 racecheck_ch04 memcheck_ch05)
 default_budget=480
 # GPU_CHECK_CAP_<step>=SECONDS (e.g. GPU_CHECK_CAP_build=300) sets one step's cap, for a machine
@@ -463,7 +464,24 @@ shared() {  # shared NAME CAP FLAGS...
 step "5. chapter 4 end to end, read once (launches synchronised)" shared read-once \
   "${cap[e2e_ch04_once]}"
 step "5. chapter 4 end to end, every row reads its context (launches synchronised)" shared per-row \
-  "${cap[e2e_ch04_rows]}" --no-read-once
+  "${cap[e2e_ch04_rows]}" --no-read-once --top2-gaps
+
+# The two chapter 4 runs must give every sample the same greedy ids; where they differ, the
+# per-row run's top-2 logit gap (--top2-gaps) tells a near tie, which is allowed, from a real
+# difference, which fails.
+same_ids() {
+  if ! command -v python3 > /dev/null; then
+    log "gpu-check: no python3: chapter 4's two runs were not compared"
+    return 77
+  fi
+  capped "${cap[same_ids_ch04]}" python3 scripts/compare_ids.py \
+    "$out/ch04-llama-3-8b-4l-per-row.json" "$out/ch04-llama-3-8b-4l-read-once.json" \
+    > "$out/same-ids-ch04.txt" 2>&1
+  local rc=$?
+  cat "$out/same-ids-ch04.txt"
+  return "$rc"
+}
+step "5. chapter 4: read once gives the per-row run's ids, up to near ties" same_ids
 
 # Chapter 5: one workload served one at a time, in static batches and continuously (checks that
 # all four generate the same ids before it prints).

@@ -17,6 +17,8 @@
 #   old CMake, no nvcc  exit 1 at once, naming what is missing; a cap that is no number, exit 2
 #   no ninja          the build is configured for make instead
 #   no test matched   a sanitizer step whose test filter matches no test fails
+#   near tie, ids differ  chapter 4's read-once run differs from the per-row run at a near tie
+#                     (passes, named) or where the per-row run's top-2 gap is wide (fails)
 #   a step's cap      a benchmark that outlives its cap is "cut short", the run exits 2
 #   the budget        a ctest that outlives the budget is "cut short", the steps after it "not run"
 #
@@ -144,8 +146,16 @@ name=$(basename "$0")
 echo "$name KVHEAP_CUDA_SYNC=${KVHEAP_CUDA_SYNC:-unset} $*" >> "$STANDIN_LOG"
 v=STANDIN_SLEEP_$name
 sleep "${!v:-0}"
-case "$*" in
+case "$name $*" in
   *--gtest_filter=*) echo "[==========] ${STANDIN_TESTS_RUN:-2} tests from 1 test suite ran." ;;
+  # Chapter 4 end to end: two samples' ids, the per-row run with its top-2 gaps;
+  # STANDIN_READ_ONCE_IDS changes the read-once run's second sample.
+  "ch04_cow_prefix_sharing"*--no-read-once*)
+    echo '{"sequences": [{"generated_ids": [5, 6, 7], "top2_gaps": [0.5, 0.5, 0.5]},'
+    echo ' {"generated_ids": [5, 6, 7], "top2_gaps": [0.5, 0.00001, 0.5]}], "near_tie_gap": 0.0001}' ;;
+  "ch04_cow_prefix_sharing"*)
+    echo '{"sequences": [{"generated_ids": [5, 6, 7]},'
+    echo " {\"generated_ids\": [${STANDIN_READ_ONCE_IDS:-5, 6, 7}]}]}" ;;
   *) echo '{"stand_in": true}' ;;
 esac
 EOF
@@ -199,7 +209,8 @@ scenario() {
   shift
   local tree=$work/$name t
   mkdir -p "$tree/scripts" "$tree/bin"
-  cp "$src/scripts/gpu-check.sh" "$tree/scripts/"
+  cp "$src/scripts/gpu-check.sh" "$src/scripts/compare_ids.py" "$src/scripts/kvheap_runs.py" \
+    "$src/scripts/make_workload.py" "$tree/scripts/"
   cp "$stand"/* "$tree/bin/"
   for t in $without; do rm "$tree/bin/$t"; done
   log=$tree/output.txt calls=$tree/calls.txt summary=$tree/out/summary.md
@@ -264,7 +275,8 @@ for b in bench_attention_gpu bench_paged_attention_gpu bench_shared_prefix_gpu b
 done
 [ "$(grep -c '^compute-sanitizer KVHEAP_CUDA_SYNC=1' "$calls")" = 5 ] ||
   fail "not five sanitizer runs with KVHEAP_CUDA_SYNC=1"
-[ "$(grep -c '| ok |' "$summary")" = 16 ] || fail "summary.md does not list 16 steps ok"
+[ "$(grep -c '| ok |' "$summary")" = 17 ] || fail "summary.md does not list 17 steps ok"
+expect_output "compare_ids: 2 requests, 0 near ties, 0 differences"
 expect_output "gpu-check: every step passed"
 passed
 
@@ -351,6 +363,20 @@ expect_rc 2
 expect_summary "| 4. benchmark bench_attention_gpu | **cut short** at its 2 s cap |"
 grep -q "FAILED" "$summary" && fail "a step was reported FAILED"
 expect_call "^bench_paged_attention_gpu"  # the steps after it still ran
+passed
+
+# Chapter 4's two runs: a sample that differs where the per-row run's top-2 gap is a near tie
+# passes and is named; one that differs where the gap is wide fails the step.
+scenario near-tie "STANDIN_READ_ONCE_IDS=5, 9, 7"
+expect_rc 0
+expect_output "request 1 token 1 is 9 where"
+expect_output "a near tie (top-2 gap 1e-05 < 0.0001)"
+passed
+
+scenario ids-differ "STANDIN_READ_ONCE_IDS=5, 6, 8"
+expect_rc 1
+expect_output "request 1 token 2 is 8 where"
+expect_summary "| 5. chapter 4: read once gives the per-row run's ids, up to near ties | **FAILED** (exit 1) |"
 passed
 
 # 20 s: the up-front checks (a C++ compile) may take several seconds on a loaded machine, and
