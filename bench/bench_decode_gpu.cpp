@@ -92,11 +92,13 @@ nlohmann::json run(const DeviceInfo& info, const bench::GpuDatasheet* gpu) {
           }
           step.rows.push_back({1, slot, ctx, true});
         }
-        (void)fwd.forward_greedy(step, cache);  // warm-up
+        std::vector<SamplingJob> greedy;  // one greedy token per row, chosen on the device
+        for (int s = 0; s < batch; ++s) greedy.push_back({s, 0.0f, 1.0f, 0.0f});
+        (void)fwd.forward(step, cache, greedy);  // warm-up
         Event start, stop;
         const int iters = 20;
         start.record();
-        for (int i = 0; i < iters; ++i) (void)fwd.forward_greedy(step, cache);
+        for (int i = 0; i < iters; ++i) (void)fwd.forward(step, cache, greedy);
         stop.record();
         const double ms = elapsed_ms(start, stop) / iters;
         // Napkin math: weights once for the whole batch + K and V of ctx + 1 positions per row.

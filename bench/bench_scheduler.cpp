@@ -74,8 +74,10 @@ struct Outcome {
   double seconds = 0;
   long passes = 0, rows = 0, generated = 0, preemptions = 0;
   double kv_bytes_read = 0;
-  long peak_kv_held = 0;  // blocks running requests hold (cached-only blocks not counted)
+  std::size_t peak_kv_held_bytes = 0;  // held by running requests (cached-only blocks not counted)
   int peak_running = 0;
+  PhaseTimes phases;  // summed over the passes
+  bool device_timed = false;
 };
 
 /// Chapter 5's policy fed `wave` requests at a time: the next wave once the last one has finished
@@ -112,21 +114,21 @@ Outcome serve(Backend& backend, const std::vector<Request>& work, const Policy& 
               DType kv) {
   auto cache = std::make_unique<ch04::SharedCache>(c, kv, num_blocks, block_size, 1,
                                                    /*read_once=*/true, backend.memory());
-  const ch04::SharedBlockManager& blocks = cache->blocks();
   ch05::ContinuousBatching batching(std::move(cache), c, kv, {0, num_blocks},
                                     {max_batch_tokens, p.max_running});
   Waves policy(batching, p.wave);
   Outcome o;
-  o.margin.resize(work.size());
-  ServeHooks hooks;
-  hooks.on_logits = [&](const StepPlan& plan, std::span<const float> logits) {
-    o.peak_kv_held = std::max(o.peak_kv_held, blocks.blocks_held());
-    for (std::size_t j = 0; j < plan.logit_requests.size(); ++j)
-      o.margin[plan.logit_requests[j]].push_back(
-          top2_gap(logits.subspan(j * c.vocab_size, c.vocab_size)));
-  };
-  const ServeResult res = serve(policy, backend, work, c, hooks);
-  for (const RequestRecord& r : res.requests) o.ids.push_back(r.generated);
+  const ServeResult res = serve(policy, backend, work, c);
+  for (const RequestRecord& r : res.requests) {
+    o.ids.push_back(r.generated);
+    o.margin.push_back(r.top2_gaps);
+  }
+  // Sampled after each pass, before its tokens were taken (Waves leaves occupancy() at its
+  // default: the blocks that running requests hold, cached-only blocks not counted).
+  for (const StepSample& step : res.timeline)
+    o.peak_kv_held_bytes = std::max(o.peak_kv_held_bytes, step.kv.held);
+  o.phases = res.phases;
+  o.device_timed = res.device_timed;
   o.seconds = res.seconds;
   o.passes = res.passes;
   o.rows = res.prefill_rows + res.decode_rows;
@@ -135,6 +137,45 @@ Outcome serve(Backend& backend, const std::vector<Request>& work, const Policy& 
   o.kv_bytes_read = res.positions_read * static_cast<double>(kv_bytes_per_token(c, kv));
   o.peak_running = res.peak_running;
   return o;
+}
+
+/// Where each policy's pass time went (PhaseTimes, per pass), and the least-squares line of
+/// pass time over logit rows per pass across the policies: what a logit row adds to a pass.
+void print_phases(const std::vector<Policy>& policies, const std::vector<Outcome>& out) {
+  const bool device = !out.empty() && out[0].device_timed;
+  fmt::print(
+      "\nWhere a pass's time goes, ms per pass ({}; other: host time the device did not hide, "
+      "and waiting):\n\n| policy | logit rows/pass | scheduling | prepare | forward | "
+      "sampling | recording | other | pass |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+      device ? "forward and sampling are device times, from events" : "wall times");
+  std::vector<double> x, y;  // logit rows per pass, ms per pass
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    const Outcome& o = out[i];
+    const PhaseTimes& p = o.phases;
+    double chosen = 0;  // tokens chosen, a stop token's included: one logit row each
+    for (const std::vector<float>& gaps : o.margin) chosen += static_cast<double>(gaps.size());
+    const double per = 1e3 / static_cast<double>(o.passes);
+    x.push_back(chosen / static_cast<double>(o.passes));
+    y.push_back(p.wall * per);
+    fmt::print("| {} | {:.1f} | {:.3f} | {:.3f} | {:.3f} | {:.3f} | {:.3f} | {:.3f} | {:.3f} |\n",
+               policies[i].name, x.back(), p.schedule * per, p.prepare * per, p.forward * per,
+               p.sample * per, p.record * per, p.other() * per, y.back());
+  }
+  const auto k = static_cast<double>(x.size());
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    sx += x[i];
+    sy += y[i];
+    sxx += x[i] * x[i];
+    sxy += x[i] * y[i];
+  }
+  const double denom = k * sxx - sx * sx;
+  if (denom <= 0) return;
+  const double slope = (k * sxy - sx * sy) / denom;
+  fmt::print(
+      "\npass time = {:.3f} ms + {:.4f} ms per logit row (least squares over the {} "
+      "policies)\n",
+      (sy - slope * sx) / k, slope, x.size());
 }
 
 }  // namespace
@@ -216,8 +257,6 @@ int main(int argc, char** argv) {
       }
 
     const double w = static_cast<double>(weight_bytes_per_decode_step(c, wt));
-    const double block_bytes =
-        static_cast<double>(block_size) * static_cast<double>(kv_bytes_per_token(c, kv));
     fmt::print(
         "model {}, {}, KV {}, block size {}, KV budget {:.2f} MB ({} blocks: {} requests "
         "at their longest), {} requests (32-token shared preamble + 8-40 own, 16-160 new "
@@ -248,13 +287,15 @@ int main(int argc, char** argv) {
           "| {} | {} | {:.1f} | {} | {} | {:.2f} | {:.2f} | {:.2f} | {:.3f} | {:.0f} | "
           "{:.2f} | {:.2f} | {} |\n",
           policies[i].name, o.passes, static_cast<double>(o.rows) / o.passes, o.peak_running,
-          o.preemptions, o.peak_kv_held * block_bytes / 1e6, w * o.passes / o.generated / 1e6,
-          bytes / o.passes / 1e6, o.seconds, tps, tps / (out[0].generated / out[0].seconds), gbps,
+          o.preemptions, static_cast<double>(o.peak_kv_held_bytes) / 1e6,
+          w * o.passes / o.generated / 1e6, bytes / o.passes / 1e6, o.seconds, tps,
+          tps / (out[0].generated / out[0].seconds), gbps,
           peak.gbps > 0 ? fmt::format("{:.1f}{}", 100.0 * gbps / peak.gbps, cached ? "*" : "")
                         : "-");
     }
     if (peak.gbps > 0)
       fmt::print("\npeak: {} {:.2f} GB/s, measured at start\n", peak.kind, peak.gbps);
     if (any_cached) fmt::print("* {}\n", peak.cached_note("pass"));
+    print_phases(policies, out);
   });
 }

@@ -2,9 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
+#include <vector>
+
 #include "base/error.hpp"
 #include "common/forward_cpu.hpp"
-#include "common/sampler.hpp"
 
 namespace kvheap {
 namespace {
@@ -17,22 +19,34 @@ class CpuBackend final : public Backend {
                 config.measure_peak ? cpu_read_peak() : MeasuredPeak{}, DType::F32),
         forward_(weights) {}
 
-  std::span<const float> forward(const Batch& batch, KVCache& cache) override {
-    return forward_.forward(batch, cache);
+  std::span<const SampledToken> forward(const Batch& batch, KVCache& cache,
+                                        std::span<const SamplingJob> jobs) override {
+    using Clock = std::chrono::steady_clock;
+    const auto seconds = [](Clock::time_point a, Clock::time_point b) {
+      return std::chrono::duration<double>(b - a).count();
+    };
+    const Clock::time_point t0 = Clock::now();
+    logits_ = forward_.forward(batch, cache);
+    const Clock::time_point t1 = Clock::now();
+    const int vocab = forward_.weights().config.vocab_size;
+    picks_.resize(jobs.size());
+    cpu::sample_rows(picks_.data(), logits_.data(), static_cast<int>(logits_.size() / vocab), vocab,
+                     jobs.data(), static_cast<int>(jobs.size()));
+    times_.prepare = forward_.prepare_seconds();
+    times_.forward = seconds(t0, t1) - times_.prepare;
+    times_.sample = seconds(t1, Clock::now());
+    return picks_;
   }
 
-  std::vector<int> forward_greedy(const Batch& batch, KVCache& cache) override {
-    const std::span<const float> logits = forward_.forward(batch, cache);
-    const auto vocab = static_cast<std::size_t>(forward_.weights().config.vocab_size);
-    std::vector<int> ids(logits.size() / vocab);
-    for (std::size_t j = 0; j < ids.size(); ++j) ids[j] = argmax(logits.subspan(j * vocab, vocab));
-    return ids;
-  }
-
+  std::span<const float> logits() override { return logits_; }
+  [[nodiscard]] PassTimes last_times() const override { return times_; }
   [[nodiscard]] Memory memory() const override { return Memory::kHost; }
 
  private:
   CpuForward forward_;
+  std::span<const float> logits_;
+  std::vector<SampledToken> picks_;
+  PassTimes times_;
 };
 
 }  // namespace

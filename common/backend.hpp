@@ -12,6 +12,7 @@
 #include "common/kv_cache.hpp"
 #include "common/kv_storage.hpp"
 #include "common/weights.hpp"
+#include "kernels/sample.hpp"
 
 namespace kvheap {
 
@@ -31,14 +32,24 @@ class Backend {
   Backend(const Backend&) = delete;
   Backend& operator=(const Backend&) = delete;
 
-  /// \brief One forward pass; the logits of the rows that want them, [num_logit_rows, vocab],
-  /// in host memory owned by the backend (valid until the next call). `cache` must keep its K
-  /// and V in memory().
-  virtual std::span<const float> forward(const Batch& batch, KVCache& cache) = 0;
-  /// \brief One forward pass with greedy sampling: the argmax token id of each logit row (ties to
-  /// the lowest id). A GPU takes it on the device, so that only the ids cross to the host. Throws
-  /// InputError when a row's logits hold a NaN.
-  virtual std::vector<int> forward_greedy(const Batch& batch, KVCache& cache) = 0;
+  /// \brief One forward pass, and one token per job chosen from its logit row
+  /// (kernels/sample.hpp): [jobs.size()] in host memory owned by the backend, valid until the
+  /// next pass. `cache` must keep its K and V in memory(). A GPU chooses them where the logits
+  /// are, so 16 bytes a job cross to the host whatever the vocabulary. A job's negative token code
+  /// (a NaN logit, say) is the caller's to report (checked_token).
+  virtual std::span<const SampledToken> forward(const Batch& batch, KVCache& cache,
+                                                std::span<const SamplingJob> jobs) = 0;
+  /// \brief The last pass's logits, [num_logit_rows, vocab] in row order, valid until the next
+  /// pass. A GPU downloads them here, on the first call after a pass: only for a caller that asks.
+  virtual std::span<const float> logits() = 0;
+  /// \brief Where the last pass's time went.
+  [[nodiscard]] virtual PassTimes last_times() const = 0;
+
+  /// \brief One forward pass that chooses nothing; its logits (tests and tools).
+  std::span<const float> forward_logits(const Batch& batch, KVCache& cache) {
+    (void)forward(batch, cache, {});
+    return logits();
+  }
   /// \brief Where this backend's caches keep K and V.
   [[nodiscard]] virtual Memory memory() const = 0;
 

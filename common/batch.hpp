@@ -35,6 +35,17 @@ struct Batch {
   }
 };
 
+/// \brief Where one forward pass's time went, in seconds; the serving loop's phase breakdown
+/// adds its own host phases around these.
+struct PassTimes {
+  double prepare = 0;  ///< host: the cache's prepare() (page tables, the view), and on a GPU
+                       ///< packing the pass's one upload and queueing it
+  double forward = 0;  ///< the model: on a GPU the device time between two events, else wall
+  double sample = 0;   ///< choosing each job's token and bringing it to the host: on a GPU the
+                       ///< sampling kernel and the 16-byte-a-job download, timed by events
+  bool device_timed = false;  ///< forward and sample are device times (a GPU's events)
+};
+
 /// \brief Checks where a batch's rows write and returns, for each slot it touches, the slot's
 /// length after the batch. `length_of(slot)` is a slot's length before it (and throws for a slot
 /// that is not admitted).

@@ -75,32 +75,12 @@ bool verify(const ModelWeights& w, const std::vector<Request>& requests, const S
   return passed;
 }
 
-/// --top2-gaps: each request's gaps, one per logit row it was sampled from, and the near-tie
-/// threshold of the run's element types.
+/// --top2-gaps: whether to print each request's gaps (ServeResult's records hold them), and the
+/// near-tie threshold of the run's element types.
 struct Gaps {
   bool wanted = false;
   float near_tie = 0;
-  const std::vector<std::vector<float>>& per_request;
 };
-
-/// The on_logits hook of --top2-gaps: appends each logit row's top2_gap to its request's list,
-/// and a prompt pass's to the requests forked from it (their first token comes from that row).
-std::function<void(const StepPlan&, std::span<const float>)> top2_gap_recorder(
-    const std::vector<Request>& requests, int vocab, std::vector<std::vector<float>>& gaps) {
-  std::vector<std::vector<int>> forks(requests.size());
-  for (std::size_t i = 0; i < requests.size(); ++i)
-    if (requests[i].fork_of >= 0) forks[requests[i].fork_of].push_back(static_cast<int>(i));
-  return [forks = std::move(forks), vocab, &gaps](const StepPlan& plan,
-                                                  std::span<const float> logits) {
-    for (std::size_t j = 0; j < plan.logit_requests.size(); ++j) {
-      const int id = plan.logit_requests[j];
-      const float gap = top2_gap(logits.subspan(j * vocab, vocab));
-      if (gaps[id].empty())
-        for (const int child : forks[id]) gaps[child].push_back(gap);
-      gaps[id].push_back(gap);
-    }
-  };
-}
 
 /// Prints a finished run: one JSON object, or the text report.
 void print_run(const Chapter& chapter, const ServingPolicy& policy, const RunReport& report,
@@ -120,7 +100,7 @@ void print_run(const Chapter& chapter, const ServingPolicy& policy, const RunRep
       root["prompt_ids"] = requests[0].prompt;
       root["generated_ids"] = res.requests[0].generated;
       if (tok != nullptr) root["text"] = tok->decode(res.requests[0].generated);
-      if (top2.wanted) root["top2_gaps"] = top2.per_request[0];
+      if (top2.wanted) root["top2_gaps"] = res.requests[0].top2_gaps;
     } else {
       nlohmann::json seqs = nlohmann::json::array(), ids = nlohmann::json::array();
       for (std::size_t i = 0; i < requests.size(); ++i) {
@@ -131,7 +111,7 @@ void print_run(const Chapter& chapter, const ServingPolicy& policy, const RunRep
                             {"arrival_step", rec.arrival_step},
                             {"finish_step", rec.finish_step}};
         if (tok != nullptr) s["text"] = tok->decode(rec.generated);
-        if (top2.wanted) s["top2_gaps"] = top2.per_request[i];
+        if (top2.wanted) s["top2_gaps"] = rec.top2_gaps;
         const double ttft =
             rec.first_token_seconds >= 0 ? rec.first_token_seconds - rec.arrival_seconds : -1.0;
         s["arrival_s"] = rec.arrival_seconds;
@@ -259,8 +239,6 @@ int run_chapter(const Chapter& chapter, int argc, char** argv) {
       hooks.progress = &std::cerr;
       hooks.progress_label = program;
     }
-    std::vector<std::vector<float>> gaps(requests.size());  // --top2-gaps, per generated token
-    if (o.top2_gaps) hooks.on_logits = top2_gap_recorder(requests, c.vocab_size, gaps);
     const ServeResult res = serve(*policy, *backend, requests, c, hooks);
 
     if (self_check) {
@@ -281,7 +259,7 @@ int run_chapter(const Chapter& chapter, int argc, char** argv) {
     report.kv_budget_bytes = policy->budget_bytes();
     report.weight_bytes_per_step = static_cast<double>(weight_bytes_per_decode_step(c, wt));
     report.peak = backend->peak();
-    const Gaps top2{o.top2_gaps, near_tie(wt, kv), gaps};
+    const Gaps top2{o.top2_gaps, near_tie(wt, kv)};
     print_run(chapter, *policy, report, res, requests, c, tok.get(), o.json, top2, std::cout);
   });
   return parsed != 0 ? parsed : status;

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "base/error.hpp"
@@ -65,7 +66,9 @@ void CpuForward::resize(int n) {
 std::span<const float> CpuForward::forward(const Batch& batch, KVCache& cache) {
   const ModelConfig& c = w_.config;
   validate_batch(batch, c);
+  const auto t0 = std::chrono::steady_clock::now();
   cache.prepare(batch);
+  prepare_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const int n = batch.size();
   resize(n);
   const bool interleaved = c.rope_style == RopeStyle::Interleaved;

@@ -26,6 +26,8 @@ class CpuForward {
 
   /// \brief The model this pass runs.
   [[nodiscard]] const ModelWeights& weights() const { return w_; }
+  /// \brief Seconds the last forward() spent in the cache's prepare().
+  [[nodiscard]] double prepare_seconds() const { return prepare_seconds_; }
 
  private:
   void resize(int n);
@@ -45,6 +47,7 @@ class CpuForward {
   std::vector<float> last_;    // [n_logit_rows, dim]
   std::vector<float> logits_;  // [n_logit_rows, vocab_size]
   std::vector<int> pos_;       // [n]
+  double prepare_seconds_ = 0;
 };
 
 /// \brief Throws InputError when the config asks for Qwen3's q/k norms and a layer of `w` lacks

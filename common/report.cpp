@@ -104,6 +104,8 @@ RunReport make_report(const ServeResult& result, const std::vector<Request>& req
   r.kv_reserved_bytes = result.peak.reserved;
   r.kv_used_bytes = result.peak.used;
   r.matmul_flops_per_row = matmul_flops_per_row(c);
+  r.phases = result.phases;
+  r.device_timed = result.device_timed;
   r.latency = latencies(result);
   r.counters = result.counters;
   r.requests_served = r.requests - r.not_admitted;
@@ -151,6 +153,40 @@ void print_report(const RunReport& r, std::ostream& os) {
              "MB (average)\n",
              r.weight_bytes_per_step / 1e6, r.kv_bytes_per_step / 1e6);
   print_achieved(r.peak, r.decode_gbps(), r.step_bytes(), os, r.matmul_gflops());
+  print_phases(r, os);
+}
+
+void print_phases(const RunReport& r, std::ostream& os) {
+  if (r.passes <= 0) return;
+  const PhaseTimes& p = r.phases;
+  const double per = 1e3 / static_cast<double>(r.passes);
+  fmt::print(os,
+             "  phases  : per pass {:.3f} ms = scheduling {:.3f} + prepare {:.3f} + forward "
+             "{:.3f} + sampling {:.3f} + recording {:.3f} + other {:.3f} ms{}\n",
+             p.wall * per, p.schedule * per, p.prepare * per, p.forward * per, p.sample * per,
+             p.record * per, p.other() * per,
+             r.device_timed ? " (forward and sampling: device time, from events)" : "");
+}
+
+nlohmann::json phases_json(const RunReport& r) {
+  const PhaseTimes& p = r.phases;
+  const double per = r.passes > 0 ? 1e3 / static_cast<double>(r.passes) : 0.0;
+  return {{"schedule_s", p.schedule},
+          {"prepare_s", p.prepare},
+          {"forward_s", p.forward},
+          {"sample_s", p.sample},
+          {"record_s", p.record},
+          {"other_s", p.other()},
+          {"wall_s", p.wall},
+          {"device_timed", r.device_timed},
+          {"per_pass_ms",
+           {{"schedule", p.schedule * per},
+            {"prepare", p.prepare * per},
+            {"forward", p.forward * per},
+            {"sample", p.sample * per},
+            {"record", p.record * per},
+            {"other", p.other() * per},
+            {"wall", p.wall * per}}}};
 }
 
 void print_achieved(const MeasuredPeak& peak, double gbps, double step_bytes, std::ostream& os,
@@ -243,14 +279,18 @@ nlohmann::json serving_json(const RunReport& r) {
           {"matmul_flops_per_row", r.matmul_flops_per_row},
           {"matmul_gflops", r.matmul_gflops()},
           {"peak_gflops", r.peak.gflops},
-          {"fraction_of_fma_peak", r.peak.gflops > 0 ? r.matmul_gflops() / r.peak.gflops : 0.0}};
+          {"fraction_of_fma_peak", r.peak.gflops > 0 ? r.matmul_gflops() / r.peak.gflops : 0.0},
+          {"phases", phases_json(r)}};
 }
 
 nlohmann::json timeline_json(const std::vector<StepSample>& timeline) {
   nlohmann::json step = nlohmann::json::array(), seconds = nlohmann::json::array(),
                  running = nlohmann::json::array(), rows = nlohmann::json::array(),
                  held = nlohmann::json::array(), cached = nlohmann::json::array(),
-                 free = nlohmann::json::array(), used = nlohmann::json::array();
+                 free = nlohmann::json::array(), used = nlohmann::json::array(),
+                 schedule = nlohmann::json::array(), prepare = nlohmann::json::array(),
+                 forward = nlohmann::json::array(), sample = nlohmann::json::array(),
+                 record = nlohmann::json::array(), wall = nlohmann::json::array();
   for (const StepSample& s : timeline) {
     step.push_back(s.step);
     seconds.push_back(s.seconds);
@@ -260,10 +300,18 @@ nlohmann::json timeline_json(const std::vector<StepSample>& timeline) {
     cached.push_back(s.kv.cached);
     free.push_back(s.kv.free);
     used.push_back(s.kv_used);
+    schedule.push_back(s.phases.schedule);
+    prepare.push_back(s.phases.prepare);
+    forward.push_back(s.phases.forward);
+    sample.push_back(s.phases.sample);
+    record.push_back(s.phases.record);
+    wall.push_back(s.phases.wall);
   }
   return {{"step", step},          {"seconds", seconds},    {"running", running},
           {"rows", rows},          {"kv_held_bytes", held}, {"kv_cached_bytes", cached},
-          {"kv_free_bytes", free}, {"kv_used_bytes", used}};
+          {"kv_free_bytes", free}, {"kv_used_bytes", used}, {"schedule_s", schedule},
+          {"prepare_s", prepare},  {"forward_s", forward},  {"sample_s", sample},
+          {"record_s", record},    {"wall_s", wall}};
 }
 
 std::string json_line(const nlohmann::json& j) {

@@ -67,6 +67,9 @@ struct RunReport {
   double matmul_flops_per_row = 0;    ///< matmul_flops_per_row() of the model
   MeasuredPeak peak;                  ///< measured in the same process (gbps 0: not measured)
 
+  PhaseTimes phases;          ///< where the passes' time went, summed over the run
+  bool device_timed = false;  ///< phases.forward and phases.sample are a GPU's device times
+
   Latencies latency;         ///< TTFT, TPOT, inter-token and queueing times
   PolicyCounters counters;   ///< preemptions and prompt positions taken from a prefix index
   long requests_served = 0;  ///< requests given minus those turned away
@@ -109,8 +112,16 @@ nlohmann::json serving_json(const RunReport& r);
 
 /// \brief The "timeline" object of --json output: one entry per forward pass in each array
 /// (step, seconds, running, rows, kv_held_bytes, kv_cached_bytes, kv_free_bytes, and
-/// kv_used_bytes: what of the held bytes holds a token).
+/// kv_used_bytes: what of the held bytes holds a token; and the pass's phases: schedule_s,
+/// prepare_s, forward_s, sample_s, record_s, wall_s).
 nlohmann::json timeline_json(const std::vector<StepSample>& timeline);
+
+/// \brief The "phases" object of --json's "serving": the run's time by phase (PhaseTimes), in
+/// seconds in all and in milliseconds per pass, and whether forward and sample are device times.
+nlohmann::json phases_json(const RunReport& r);
+
+/// \brief The report's phase lines: where a pass's time went, per pass and in all.
+void print_phases(const RunReport& r, std::ostream& os);
 
 /// \brief The report's lines: header, prefill and decode, KV, bytes per step and achieved rate.
 void print_report(const RunReport& r, std::ostream& os);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <stdexcept>
 
 #include "base/error.hpp"
 
@@ -49,7 +50,7 @@ float top2_gap(std::span<const float> logits) {
     if (static_cast<int>(v) != best) second = std::max(second, logits[v]);
     scale = std::max(scale, std::fabs(logits[v]));
   }
-  return scale > 0 ? (logits[best] - second) / scale : 0.0f;
+  return top2_gap(SampledToken{best, logits[static_cast<std::size_t>(best)], second, scale});
 }
 
 float near_tie(DType weights, DType kv) {
@@ -67,95 +68,43 @@ float Sampler::next_unit() {
   return static_cast<float>(rng_() >> 40) * 0x1p-24f;
 }
 
+SamplingJob Sampler::job(int row) {
+  if (config_.temperature == 0.0f) return {row, 0.0f, 1.0f, 0.0f};
+  return {row, config_.temperature, config_.top_p, next_unit()};
+}
+
 int Sampler::sample(std::span<const float> logits) {
   if (logits.empty()) throw InputError("cannot sample a token from an empty logits vector");
-  float max_logit = -std::numeric_limits<float>::infinity();
-  for (std::size_t i = 0; i < logits.size(); ++i) {
-    // -inf is a legitimate mask; NaN and +inf would turn the softmax into NaN everywhere.
-    if (std::isnan(logits[i]) || logits[i] == std::numeric_limits<float>::infinity()) {
-      throw InputError(
-          fmt::format("logit {} of {} is {}: the forward pass produced an invalid "
-                      "value",
-                      i, logits.size(), std::isnan(logits[i]) ? "NaN" : "+inf"));
-    }
-    max_logit = std::max(max_logit, logits[i]);
-  }
-  if (max_logit == -std::numeric_limits<float>::infinity()) {
-    throw InputError("every logit is -inf: no token is allowed, so none can be sampled");
-  }
-  if (config_.temperature == 0.0f) return argmax(logits);
-
-  // Subtracting the maximum before dividing keeps every exponent <= 0: no overflow even for a
-  // temperature so small that logits / temperature alone would be infinite.
-  probs_.resize(logits.size());
-  double sum = 0.0;
-  for (std::size_t i = 0; i < logits.size(); ++i) {
-    probs_[i] = std::exp((logits[i] - max_logit) / config_.temperature);
-    sum += probs_[i];
-  }
-  const auto inv = static_cast<float>(1.0 / sum);
-  for (float& p : probs_) p *= inv;
-
-  const float u = next_unit();
-  return config_.top_p < 1.0f ? sample_nucleus(u) : sample_full(u);
+  const SamplingJob j = job(0);
+  SampledToken t;
+  cpu::sample_rows(&t, logits.data(), 1, static_cast<int>(logits.size()), &j, 1);
+  return checked_token(t, "the logits", logits);
 }
 
-int Sampler::sample_full(float u) const {
-  double cdf = 0.0;
-  int last_possible = 0;
-  for (std::size_t i = 0; i < probs_.size(); ++i) {
-    if (probs_[i] <= 0.0f) continue;
-    cdf += probs_[i];
-    last_possible = static_cast<int>(i);
-    if (u < cdf) return last_possible;
-  }
-  // Rounding left the cdf a hair below u; the last token that can occur is the right answer,
-  // never a masked one.
-  return last_possible;
-}
-
-int Sampler::sample_nucleus(float u) {
-  const std::size_t n = probs_.size();
-  if (n == 1) return 0;
-  // A token below (1 - top_p) / (n - 1) can never be in the nucleus: even all n - 1 others of
-  // that size sum to less than 1 - top_p, so the tokens above the cutoff already hold more than
-  // top_p. Dropping them first means sorting dozens of candidates instead of the whole vocabulary.
-  const float cutoff = (1.0f - config_.top_p) / static_cast<float>(n - 1);
-  nucleus_.clear();
-  for (std::size_t i = 0; i < n; ++i) {
-    if (probs_[i] >= cutoff && probs_[i] > 0.0f) {
-      nucleus_.emplace_back(probs_[i], static_cast<int>(i));
-    }
-  }
-  if (nucleus_.empty()) {
-    // Only float rounding can get here; the most likely token is always in the nucleus.
-    const auto top = std::max_element(probs_.begin(), probs_.end());
-    nucleus_.emplace_back(*top, static_cast<int>(top - probs_.begin()));
-  }
-  // Ties broken by id make the order a total one, so every standard library sorts the same way.
-  std::sort(nucleus_.begin(), nucleus_.end(), [](const auto& a, const auto& b) {
-    return a.first != b.first ? a.first > b.first : a.second < b.second;
-  });
-
-  // The nucleus is the shortest prefix whose mass exceeds top_p (at least one token).
-  double mass = 0.0;
-  std::size_t last = nucleus_.size() - 1;
-  for (std::size_t i = 0; i < nucleus_.size(); ++i) {
-    mass += nucleus_[i].first;
-    if (mass > config_.top_p) {
-      last = i;
+int checked_token(const SampledToken& t, const std::string& where, std::span<const float> logits) {
+  if (t.token >= 0) return t.token;
+  // The first offending index, when the logits are at hand.
+  std::string at;
+  for (std::size_t i = 0; i < logits.size(); ++i) {
+    const bool nan = std::isnan(logits[i]);
+    if (nan || (t.token == SampledToken::kInfLogit && logits[i] == INFINITY)) {
+      at = fmt::format(" (logit {} of {} is {})", i, logits.size(), nan ? "NaN" : "+inf");
       break;
     }
   }
-
-  // Renormalising the nucleus is the same as scaling the draw by its mass.
-  const double target = static_cast<double>(u) * mass;
-  double cdf = 0.0;
-  for (std::size_t i = 0; i <= last; ++i) {
-    cdf += nucleus_[i].first;
-    if (target < cdf) return nucleus_[i].second;
+  switch (t.token) {
+    case SampledToken::kNaNLogit:
+      throw InputError(
+          fmt::format("{} hold a NaN{}: the forward pass produced an invalid value", where, at));
+    case SampledToken::kInfLogit:
+      throw InputError(fmt::format(
+          "{} hold +inf{}: the forward pass produced an invalid value, and no draw is defined",
+          where, at));
+    case SampledToken::kNoTokenAllowed:
+      throw InputError(fmt::format(
+          "every one of {} is -inf: no token is allowed, so none can be sampled", where));
+    default: throw std::logic_error(fmt::format("unknown sampling code {}", t.token));
   }
-  return nucleus_[last].second;
 }
 
 }  // namespace kvheap

@@ -4,11 +4,11 @@
 
 #include <cstdint>
 #include <random>
+#include <string>
 #include <span>
-#include <utility>
-#include <vector>
 
 #include "base/dtype.hpp"
+#include "kernels/sample.hpp"
 
 namespace kvheap {
 
@@ -37,16 +37,21 @@ struct SamplerConfig {
 /// before the rounding becomes a whole unit after it, on every later token (1e-2, 2e-3).
 [[nodiscard]] float near_tie(DType weights, DType kv);
 
-/// \brief Draws token ids from logits; holds the random state and scratch buffers.
+/// \brief A request's sampler: its configuration and its seeded random stream. It draws one
+/// uniform number per token it samples; where the logits are (host, or a GPU) the rule of
+/// kernels/sample.hpp turns that number into a token, so the same seed gives the same tokens on
+/// every backend, up to near ties of the sampled distribution.
 class Sampler {
  public:
   /// \brief Validates `config` (UsageError) and seeds the generator.
   explicit Sampler(SamplerConfig config);
 
-  /// \brief The next token id for `logits` (one per vocabulary entry).
-  ///
-  /// Greedy when temperature is 0; otherwise softmax(logits / temperature), cut to the nucleus
-  /// when top_p < 1, then one draw. Throws InputError when `logits` is empty or holds NaN or +inf.
+  /// \brief The job that chooses this request's next token from logit row `row` of a pass: greedy
+  /// (temperature 0), or a draw with the next number of the stream.
+  [[nodiscard]] SamplingJob job(int row);
+
+  /// \brief The next token id for `logits` (one per vocabulary entry), on the host: job(0) over
+  /// them. Throws InputError when `logits` is empty or holds NaN, or +inf or only -inf for a draw.
   [[nodiscard]] int sample(std::span<const float> logits);
 
   /// \brief The configuration this sampler was built with.
@@ -54,15 +59,16 @@ class Sampler {
 
  private:
   float next_unit();
-  int sample_full(float u) const;
-  int sample_nucleus(float u);
 
   SamplerConfig config_;
   // mt19937_64's output sequence is fixed by the standard; the distributions are not, so we turn
   // raw output into floats ourselves.
   std::mt19937_64 rng_;
-  std::vector<float> probs_;                    // [vocab] softmax of the last logits
-  std::vector<std::pair<float, int>> nucleus_;  // candidates (probability, id), sorted on demand
 };
+
+/// \brief `t`'s token, or InputError for its error code (a NaN logit, +inf, nothing allowed),
+/// naming `where` ("the logits of request 3"), and `logits`' first bad index when given.
+int checked_token(const SampledToken& t, const std::string& where,
+                  std::span<const float> logits = {});
 
 }  // namespace kvheap

@@ -24,6 +24,16 @@ KvOccupancy ServingPolicy::occupancy() {
 }
 void ServingPolicy::print(std::ostream&, const ServeResult&) const {}
 
+PhaseTimes& PhaseTimes::operator+=(const PhaseTimes& o) {
+  schedule += o.schedule;
+  prepare += o.prepare;
+  forward += o.forward;
+  sample += o.sample;
+  record += o.record;
+  wall += o.wall;
+  return *this;
+}
+
 long ServeResult::generated_tokens() const {
   long n = 0;
   for (const RequestRecord& r : requests) n += static_cast<long>(r.generated.size());
@@ -105,12 +115,10 @@ ServeResult serve(ServingPolicy& policy, Backend& backend, const std::vector<Req
   res.requests.resize(n);
   std::vector<Sampler> samplers;
   samplers.reserve(n);
-  bool greedy = !hooks.on_logits;
   std::vector<std::vector<int>> forks(n);  // requests forked from each request's prompt pass
   for (std::size_t i = 0; i < n; ++i) {
     const Request& r = requests[i];
     samplers.emplace_back(r.sampling);  // UsageError for a bad temperature or top-p
-    greedy = greedy && r.sampling.temperature == 0.0f;
     if (r.fork_of >= 0) {
       if (r.fork_of >= static_cast<int>(i))
         throw std::logic_error(
@@ -140,6 +148,8 @@ ServeResult serve(ServingPolicy& policy, Backend& backend, const std::vector<Req
                                            std::chrono::duration<double>(r.arrival_seconds)));
   };
   bool sampled_usage = false;
+  std::vector<SamplingJob> jobs;  // one per token the pass chooses
+  std::vector<int> job_request;   // whose token each job chooses
   while (true) {
     if (policy.idle() && next < n) wait_for_next();
     for (; next < n && arrived(requests[next]); ++next) {
@@ -178,15 +188,26 @@ ServeResult serve(ServingPolicy& policy, Backend& backend, const std::vector<Req
       continue;
     }
 
-    // The pass: ids on the device when every request is greedy, else logits to sample from.
-    std::vector<int> ids;
-    std::span<const float> logits;
-    if (greedy) {
-      ids = backend.forward_greedy(plan.batch, policy.cache());
-    } else {
-      logits = backend.forward(plan.batch, policy.cache());
-      if (hooks.on_logits) hooks.on_logits(plan, logits);
+    // One job per token to choose: each logit row's request, and on a prompt pass the requests
+    // forked from it (their first token comes from the same row, drawn with their own seed).
+    jobs.clear();
+    job_request.clear();
+    for (std::size_t j = 0; j < plan.logit_requests.size(); ++j) {
+      const int id = plan.logit_requests[j];
+      jobs.push_back(samplers[id].job(static_cast<int>(j)));
+      job_request.push_back(id);
+      if (!started[id])
+        for (const int child : forks[id]) {
+          jobs.push_back(samplers[child].job(static_cast<int>(j)));
+          job_request.push_back(child);
+        }
     }
+
+    // The pass: its tokens are chosen where the logits are.
+    const Clock::time_point forward_start = Clock::now();
+    const std::span<const SampledToken> picks = backend.forward(plan.batch, policy.cache(), jobs);
+    const PassTimes times = backend.last_times();
+    if (hooks.on_logits) hooks.on_logits(plan, backend.logits());
     const KvUsage usage = policy.usage();
     if (!sampled_usage || usage.used > res.peak.used) res.peak = usage;
     sampled_usage = true;
@@ -197,12 +218,14 @@ ServeResult serve(ServingPolicy& policy, Backend& backend, const std::vector<Req
     res.positions_read += positions;
     if (plan.decode_rows > 0) res.decode_positions_read += positions;
 
-    // Each logit row's token, for its request and the requests forked from its prompt pass.
-    const auto vocab = static_cast<std::size_t>(config.vocab_size);
-    const double sampled_at = now();
-    const auto take = [&](int id, std::size_t row) {
-      const int token = greedy ? ids[row] : samplers[id].sample(logits.subspan(row * vocab, vocab));
+    // Each job's token, for its request.
+    const Clock::time_point record_start = Clock::now();
+    const double sampled_at = seconds_between(t0, record_start);
+    for (std::size_t k = 0; k < jobs.size(); ++k) {
+      const int id = job_request[k];
+      const int token = checked_token(picks[k], fmt::format("the logits of request {}", id));
       RequestRecord& rec = res.requests[id];
+      rec.top2_gaps.push_back(top2_gap(picks[k]));
       if (!started[id]) {
         started[id] = 1;
         rec.first_token_step = step;
@@ -213,34 +236,37 @@ ServeResult serve(ServingPolicy& policy, Backend& backend, const std::vector<Req
       if (done.empty()) {
         rec.status = "running";
         policy.append(id, token);
-        return;
+        continue;
       }
       rec.status = done;
       rec.finish_step = step + 1;
       rec.finish_seconds = sampled_at;
       ++res.finished;
       policy.finish(id);
-    };
-    for (std::size_t j = 0; j < plan.logit_requests.size(); ++j) {
-      const int id = plan.logit_requests[j];
-      const bool first = !started[id];
-      take(id, j);
-      if (first)
-        for (const int child : forks[id]) take(child, j);
     }
 
     ++res.passes;
     res.prefill_rows += plan.prefill_rows;
     res.decode_rows += plan.decode_rows;
-    const double pass_seconds = seconds_between(pass_start, Clock::now());
+    const Clock::time_point pass_end = Clock::now();
+    const double pass_seconds = seconds_between(pass_start, pass_end);
     if (plan.decode_rows == 0) {
       ++res.prefill_passes;
       res.prefill_seconds += pass_seconds;
     } else {
       res.decode_seconds += pass_seconds;
     }
+    PhaseTimes phases;
+    phases.schedule = seconds_between(pass_start, forward_start);
+    phases.prepare = times.prepare;
+    phases.forward = times.forward;
+    phases.sample = times.sample;
+    phases.record = seconds_between(record_start, pass_end);
+    phases.wall = pass_seconds;
+    res.phases += phases;
+    res.device_timed = times.device_timed;
     res.timeline.push_back({step, sampled_at, running, static_cast<int>(plan.batch.rows.size()),
-                            occupancy, usage.used});
+                            occupancy, usage.used, phases});
     ++step;
     if (hooks.after_step) hooks.after_step(step);
     progress.update(res, sampled_at);

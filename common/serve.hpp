@@ -127,9 +127,30 @@ class ServingPolicy {
   virtual void print(std::ostream& os, const ServeResult& result) const;
 };
 
+/// \brief Where a step's time went, in seconds: the host's phases around the backend's
+/// (PassTimes). Summed over a run in ServeResult::phases.
+struct PhaseTimes {
+  double schedule = 0;  ///< host: arrivals, the policy's schedule(), the sampling jobs
+  double prepare = 0;   ///< host: the cache's prepare() and, on a GPU, the pass's one upload
+  double forward = 0;   ///< the model: device time on a GPU (events), wall time on the CPU
+  double sample = 0;  ///< choosing the tokens and bringing them to the host (device time on a GPU)
+  double record = 0;  ///< host: the tokens taken, append or finish, the requests' records
+  double wall = 0;    ///< the whole step (waiting for an arrival is not a step's time)
+  /// \brief What the others leave of wall: on a GPU the launches' host time that the device did
+  /// not hide and the wait for it, and a hook's full-logits download.
+  [[nodiscard]] double other() const {
+    return wall - schedule - prepare - forward - sample - record;
+  }
+  /// \brief Adds `o`'s phases to these.
+  PhaseTimes& operator+=(const PhaseTimes& o);
+};
+
 /// \brief What became of one request.
 struct RequestRecord {
-  std::vector<int> generated;         ///< sampled tokens, without a stop token
+  std::vector<int> generated;  ///< sampled tokens, without a stop token
+  /// \brief The top-2 logit gap (top2_gap) of every logit row a token was chosen from, a stop
+  /// token's included: how near a tie each choice was.
+  std::vector<float> top2_gaps;
   std::string status = "waiting";     ///< stop token, max_new_tokens, not admitted
   long arrival_step = 0;              ///< step at which it was submitted
   long first_token_step = -1;         ///< step whose pass sampled its first token (-1: none)
@@ -149,6 +170,7 @@ struct StepSample {
   int rows = 0;             ///< rows in the pass
   KvOccupancy kv;           ///< the policy's KV memory
   std::size_t kv_used = 0;  ///< bytes of it that hold a token (KvUsage::used)
+  PhaseTimes phases;        ///< where the step's time went
 };
 
 /// \brief A finished run: every request's outcome and the loop's measurements.
@@ -170,6 +192,8 @@ struct ServeResult {
   int peak_running = 0;                 ///< most requests holding memory at one pass
   std::vector<StepSample> timeline;     ///< one sample per forward pass
   PolicyCounters counters;              ///< the policy's, at the end
+  PhaseTimes phases;                    ///< summed over the steps with a pass
+  bool device_timed = false;            ///< forward and sample phases are a GPU's device times
 
   /// \brief Passes with decode rows.
   [[nodiscard]] long decode_passes() const { return passes - prefill_passes; }
@@ -179,8 +203,9 @@ struct ServeResult {
 
 /// \brief Optional observers of a run (tests and benchmarks).
 struct ServeHooks {
-  /// \brief Sees each pass's plan and logits; when set, every pass computes logits (the greedy
-  /// shortcut of taking ids on the device is off).
+  /// \brief Sees each pass's plan and logits. When set, every pass's logits reach the host (on
+  /// a GPU, a download of the whole [rows, vocab] array that the loop never makes otherwise); the
+  /// tokens are chosen the same way either way.
   std::function<void(const StepPlan&, std::span<const float>)> on_logits;
   /// \brief Called after each step's tokens were handed to the policy, with the steps done.
   std::function<void(long)> after_step;
@@ -191,8 +216,9 @@ struct ServeHooks {
 };
 
 /// \brief Serves `requests` through `policy` on `backend` until every one has finished or been
-/// turned away. Greedy requests take their ids from Backend::forward_greedy; the others sample
-/// with their own Sampler. Throws std::logic_error when the policy stops while requests wait.
+/// turned away. Each pass's tokens are chosen by the backend, where the logits are, from one job
+/// per token: greedy, or a draw from the request's own seeded Sampler. Throws InputError for a
+/// logit row that holds a NaN, and std::logic_error when the policy stops while requests wait.
 ServeResult serve(ServingPolicy& policy, Backend& backend, const std::vector<Request>& requests,
                   const ModelConfig& config, const ServeHooks& hooks = {});
 

@@ -4,6 +4,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <bit>
 #include <cstddef>
 #include <span>
 #include <string>
@@ -85,6 +86,14 @@ class DeviceBuffer {
   void fill_bytes(int byte, cudaStream_t stream = nullptr) {
     if (size_ > 0) KVHEAP_CUDA_CHECK(cudaMemsetAsync(data_, byte, bytes(), stream));
   }
+  /// \brief Makes room for at least `count` elements, contents not kept. It grows to the next
+  /// power of two and never shrinks, so a buffer sized by each call's need stops reallocating
+  /// (and stops calling cudaFree, which waits for the device) after a few calls.
+  void grow(std::size_t count) {
+    if (count <= size_) return;
+    reset();  // free first: the old contents are scratch, and memory may be tight
+    *this = DeviceBuffer(std::bit_ceil(count));
+  }
   /// \brief Frees the memory; the buffer becomes empty.
   void reset() noexcept {
     if (data_ != nullptr) (void)cudaFree(data_);  // a destructor must not throw
@@ -149,6 +158,13 @@ class PinnedBuffer {
   T& operator[](std::size_t i) noexcept { return data_[i]; }
   /// \brief Element `i` (unchecked).
   const T& operator[](std::size_t i) const noexcept { return data_[i]; }
+  /// \brief Makes room for at least `count` elements, contents not kept; grows to the next power
+  /// of two and never shrinks, as DeviceBuffer::grow.
+  void grow(std::size_t count) {
+    if (count <= size_) return;
+    reset();
+    *this = PinnedBuffer(std::bit_ceil(count));
+  }
   /// \brief Frees the memory; the buffer becomes empty.
   void reset() noexcept {
     if (data_ != nullptr) (void)cudaFreeHost(data_);

@@ -178,6 +178,10 @@ void Event::synchronize() const { KVHEAP_CUDA_CHECK(cudaEventSynchronize(event_)
 
 float elapsed_ms(const Event& start, const Event& stop) {
   stop.synchronize();
+  return elapsed_ms_completed(start, stop);
+}
+
+float elapsed_ms_completed(const Event& start, const Event& stop) {
   float ms = 0.0f;
   KVHEAP_CUDA_CHECK(cudaEventElapsedTime(&ms, start.get(), stop.get()));
   return ms;

@@ -136,4 +136,8 @@ class Event {
 /// \brief Milliseconds between two recorded events; waits for `stop` first.
 float elapsed_ms(const Event& start, const Event& stop);
 
+/// \brief Milliseconds between two events that have completed (a wait on `stop`, or on work
+/// after it, has returned): no synchronisation of its own.
+float elapsed_ms_completed(const Event& start, const Event& stop);
+
 }  // namespace kvheap

@@ -120,15 +120,9 @@ void merge_splits(const SoftmaxState* states, const float* acc, float* out, int 
 }  // namespace detail
 
 void AttentionWorkspace::reserve(std::size_t partials, int head_dim) {
-  const std::size_t floats = partials * static_cast<std::size_t>(head_dim);
-  if (acc_.size() < floats) {
-    acc_.reset();  // free first: the old contents are scratch, and memory may be tight
-    acc_ = DeviceBuffer<float>(floats);
-  }
-  if (states_.size() < partials) {
-    states_.reset();
-    states_ = DeviceBuffer<SoftmaxState>(partials);
-  }
+  // Powers of two: as contexts grow, the splits grow with them, and a steady pass frees nothing.
+  acc_.grow(partials * static_cast<std::size_t>(head_dim));
+  states_.grow(partials);
 }
 
 void decode_attention(DType kv, const float* q, const void* k_cache, const void* v_cache,

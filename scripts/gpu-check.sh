@@ -17,7 +17,8 @@
 #      measurement (docs/pages/gpu_performance_model.md)
 #   5. end-to-end runs of chapters 2 and 4 on a Llama-3-8B-shaped model, chapter 4 both reading
 #      the shared prefix once and per row, which must give the same ids up to near ties
-#      (scripts/compare_ids.py), and chapter 5's scheduling benchmark on it
+#      (scripts/compare_ids.py), chapter 5's scheduling benchmark on it, and the ladder: the
+#      tour's workload through chapters 2-5 on the device (scripts/tour.py)
 #   6. compute-sanitizer: memcheck on small end-to-end cases (chapters 2, 4 and 5), racecheck on
 #      the attention kernels
 #   7. every result as JSON or markdown plus a summary in OUTDIR (OUTDIR/summary.md first), its
@@ -30,7 +31,7 @@
 # run". Every step after the device check runs even when an earlier one failed, so one failing
 # test does not cost the figures of a rare GPU session. KVHEAP_CUDA_SYNC=1 for the tests, the
 # end-to-end runs and the sanitizers, so a kernel fault names its own launch; not for the
-# benchmarks (step 4), whose times it would change.
+# benchmarks (step 4, chapter 5's and the ladder), whose times it would change.
 #
 # Exit status: 0 when every step passed; 1 when an up-front check or a step failed, or the build
 # or the device check did not pass; 2 when none failed but some were not run or cut short.
@@ -44,20 +45,21 @@
 # comes from KVHEAP_MODELS_DIR, else ../shared/models, else .gpu-bundle/models.
 set -uo pipefail
 
-# The steps' time caps in seconds, in order of value. They add up to 471 s, leaving 9 s of the
+# The steps' time caps in seconds, in order of value. They add up to 538 s, leaving 22 s of the
 # default budget for the up-front checks and unpacking the bundle.
 declare -A cap=(
-  [build]=150 [device]=20 [ctest]=50
+  [build]=120 [device]=20 [ctest]=50
   [bench_attention_gpu]=25 [bench_paged_attention_gpu]=35 [bench_shared_prefix_gpu]=25
   [bench_decode_gpu]=30
-  [e2e_ch02]=12 [e2e_ch04_once]=12 [e2e_ch04_rows]=12 [same_ids_ch04]=5 [e2e_ch05]=43
+  [e2e_ch02]=12 [e2e_ch04_once]=12 [e2e_ch04_rows]=12 [same_ids_ch04]=5 [e2e_ch05]=30
+  [ladder]=110
   [memcheck_ch02]=10 [racecheck_decode]=12 [memcheck_ch04]=10 [racecheck_ch04]=10
   [memcheck_ch05]=10
 )
 order=(build device ctest bench_attention_gpu bench_paged_attention_gpu bench_shared_prefix_gpu
-  bench_decode_gpu e2e_ch02 e2e_ch04_once e2e_ch04_rows same_ids_ch04 e2e_ch05 memcheck_ch02 racecheck_decode
-  memcheck_ch04 racecheck_ch04 memcheck_ch05)
-default_budget=480
+  bench_decode_gpu e2e_ch02 e2e_ch04_once e2e_ch04_rows same_ids_ch04 e2e_ch05 ladder memcheck_ch02
+  racecheck_decode memcheck_ch04 racecheck_ch04 memcheck_ch05)
+default_budget=560
 # GPU_CHECK_CAP_<step>=SECONDS (e.g. GPU_CHECK_CAP_build=300) sets one step's cap, for a machine
 # slower or faster than planned; GPU_CHECK_BUDGET_S still bounds the whole run.
 for s in "${order[@]}"; do
@@ -288,74 +290,12 @@ fi
   echo "compiler: $("$cxx" --version | head -1)"
 } > "$out/versions.txt"
 
-# provided LIB: the symbol versions LIB defines (GLIBC_2.34, GLIBCXX_3.4.30, ...), one a line.
-provided() { objdump -p "$1" 2> /dev/null | awk '/^Version definitions:/ {d = 1; next} /^Version References:/ {d = 0} d && NF >= 4 {print $4}'; }
-# needed FILE: "SONAME VERSION" for every symbol version FILE needs from another library.
-needed() { objdump -p "$1" 2> /dev/null | awk '/^Version References:/ {r = 1; next} r && /required from/ {lib = $3; sub(/:$/, "", lib); next} r && NF >= 4 {print lib, $4}'; }
-
 if [ -d .gpu-bundle/debs ]; then
-  packed_on=$(cat .gpu-bundle/packed-on 2> /dev/null || echo "an unrecorded distribution")
-  bundle_arch=$(sed -n 's/^architecture: //p' .gpu-bundle/packed-on 2> /dev/null)
-  if [ -n "$bundle_arch" ] && [ "$bundle_arch" != "$(uname -m)" ]; then
-    stop "the bundle holds $bundle_arch libraries, but this machine is $(uname -m): pack it with scripts/gpu-bundle.sh on a $(uname -m) machine"
-  fi
-  # unpack DEB DIR: a Debian package's files under DIR, with dpkg-deb or, where there is none (a
-  # GPU image need not be Debian's), with ar and tar.
-  unpack() {
-    if command -v dpkg-deb > /dev/null; then
-      dpkg-deb -x "$1" "$2"
-      return
-    fi
-    local deb data tmp rc
-    deb=$(realpath "$1")
-    data=$(ar t "$deb" | grep -m1 '^data\.tar') || return 1
-    tmp=$(mktemp -d) || return 1
-    (cd "$tmp" && ar x "$deb" "$data") && tar -xf "$tmp/$data" -C "$2"
-    rc=$?
-    rm -rf "$tmp"
-    return "$rc"
-  }
-  # Unpacked under build/deps, never into /, and found through the standard search variables:
-  # CMake finds the packages' config files under lib/<arch>/cmake only with a Debian-style
-  # compiler, so that folder is named as a prefix too.
-  deps=$(pwd)/build/deps
-  arch=$(uname -m)-linux-gnu
-  rm -rf "$deps" && mkdir -p "$deps" || stop "could not make $deps"
-  for d in .gpu-bundle/debs/*.deb; do
-    unpack "$d" "$deps" || stop "could not unpack $d (no dpkg-deb, and ar or tar failed)"
-  done
-  # Every symbol version the bundled shared libraries need from the C and C++ runtimes must be
-  # defined by the runtimes this machine's programs load (the probe's): otherwise every test
-  # program would fail to start during the build, far from the cause.
-  if command -v objdump > /dev/null; then
-    runtimes=$(LD_TRACE_LOADED_OBJECTS=1 "$probe_dir/probe" 2> /dev/null |
-      awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}')
-    while read -r soname path; do
-      [ -n "$soname" ] || continue
-      have=$(provided "$path")
-      missing=$(find "$deps" -name '*.so*' -type f | while read -r lib; do
-        needed "$lib" | awk -v s="$soname" '$1 == s {print $2}' | while read -r v; do
-          grep -qxF "$v" <<< "$have" || echo "$v ($(basename "$lib"))"
-        done
-      done | sort -uV)
-      if [ -n "$missing" ]; then
-        family=$(head -1 <<< "$missing")
-        family=${family%%_*}  # GLIBC, GLIBCXX, CXXABI or GCC: the newest of that family is quoted
-        newest=$(grep -E "^${family}_[0-9]" <<< "$have" | sort -V | tail -1)
-        stop "the bundled libraries need $(echo "$missing" | paste -sd, - | sed 's/,/, /g') from $soname, but this machine's $path provides only up to ${newest:-none}. The bundle was packed on $(head -1 <<< "$packed_on"); pack it (scripts/gpu-bundle.sh) on a distribution no newer than this machine's, or install the libraries here (scripts/install-deps.sh) and leave .gpu-bundle out"
-      fi
-    done <<< "$runtimes"
-  else
-    log "gpu-check: no objdump (binutils): the bundled libraries' glibc and libstdc++ needs are not checked"
-  fi
-  export CMAKE_PREFIX_PATH="$deps/usr:$deps/usr/lib/$arch/cmake${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
-  export LD_LIBRARY_PATH="$deps/usr/lib/$arch${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  # PCRE2 and utf8proc are found through pkg-config, whose files say /usr: the sysroot moves them
-  # to the unpacked copy, which the search path puts first.
-  export PKG_CONFIG_PATH="$deps/usr/lib/$arch/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
-  export PKG_CONFIG_SYSROOT_DIR="$deps"
-  log "gpu-check: libraries from .gpu-bundle ($(find .gpu-bundle/debs -name '*.deb' | wc -l) packages, packed on $(head -1 <<< "$packed_on"))"
-  echo "bundle: $(head -1 <<< "$packed_on")" >> "$out/versions.txt"
+  # shellcheck source=scripts/gpu-bundle-env.sh
+  . scripts/gpu-bundle-env.sh
+  use_gpu_bundle "$probe_dir/probe" || stop "$bundle_error"
+  log "gpu-check: $bundle_note"
+  echo "bundle: $bundle_packed_on" >> "$out/versions.txt"
 else
   log "gpu-check: no .gpu-bundle/ here: building with the libraries installed on this machine"
 fi
@@ -484,22 +424,31 @@ same_ids() {
 step "5. chapter 4: read once gives the per-row run's ids, up to near ties" same_ids
 
 # Chapter 5: one workload served one at a time, in static batches and continuously (checks that
-# all four generate the same ids before it prints).
+# all four generate the same ids before it prints). A benchmark: its launches are not waited for
+# one by one, since the host's share of a pass is what it measures (its phase table).
 scheduler() {
-  capped "${cap[e2e_ch05]}" env KVHEAP_CUDA_SYNC=1 "$bin/bench/bench_scheduler" --device cuda \
-    --model llama-3-8b-4l --weight-dtype bf16 --kv-dtype bf16 > "$out/bench_scheduler.md" \
-    2> "$out/bench_scheduler.err"
-  local rc=$?
-  if [ -s "$out/bench_scheduler.md" ]; then
-    {
-      echo "Run with KVHEAP_CUDA_SYNC=1 (every launch waited for): the policies' times include that wait."
-      echo
-      cat "$out/bench_scheduler.md"
-    } > "$out/bench_scheduler.tmp" && mv "$out/bench_scheduler.tmp" "$out/bench_scheduler.md"
+  capped "${cap[e2e_ch05]}" "$bin/bench/bench_scheduler" --device cuda --model llama-3-8b-4l \
+    --weight-dtype bf16 --kv-dtype bf16 > "$out/bench_scheduler.md" 2> "$out/bench_scheduler.err"
+}
+step "5. chapter 5: bench_scheduler on the device" scheduler
+
+# The ladder on the GPU: the tour's workload (64 requests here) through chapters 2-5 on the
+# device, on the Llama-3-8B shape with a bf16 cache, every chapter's ids checked against chapter
+# 1, the CPU oracle, on the first 8 requests. The weights stay fp32: the oracle computes in fp32,
+# and bf16 weights would part from it beyond what its near-tie threshold allows.
+ladder() {
+  if ! command -v python3 > /dev/null; then
+    log "gpu-check: no python3: the ladder was not run"
+    return 77
   fi
+  capped "${cap[ladder]}" python3 scripts/tour.py --bin "$bin/bin" --device cuda \
+    --model llama-3-8b-4l --kv-dtype bf16 --requests 64 --oracle-requests 8 \
+    --out "$out/ladder-gpu.md" --images "$out" > "$out/ladder.log" 2>&1
+  local rc=$?
+  tail -3 "$out/ladder.log"
   return "$rc"
 }
-step "5. chapter 5: bench_scheduler on the device (launches synchronised)" scheduler
+step "5. the ladder: the tour's workload through chapters 2-5 on the device" ladder
 
 # ---- 6. the sanitizers -------------------------------------------------------------------------
 

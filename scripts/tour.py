@@ -32,7 +32,9 @@ IDEAS = {
 def chapter_flags(chapter, args, workload, budget_mb, device):
     flags = ["--model", args.model, "--workload", workload, "--kv-budget-mb", f"{budget_mb:.6f}",
              "--ignore-eos", "--temperature", "0", "--device",
-             "cpu" if chapter == CHAPTERS[0] else device]
+             "cpu" if chapter == CHAPTERS[0] else device, "--kv-dtype", args.kv_dtype]
+    if chapter != CHAPTERS[0]:  # the CPU computes with fp32 weights: chapter 1 is the fp32 oracle
+        flags += ["--weight-dtype", args.weight_dtype]
     if chapter == "04_cow_prefix_sharing":
         flags += ["--samples", "1"]
     if chapter == CHAPTERS[0]:
@@ -42,19 +44,26 @@ def chapter_flags(chapter, args, workload, budget_mb, device):
     return flags
 
 
-def serve_all(args, workload, budget_mb, device, label):
-    """Runs every chapter on `workload`; returns {chapter: json}, and fails loudly on ids that
-    differ from chapter 1's (a planted difference included, for the test of this check)."""
+def serve_all(args, workload, budget_mb, device, label, oracle_workload=None):
+    """Runs every chapter on `workload` (chapter 1 on `oracle_workload` where given: the first
+    requests of it); returns {chapter: json}, and fails loudly on ids that differ from chapter
+    1's (a planted difference included, for the test of this check)."""
     runs = {}
     for chapter in CHAPTERS:
+        served = oracle_workload if chapter == CHAPTERS[0] and oracle_workload else workload
         runs[chapter] = run_chapter(args.bin, chapter,
-                                    chapter_flags(chapter, args, workload, budget_mb, device))
+                                    chapter_flags(chapter, args, served, budget_mb, device))
         if args.plant_difference and chapter.startswith(args.plant_difference):
             seqs = runs[chapter]["sequences"]
             seqs[0]["generated_ids"][0] = (seqs[0]["generated_ids"][0] + 1) % 3 + 3
     failed = []
+    reference = runs[CHAPTERS[0]]
     for chapter in CHAPTERS[1:]:
-        ties, diffs = compare_ids(runs[CHAPTERS[0]], runs[chapter], f"{label}, ch{chapter}")
+        other = runs[chapter]
+        if oracle_workload:  # compare the requests chapter 1 served
+            n = len(reference["sequences"])
+            other = dict(other, sequences=other["sequences"][:n])
+        ties, diffs = compare_ids(reference, other, f"{label}, ch{chapter}")
         for line in ties:
             print("tour: " + line, file=sys.stderr)
         failed += diffs
@@ -144,7 +153,7 @@ def plot(rows, runs, rate, images, slug, title):
     ax.axhline(1, color="grey", lw=0.8)
     ax.set_xticks(range(len(rows)))
     ax.set_xticklabels([f"ch{r['chapter'][:2]}" for r in rows])
-    ax.set_ylabel("relative to chapter 1 (log scale)")
+    ax.set_ylabel(f"relative to chapter {int(rows[0]['chapter'][:2])} (log scale)")
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=8, ncol=3)
     fig.tight_layout()
@@ -183,6 +192,13 @@ def main():
     ap.add_argument("--bin", default="build/cpu/bin", help="folder with the chapter programs")
     ap.add_argument("--model", default="stories15m", help="preset name, .bin file or safetensors folder")
     ap.add_argument("--device", default="cpu", help="cpu or cuda (chapter 1 always runs on the cpu)")
+    ap.add_argument("--weight-dtype", default="fp32",
+                    help="weights of chapters 2-5 (fp16 and bf16 need --device cuda; chapter 1, "
+                         "the oracle, computes in fp32)")
+    ap.add_argument("--kv-dtype", default="fp32", help="the KV cache's element type, every chapter")
+    ap.add_argument("--oracle-requests", type=int, default=0,
+                    help="chapter 1 serves only the first N requests, and the ids are compared on "
+                         "those; its row leaves the table (for a model the CPU serves slowly)")
     ap.add_argument("--requests", type=int, default=WORKLOAD["requests"],
                     help=f"requests in the workload (default {WORKLOAD['requests']})")
     ap.add_argument("--rate", type=float, default=0,
@@ -211,20 +227,28 @@ def main():
     reservation = model["max_seq_len"] * model["kv_bytes_per_token"]
     budget_mb = BUDGET_RESERVATIONS * reservation / 1e6
     overrides = {"requests": args.requests}
+    oracle = 0 < args.oracle_requests < args.requests
+    first = lambda text: "".join(text.splitlines(True)[:args.oracle_requests])  # noqa: E731
     with tempfile.TemporaryDirectory() as tmp:
-        saturating = write_temp(workload_text(model, 0, overrides), tmp, "saturating.jsonl")
-        runs = serve_all(args, saturating, budget_mb, args.device, "all at once")
+        text = workload_text(model, 0, overrides)
+        saturating = write_temp(text, tmp, "saturating.jsonl")
+        few = write_temp(first(text), tmp, "oracle.jsonl") if oracle else None
+        runs = serve_all(args, saturating, budget_mb, args.device, "all at once", few)
         rate = args.rate or float(f"{runs['03_paged_blocks']['serving']['requests_per_s'] / 2:.2g}")
-        rated_path = write_temp(workload_text(model, rate, overrides), tmp, "rated.jsonl")
-        rated = serve_all(args, rated_path, budget_mb, args.device, f"{rate:g} requests/s")
-    rows = [row(c, runs[c], rated[c]) for c in CHAPTERS]
+        text = workload_text(model, rate, overrides)
+        rated_path = write_temp(text, tmp, "rated.jsonl")
+        few = write_temp(first(text), tmp, "oracle-rated.jsonl") if oracle else None
+        rated = serve_all(args, rated_path, budget_mb, args.device, f"{rate:g} requests/s", few)
+    shown = CHAPTERS[1:] if oracle else CHAPTERS
+    rows = [row(c, runs[c], rated[c]) for c in shown]
 
     device = runs[CHAPTERS[1]]["metrics"]["device"]
     w = dict(WORKLOAD, requests=args.requests)
     lines = [f"# kvheap ladder on {cpu_name()}", "", machine, "",
              f"Model `{args.model}` ({model['max_seq_len']} positions, "
-             f"{model['kv_bytes_per_token']} B of fp32 K and V per position), greedy, "
-             f"{device}{' (chapter 1 on the cpu)' if args.device != 'cpu' else ''}. "
+             f"{model['kv_bytes_per_token']} B of {args.kv_dtype} K and V per position), "
+             f"{args.weight_dtype} weights, greedy, "
+             f"{device}{' (chapter 1 on the cpu, fp32 weights)' if args.device != 'cpu' else ''}. "
              f"KV budget {budget_mb:.3f} MB: {BUDGET_RESERVATIONS} max_seq_len reservations.",
              "",
              f"Workload (`scripts/kvheap_runs.py`, `scripts/make_workload.py`, seed {w['seed']}): "
@@ -259,12 +283,18 @@ def main():
                      f"{r['gflops']:.1f} | {r['preemptions']} | "
                      f"{100 * r['hit_rate']:.1f} % | {r['weight_mb']:.1f} | {r['gbps']:.2f} | "
                      f"{pct} | {fma} | {r['rated_tokens_per_s']:.0f} | {r['ttft_p50_ms']:.0f} |")
-    lines += ["", "Every chapter gave every request chapter 1's greedy ids in both runs "
-                  "(near ties, if any, are listed on stderr)."]
+    if oracle:
+        lines += ["", f"Chapter 1, the CPU oracle, served the first {args.oracle_requests} "
+                      "requests of both runs, and its row is not in the table: every chapter gave "
+                      "those requests chapter 1's greedy ids (near ties, if any, are listed on "
+                      "stderr)."]
+    else:
+        lines += ["", "Every chapter gave every request chapter 1's greedy ids in both runs "
+                      "(near ties, if any, are listed on stderr)."]
     if not args.no_plots:
         images = plot(rows, runs, rate, args.images, slug,
                       f"kvheap ladder, {args.model}, {w['requests']} requests, KV budget "
-                      f"{budget_mb:.2f} MB, {cpu_name()}")
+                      f"{budget_mb:.2f} MB, {device if args.device != 'cpu' else cpu_name()}")
         rel = [os.path.relpath(p, os.path.dirname(os.path.abspath(path))) for p in images]
         lines += [""] + [f"![{os.path.basename(p)}]({p})" for p in rel]
     text = "\n".join(lines) + "\n"

@@ -5,18 +5,35 @@
 # plots in docs/images/ (scripts/tour.py says how; another machine's file is kept).
 #
 #   scripts/tour.sh [--model NAME_OR_PATH] [--requests N] [--rate R] [--out FILE] [--no-peak]
+#                   [--weight-dtype T] [--kv-dtype T] [--oracle-requests N]
+#
+# On a GPU machine that cannot reach a package mirror, bring .gpu-bundle/ (scripts/gpu-bundle.sh
+# packs it elsewhere): its libraries are used in place of the Debian packages.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-bash scripts/install-deps.sh
 programs=(ch01_cpu_reference ch02_contiguous_gpu ch03_paged_blocks ch04_cow_prefix_sharing
   ch05_batched_scheduler)
-if nvidia-smi -L >/dev/null 2>&1 && { command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; }; then
+nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+configure=()
+if nvidia-smi -L >/dev/null 2>&1 && [ -x "$nvcc" ]; then
   preset=cuda-native device=cuda
+  case ":$PATH:" in *":$(dirname "$nvcc"):"*) ;; *) export PATH="$PATH:$(dirname "$nvcc")" ;; esac
 else
   preset=cpu device=cpu
 fi
-cmake --preset "$preset" >/dev/null
+if [ "$device" = cuda ] && [ -d .gpu-bundle/debs ]; then
+  # shellcheck source=scripts/gpu-bundle-env.sh
+  . scripts/gpu-bundle-env.sh
+  use_gpu_bundle || { echo "tour: $bundle_error" >&2; exit 1; }
+  echo "tour: $bundle_note"
+  # As scripts/gpu-check.sh configures on such a machine: no Doxygen there, nor perhaps Python's
+  # test runner, and CMake 4 reads the bundle's older package files.
+  configure=(-DKVHEAP_BUILD_DOCS=OFF -DKVHEAP_PYTHON_OPTIONAL=ON -DCMAKE_POLICY_VERSION_MINIMUM=3.5)
+else
+  bash scripts/install-deps.sh
+fi
+cmake --preset "$preset" "${configure[@]}" >/dev/null
 cmake --build --preset "$preset" -j "$(nproc)" --target "${programs[@]}"
 # The plots need matplotlib, which Debian installs for its own python3; a python3 of another
 # installation found first on PATH may lack it.

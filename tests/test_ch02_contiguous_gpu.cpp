@@ -117,7 +117,8 @@ TEST(Ch02ContiguousGpu, Bf16GreedyIdsEqualChapter1ForThirtyTwoTokens) {
   Batch b;
   b.rows.push_back({1, slot, 0, true});
   for (int s = 0; s < steps; ++s) {
-    const int got = fwd.forward_greedy(b, cache).back();
+    const SamplingJob greedy{0, 0.0f, 1.0f, 0.0f};
+    const int got = fwd.forward(b, cache, std::span(&greedy, 1)).back().token;
     const int want = ref.tokens[prompt.size() + s];
     if (got != want) {
       const float margin = top2_margin(ref.logits[s]);

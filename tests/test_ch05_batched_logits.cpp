@@ -34,7 +34,7 @@ struct SharedRun {
         cache(w.config, DType::F32, num_blocks, block_size, shuffle_seed, /*read_once=*/true,
               backend->memory()) {}
   ch04::SharedBlockManager& blocks() { return cache.blocks(); }
-  std::span<const float> forward(const Batch& b) { return backend->forward(b, cache); }
+  std::span<const float> forward(const Batch& b) { return backend->forward_logits(b, cache); }
 };
 
 /// What a batched run produced for each request: the logits of each of its logit rows.

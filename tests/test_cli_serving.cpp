@@ -70,6 +70,46 @@ TEST(Cli, EveryChapterServesAPromptsFileAndPrintsTheSameServingBlock) {
   }
 }
 
+// The phase breakdown: each pass's phases sum to no more than its step (on the CPU, and in the
+// simulator, whose events are host times), the timeline's passes sum to the run's totals, and
+// "other" is what the phases leave of the steps.
+TEST(Cli, PhasesAddUpForEachPassAndForTheRun) {
+  std::vector<std::vector<std::string>> runs = {{"ch05_batched_scheduler", "--device", "cpu"}};
+  if (std::string(KVHEAP_CUDA_MODE) == "sim")
+    runs.push_back({"ch03_paged_blocks", "--device", "cuda"});
+  for (const std::vector<std::string>& run : runs) {
+    std::vector<std::string> args = kGreedy;
+    *(std::find(args.begin(), args.end(), "--device") + 1) = run[2];
+    args.insert(args.end(), {"--num-seqs", "3", "--prompt-ids", "1,5,9"});
+    const auto r = run_program(run[0], args);
+    ASSERT_EQ(r.exit_code, 0) << run[0] << ": " << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    const auto& phases = j["serving"]["phases"];
+    const auto& t = j["timeline"];
+    const std::size_t passes = j["serving"]["passes"];
+    ASSERT_EQ(t["wall_s"].size(), passes) << run[0];
+    EXPECT_EQ(phases["device_timed"].get<bool>(), run[2] == "cuda") << run[0];
+    double sum_wall = 0;
+    for (std::size_t i = 0; i < passes; ++i) {
+      const double parts = t["schedule_s"][i].get<double>() + t["prepare_s"][i].get<double>() +
+                           t["forward_s"][i].get<double>() + t["sample_s"][i].get<double>() +
+                           t["record_s"][i].get<double>();
+      const double wall = t["wall_s"][i];
+      EXPECT_GT(t["forward_s"][i].get<double>(), 0.0) << run[0] << ", pass " << i;
+      EXPECT_LE(parts, wall * (1 + 1e-9) + 1e-9) << run[0] << ", pass " << i;
+      sum_wall += wall;
+    }
+    EXPECT_NEAR(phases["wall_s"].get<double>(), sum_wall, 1e-9 * passes) << run[0];
+    const double other = phases["wall_s"].get<double>() - phases["schedule_s"].get<double>() -
+                         phases["prepare_s"].get<double>() - phases["forward_s"].get<double>() -
+                         phases["sample_s"].get<double>() - phases["record_s"].get<double>();
+    EXPECT_NEAR(phases["other_s"].get<double>(), other, 1e-9) << run[0];
+    EXPECT_NEAR(phases["per_pass_ms"]["wall"].get<double>(),
+                1e3 * phases["wall_s"].get<double>() / static_cast<double>(passes), 1e-9)
+        << run[0];
+  }
+}
+
 // The reservation policy in a budget of two reservations: five requests run as three static
 // batches, at most two at once, and each still gets its own ids.
 TEST(Cli, ReservationServesRequestsInStaticBatchesWithinTheBudget) {

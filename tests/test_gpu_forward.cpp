@@ -90,7 +90,7 @@ class HostAttentionCache final : public KVCache {
 /// of the first one also asking for logits, and rows interleaved by sequence), then `steps`
 /// decode rows per sequence, each fed the CPU's greedy token. Checks every logit row against
 /// CpuForward within `tol` of the row's largest logit; with `greedy`, odd steps use
-/// forward_greedy and check its ids against the CPU's argmax instead.
+/// greedy jobs and check their ids and top-2 gaps against the CPU's instead.
 void expect_matches_cpu(const ModelWeights& w, DType weights, double tol, int steps,
                         bool greedy = false) {
   const ModelConfig& c = w.config;
@@ -114,7 +114,17 @@ void expect_matches_cpu(const ModelWeights& w, DType weights, double tol, int st
     std::vector<int> next(m);
     for (int j = 0; j < m; ++j) next[j] = argmax(want.subspan(j * c.vocab_size, c.vocab_size));
     if (greedy && s % 2 == 1) {
-      EXPECT_EQ(gpu.forward_greedy(b, gpu_cache), next) << "step " << s;
+      std::vector<SamplingJob> jobs;
+      for (int j = 0; j < m; ++j) jobs.push_back({j, 0.0f, 1.0f, 0.0f});
+      const std::span<const SampledToken> picks = gpu.forward(b, gpu_cache, jobs);
+      ASSERT_EQ(picks.size(), jobs.size());
+      for (int j = 0; j < m; ++j) {
+        EXPECT_EQ(picks[j].token, next[j]) << "step " << s << ", logit row " << j;
+        // The device's top-2 gap is the host's, within the logits' own tolerance.
+        EXPECT_NEAR(top2_gap(picks[j]), top2_gap(want.subspan(j * c.vocab_size, c.vocab_size)),
+                    4 * tol)
+            << "step " << s << ", logit row " << j;
+      }
     } else {
       const std::span<const float> got = gpu.forward(b, gpu_cache);
       ASSERT_EQ(got.size(), want.size());
@@ -191,11 +201,16 @@ TEST(GpuForward, RejectsRowsOutsideTheModelAndAcceptsEmptyBatches) {
   HostAttentionCache cache(w.config, 1);
   GpuForward gpu(w, DType::F32);
   EXPECT_TRUE(gpu.forward(Batch{}, cache).empty());
-  EXPECT_TRUE(gpu.forward_greedy(Batch{}, cache).empty());
+  EXPECT_TRUE(gpu.forward(Batch{}, cache, {}).empty());
   Batch bad_token{{{w.config.vocab_size, 0, 0, true}}};
   EXPECT_THROW((void)gpu.forward(bad_token, cache), InputError);
   Batch bad_pos{{{1, 0, w.config.max_seq_len, true}}};
-  EXPECT_THROW((void)gpu.forward_greedy(bad_pos, cache), InputError);
+  const std::vector<SamplingJob> one = {{0, 0.0f, 1.0f, 0.0f}};
+  EXPECT_THROW((void)gpu.forward(bad_pos, cache, one), InputError);
+  // A job must read one of the batch's logit rows.
+  Batch two{{{1, 0, 0, true}}};
+  const std::vector<SamplingJob> past = {{1, 0.0f, 1.0f, 0.0f}};
+  EXPECT_THROW((void)gpu.forward(two, cache, past), InputError);
   // A batch with no logit rows still runs (and fills the cache) but returns nothing.
   Batch silent{{{1, 0, 0, false}}};
   EXPECT_TRUE(gpu.forward(silent, cache).empty());

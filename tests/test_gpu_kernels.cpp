@@ -19,7 +19,8 @@
 #include "base/half.hpp"
 #include "common/gpu/l2_flush.hpp"
 #include "common/rope_freqs.hpp"
-#include "kernels/argmax.hpp"
+#include "common/sampler.hpp"
+#include "kernels/sample.hpp"
 #include "kernels/cast.hpp"
 #include "kernels/embedding.hpp"
 #include "kernels/matmul.hpp"
@@ -294,7 +295,29 @@ TEST(GpuKernels, AddBiasMatchesCpuTwinAndNullIsANoOp) {
   }
 }
 
-TEST(GpuKernels, ArgmaxPicksTheLowestIndexOfTiedMaxima) {
+std::vector<int> tokens(const std::vector<SampledToken>& picks) {
+  std::vector<int> out;
+  for (const SampledToken& t : picks) out.push_back(t.token);
+  return out;
+}
+
+/// Greedy jobs over every row, on the host and on the device: the same tokens and statistics.
+void expect_greedy_twins_agree(const std::vector<float>& logits, int rows, int vocab) {
+  std::vector<SampledToken> want(rows);
+  cpu::sample_rows(want.data(), logits.data(), rows, vocab, nullptr, rows);
+  auto d_logits = to_device(logits);
+  DeviceBuffer<SampledToken> d_out(rows);
+  cuda::sample_rows(d_out.data(), d_logits.data(), vocab, nullptr, rows, nullptr);
+  const std::vector<SampledToken> got = d_out.to_host();
+  for (int r = 0; r < rows; ++r) {
+    EXPECT_EQ(got[r].token, want[r].token) << "row " << r << " vocab=" << vocab;
+    EXPECT_EQ(bits(std::vector<float>{got[r].best, got[r].second, got[r].max_abs}),
+              bits(std::vector<float>{want[r].best, want[r].second, want[r].max_abs}))
+        << "row " << r << " vocab=" << vocab;
+  }
+}
+
+TEST(GpuKernels, GreedyPicksTheLowestIndexOfTiedMaxima) {
   KVHEAP_REQUIRE_DEVICE();
   const float inf = std::numeric_limits<float>::infinity();
   for (int vocab : {1, 8, 33, 1000, 32000}) {
@@ -309,28 +332,105 @@ TEST(GpuKernels, ArgmaxPicksTheLowestIndexOfTiedMaxima) {
         row[b] = top;
         if (r % 5 == 4) std::fill(row, row + vocab, -inf);  // all -inf: index 0
       }
-      std::vector<int> want(rows);
-      cpu::argmax_rows(want.data(), logits.data(), rows, vocab);
-      auto d_logits = to_device(logits);
-      DeviceBuffer<int> d_ids(rows);
-      cuda::argmax_rows(d_ids.data(), d_logits.data(), rows, vocab);
-      EXPECT_EQ(d_ids.to_host(), want) << "rows=" << rows << " vocab=" << vocab;
+      expect_greedy_twins_agree(logits, rows, vocab);
+      // The host twin's tokens are kvheap::argmax's, and its gaps kvheap::top2_gap's.
+      std::vector<SampledToken> host(rows);
+      cpu::sample_rows(host.data(), logits.data(), rows, vocab, nullptr, rows);
+      for (int r = 0; r < rows; ++r) {
+        const std::span<const float> row(&logits[static_cast<std::size_t>(r) * vocab], vocab);
+        EXPECT_EQ(host[r].token, argmax(row)) << "row " << r;
+        EXPECT_EQ(top2_gap(host[r]), top2_gap(row)) << "row " << r;
+      }
     }
   }
 }
 
-TEST(GpuKernels, ArgmaxFlagsRowsHoldingNaN) {
+TEST(GpuKernels, GreedyFlagsRowsHoldingNaN) {
   KVHEAP_REQUIRE_DEVICE();
   const int vocab = 1000;
   std::vector<float> logits = random_floats(3 * vocab, 9);
   logits[vocab + 517] = std::numeric_limits<float>::quiet_NaN();  // row 1 only
-  std::vector<int> want(3);
-  cpu::argmax_rows(want.data(), logits.data(), 3, vocab);
-  ASSERT_EQ(want[1], -1);
-  auto d_logits = to_device(logits);
-  DeviceBuffer<int> d_ids(3);
-  cuda::argmax_rows(d_ids.data(), d_logits.data(), 3, vocab);
-  EXPECT_EQ(d_ids.to_host(), want);
+  std::vector<SampledToken> want(3);
+  cpu::sample_rows(want.data(), logits.data(), 3, vocab, nullptr, 3);
+  ASSERT_EQ(want[1].token, SampledToken::kNaNLogit);
+  ASSERT_GE(want[0].token, 0);
+  expect_greedy_twins_agree(logits, 3, vocab);
+}
+
+// Draws: for the same logits and uniform numbers the device picks the host twin's token. The two
+// sum in different orders, so a draw may part where u * mass (or the nucleus' cut) lies within
+// rounding of a boundary between two tokens: such near ties are counted and reported, and must
+// stay rare. Rows hold ties (among them the largest logits, which a tiny top_p cuts inside) and
+// masked -inf entries; the codes of a +inf row and of a row of -inf only must agree too.
+TEST(GpuKernels, DrawsPickTheHostTwinsTokens) {
+  KVHEAP_REQUIRE_DEVICE();
+  const float inf = std::numeric_limits<float>::infinity();
+  int jobs_run = 0, parted = 0;
+  for (const int vocab : {1, 7, 1000, 32000}) {
+    const int rows = 6;
+    std::vector<float> logits = random_floats(static_cast<std::size_t>(rows) * vocab, vocab);
+    for (float& x : logits) x *= 4.0f;  // a spread like a language model's logits
+    for (int r = 0; r < rows; ++r) {
+      float* row = &logits[static_cast<std::size_t>(r) * vocab];
+      if (r == 1 && vocab > 2) row[vocab / 2] = row[vocab - 1] = 9.0f;  // two tied maxima
+      if (r == 2)
+        for (int i = 0; i < vocab; i += 3) row[i] = -inf;  // masked tokens
+      if (r == 3 && vocab >= 10)
+        for (int t = 0; t < 10; ++t) row[t * (vocab / 10)] = 40.0f;  // ten tied maxima
+      if (r == 4) row[vocab - 1] = inf;
+      if (r == 5) std::fill(row, row + vocab, -inf);
+    }
+    std::vector<SamplingJob> jobs;
+    std::uint64_t state = 99;
+    for (int r = 0; r < rows; ++r)
+      for (const float t : {0.0f, 0.5f, 1.0f, 2.0f})
+        for (const float p : {1e-6f, 0.3f, 0.9f, 1.0f}) {
+          state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+          jobs.push_back({r, t, p, static_cast<float>(state >> 40) * 0x1p-24f});
+        }
+    const int n = static_cast<int>(jobs.size());
+    std::vector<SampledToken> want(n);
+    cpu::sample_rows(want.data(), logits.data(), rows, vocab, jobs.data(), n);
+    auto d_logits = to_device(logits);
+    auto d_jobs = DeviceBuffer<SamplingJob>::from_host(jobs);
+    DeviceBuffer<SampledToken> d_out(n);
+    DeviceBuffer<float> scratch(cuda::sample_scratch_floats(n, vocab));
+    cuda::sample_rows(d_out.data(), d_logits.data(), vocab, d_jobs.data(), n, scratch.data());
+    const std::vector<SampledToken> got = d_out.to_host();
+    for (int j = 0; j < n; ++j) {
+      ++jobs_run;
+      const SamplingJob& job = jobs[j];
+      SCOPED_TRACE(testing::Message()
+                   << "vocab " << vocab << ", job " << j << " (row " << job.row << ", T "
+                   << job.temperature << ", top_p " << job.top_p << ", u " << job.u << ")");
+      if (job.row == 4 && job.temperature > 0) {
+        EXPECT_EQ(want[j].token, SampledToken::kInfLogit);
+      }
+      if (job.row == 5 && job.temperature > 0) {
+        EXPECT_EQ(want[j].token, SampledToken::kNoTokenAllowed);
+      }
+      if (job.row == 2 && vocab > 1 && want[j].token >= 0) {
+        EXPECT_NE(want[j].token % 3, 0) << "a masked token";
+      }
+      if (job.row == 1 && job.top_p < 1e-3f && job.temperature > 0 && vocab > 2) {
+        EXPECT_EQ(want[j].token, vocab / 2) << "the first of the tied maxima";
+      }
+      // Ten tied maxima hold nearly all the mass (at T <= 1 the others' p are below e^-32): top_p
+      // 0.3 keeps the first four by index, floor(0.3 x 10) + 1.
+      if (job.row == 3 && job.top_p == 0.3f && job.temperature > 0 && job.temperature < 2 &&
+          vocab >= 10) {
+        EXPECT_EQ(want[j].token % (vocab / 10), 0) << "a tied maximum";
+        EXPECT_LT(want[j].token / (vocab / 10), 4) << "one of the first four";
+      }
+      if (got[j].token == want[j].token) continue;
+      ++parted;
+      std::cout << "[ parted   ] vocab " << vocab << ", job " << j << ": device " << got[j].token
+                << ", host " << want[j].token << "\n";
+      EXPECT_GE(got[j].token, 0);
+      EXPECT_GE(want[j].token, 0);
+    }
+  }
+  EXPECT_LE(parted * 200, jobs_run) << parted << " of " << jobs_run << " draws parted";
 }
 
 TEST(GpuKernels, L2FlushReadsTwiceTheL2EveryRowToItsEnd) {
@@ -341,10 +441,11 @@ TEST(GpuKernels, L2FlushReadsTwiceTheL2EveryRowToItsEnd) {
   for (const int l2 : {0, 1 << 20}) {
     L2Flush flush(l2);  // flushes once on construction
     EXPECT_GE(flush.bytes(), 2 * static_cast<std::size_t>(std::max(l2, 1 << 19)));
-    EXPECT_EQ(flush.last_ids().to_host(), std::vector<int>(L2Flush::kRows, flush.row_len() - 1));
+    EXPECT_EQ(tokens(flush.last_picks().to_host()),
+              std::vector<int>(L2Flush::kRows, flush.row_len() - 1));
     Stream stream;
     flush(stream);
-    EXPECT_EQ(flush.last_ids().to_host(stream),
+    EXPECT_EQ(tokens(flush.last_picks().to_host(stream)),
               std::vector<int>(L2Flush::kRows, flush.row_len() - 1));
   }
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <iostream>
 #include <numeric>
 #include <random>
 #include <string>
@@ -167,51 +168,74 @@ TEST(Sampler, NucleusKeepsTheSmallestSetAboveTopP) {
   EXPECT_EQ(f3[3], 0.0);
 }
 
-// The plain algorithm: sort the whole vocabulary, cut at top_p, draw u * mass. The sampler's
-// cutoff only skips tokens that cannot be in the nucleus, so with the same random stream (raw
-// mt19937_64, top 24 bits) both must pick the same token every time.
-int reference_nucleus(const std::vector<float>& logits, float top_p, float u) {
-  const float mx = *std::max_element(logits.begin(), logits.end());
-  std::vector<float> p(logits.size());
+// The plain algorithm, in double precision: sort the whole vocabulary by p (equal p by index),
+// cut the shortest head whose mass exceeds top_p, then walk that nucleus in index order to
+// u * its mass (kernels/sample.hpp's rule). The sampler never sorts; with the same random stream
+// it must pick the same token, except where u * mass or the cut falls within rounding of a
+// boundary. Returns the token, and whether the draw was that near a boundary.
+std::pair<int, bool> reference_nucleus(const std::vector<float>& logits, float top_p, float u) {
+  const double mx = *std::max_element(logits.begin(), logits.end());
+  std::vector<double> p(logits.size());
   double sum = 0.0;
   for (std::size_t i = 0; i < p.size(); ++i) sum += p[i] = std::exp(logits[i] - mx);
-  const auto inv = static_cast<float>(1.0 / sum);
   std::vector<std::size_t> order(p.size());
   std::iota(order.begin(), order.end(), std::size_t{0});
-  for (float& x : p) x *= inv;
   std::stable_sort(order.begin(), order.end(),
                    [&](std::size_t a, std::size_t b) { return p[a] > p[b]; });
+  const double eps = 1e-5 * sum;  // far above fp32 sums' rounding, far below any real gap
   double mass = 0.0;
   std::size_t last = order.size() - 1;
+  bool near = false;
   for (std::size_t i = 0; i < order.size(); ++i) {
-    if ((mass += p[order[i]]) > top_p) {
+    mass += p[order[i]];
+    if (mass > top_p * sum) {
       last = i;
+      near = mass - p[order[i]] > top_p * sum - eps || mass < top_p * sum + eps;
       break;
     }
   }
+  std::vector<char> in(p.size(), 0);
+  for (std::size_t i = 0; i <= last; ++i) in[order[i]] = 1;
+  const double goal = u * mass;
   double cdf = 0.0;
-  for (std::size_t i = 0; i <= last; ++i) {
-    if (u * mass < (cdf += p[order[i]])) return static_cast<int>(order[i]);
+  int token = static_cast<int>(order[last]);
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    if (!in[i]) continue;
+    cdf += p[i];
+    if (goal < cdf) {
+      token = static_cast<int>(i);
+      near = near || cdf - goal < eps || goal - (cdf - p[i]) < eps;
+      break;
+    }
   }
-  return static_cast<int>(order[last]);
+  return {token, near};
 }
 
-TEST(Sampler, NucleusCutoffMatchesAFullSortReference) {
+TEST(Sampler, NucleusMatchesAFullSortReference) {
   // Small, mid-sized and Llama-sized vocabularies; fewer steps where each one costs more.
   const std::vector<std::pair<std::size_t, std::uint64_t>> shapes = {
       {7, 400}, {1000, 200}, {32000, 15}};
+  int near_ties = 0;
   for (const auto& [vocab, steps] : shapes) {
-    for (const float top_p : {0.5f, 0.9f, 0.99f}) {
+    for (const float top_p : {0.5f, 0.9f, 0.99f, 1.0f}) {
       SCOPED_TRACE(testing::Message() << "vocab " << vocab << ", top_p " << top_p);
       Sampler s({.temperature = 1.0f, .top_p = top_p, .seed = 77});
       std::mt19937_64 twin(77);
       for (std::uint64_t step = 0; step < steps; ++step) {
         const std::vector<float> logits = random_logits(vocab, step, 2.0f);
         const float u = static_cast<float>(twin() >> 40) * 0x1p-24f;
-        ASSERT_EQ(s.sample(logits), reference_nucleus(logits, top_p, u)) << "step " << step;
+        const auto [want, near] = reference_nucleus(logits, top_p, u);
+        const int got = s.sample(logits);
+        if (got != want && near) {
+          ++near_ties;
+          continue;
+        }
+        ASSERT_EQ(got, want) << "step " << step;
       }
     }
   }
+  if (near_ties > 0) std::cout << "[ near tie ] " << near_ties << " draws at a boundary\n";
+  EXPECT_LE(near_ties, 2);
 }
 
 TEST(Sampler, MaskedTokensAreNeverSampled) {

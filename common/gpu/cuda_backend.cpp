@@ -18,12 +18,12 @@ class CudaBackend final : public Backend {
                 config.weights),
         forward_(weights, config.weights) {}
 
-  std::span<const float> forward(const Batch& batch, KVCache& cache) override {
-    return forward_.forward(batch, cache);
+  std::span<const SampledToken> forward(const Batch& batch, KVCache& cache,
+                                        std::span<const SamplingJob> jobs) override {
+    return forward_.forward(batch, cache, jobs);
   }
-  std::vector<int> forward_greedy(const Batch& batch, KVCache& cache) override {
-    return forward_.forward_greedy(batch, cache);
-  }
+  std::span<const float> logits() override { return forward_.logits(); }
+  [[nodiscard]] PassTimes last_times() const override { return forward_.last_times(); }
   [[nodiscard]] Memory memory() const override { return Memory::kDevice; }
 
  private:

@@ -9,6 +9,7 @@
 #include "common/kv_storage.hpp"
 #include "device/buffers.hpp"
 #include "device/device.hpp"
+#include "device/staged_upload.hpp"
 #include "kernels/decode_attention.hpp"
 #include "kernels/kv_write.hpp"
 #include "kernels/paged_attention.hpp"
@@ -16,14 +17,6 @@
 
 namespace kvheap {
 namespace {
-
-// Grows `buf` to at least `count` elements; the contents are rewritten by the caller.
-template <class T>
-void ensure_size(DeviceBuffer<T>& buf, std::size_t count) {
-  if (buf.size() >= count) return;
-  buf.reset();  // free first: the old contents are about to be replaced
-  buf = DeviceBuffer<T>(count);
-}
 
 class DeviceKVStorage final : public KVStorage {
  public:
@@ -63,12 +56,20 @@ class DeviceKVStorage final : public KVStorage {
 
   DeviceBuffer<unsigned char> k_;  // [n_layers, num_slots, kv_dim] in the KV dtype
   DeviceBuffer<unsigned char> v_;  // same
-  // The view's arrays, packed so that a batch costs two host-to-device copies:
-  //   ints:  [n_ctx (n) | indptr | indices | last_page_len | row_seq (n) | the prefix plan's]
-  //   int64: [slot_mapping (n) | first_slot (n, contiguous only)]
-  DeviceBuffer<int> ints_;
-  DeviceBuffer<std::int64_t> slots_;
+  // The view's arrays reach the device in the forward pass's one upload (StagedUpload::current());
+  // a cache prepared outside a pass (tests) sends them itself, through own_. Their device
+  // addresses are known once that upload has been queued, so write() and attend() bind them.
+  //   ints:  n_ctx (n), indptr, indices, last_page_len, row_seq (n), the prefix plan's arrays
+  //   int64: slot_mapping (n), first_slot (n, contiguous only)
+  void bind();
+  StagedUpload own_;
+  const StagedUpload* staged_ = nullptr;  // where the loaded view went
+  std::vector<std::size_t> at_;           // offset of each ints part in it
+  std::size_t slots_at_ = 0;              // offset of the slot mapping
+  std::size_t first_slot_at_ = 0;         // offset of first_slot (contiguous only)
+  bool bound_ = false;
   KVView view_;  // host copy of the loaded view
+  const std::int64_t* slots_ = nullptr;
   const int* n_ctx_ = nullptr;
   const std::int64_t* first_slot_ = nullptr;
   PagedLocator locator_;
@@ -79,69 +80,75 @@ class DeviceKVStorage final : public KVStorage {
 
 void DeviceKVStorage::load(KVView view) {
   view_ = std::move(view);
-  const int n = view_.rows();
-  std::vector<int> ints;
-  std::vector<std::size_t> at;  // where each part starts
-  const auto append = [&](const std::vector<int>& part) {
-    at.push_back(ints.size());
-    ints.insert(ints.end(), part.begin(), part.end());
-  };
-  append(view_.n_ctx);
-  const bool shared = view_.paged && view_.prefixes.groups() > 0;
+  StagedUpload* up = StagedUpload::current();
+  const bool own = up == nullptr;
+  if (own) {
+    up = &own_;
+    up->clear();  // the previous batch's copy has completed: own uploads wait for it below
+  }
+  staged_ = up;
+  bound_ = false;
+  at_.clear();
+  const auto add = [&](const std::vector<int>& part) { at_.push_back(up->add<int>(part)); };
+  add(view_.n_ctx);
   if (view_.paged) {
-    append(view_.indptr);
-    append(view_.indices);
-    append(view_.last_page_len);
-    append(view_.row_seq);
+    add(view_.indptr);
+    add(view_.indices);
+    add(view_.last_page_len);
+    add(view_.row_seq);
   }
-  std::optional<SharedPrefixArrays> plan;
-  if (shared) {
-    plan.emplace(view_.prefixes, view_.row_seq, view_.n_ctx);
+  prefix_ = SharedPrefixView{};
+  if (view_.paged && view_.prefixes.groups() > 0) {
+    const SharedPrefixArrays plan(view_.prefixes, view_.row_seq, view_.n_ctx);
     for (const std::vector<int>* part :
-         {&plan->prefix_len, &plan->prefix_seq, &plan->group_rows, &plan->group_size, &plan->first,
-          &plan->own_ctx, &plan->row_group, &plan->row_member})
-      append(*part);
+         {&plan.prefix_len, &plan.prefix_seq, &plan.group_rows, &plan.group_size, &plan.first,
+          &plan.own_ctx, &plan.row_group, &plan.row_member})
+      add(*part);
+    prefix_.groups = view_.prefixes.groups();
+    prefix_.widest = plan.widest;
+    prefix_.max_prefix = *std::max_element(plan.prefix_len.begin(), plan.prefix_len.end());
+    prefix_.max_own = *std::max_element(plan.own_ctx.begin(), plan.own_ctx.end());
+    wide_q_.grow(static_cast<std::size_t>(cuda::shared_prefix_wide_q_floats(
+        prefix_.groups, prefix_.widest, config_.n_heads, config_.head_dim)));
   }
-  std::vector<std::int64_t> slots = view_.slot_mapping;
-  if (!view_.paged) slots.insert(slots.end(), view_.first_slot.begin(), view_.first_slot.end());
-  ensure_size(ints_, ints.size());
-  ensure_size(slots_, slots.size());
-  ints_.upload(ints);
-  slots_.upload(slots);
+  slots_at_ = up->add<std::int64_t>(view_.slot_mapping);
+  if (!view_.paged) first_slot_at_ = up->add<std::int64_t>(view_.first_slot);
+  if (own) {
+    own_.upload(nullptr);
+    KVHEAP_CUDA_CHECK(cudaStreamSynchronize(nullptr));  // own_ may be rewritten by the next load
+  }
+}
 
-  const int* base = ints_.data();
-  n_ctx_ = base + at[0];
-  first_slot_ = view_.paged ? nullptr : slots_.data() + n;
-  if (view_.paged)
-    locator_ =
-        PagedLocator{base + at[1], base + at[2], base + at[3], base + at[4], view_.block_size};
-  if (!shared) return;
-  SharedPrefixView& v = prefix_;
-  v.groups = view_.prefixes.groups();
-  v.widest = plan->widest;
-  v.max_prefix = *std::max_element(plan->prefix_len.begin(), plan->prefix_len.end());
-  v.max_own = *std::max_element(plan->own_ctx.begin(), plan->own_ctx.end());
-  v.prefix_len = base + at[5];
-  v.prefix_seq = base + at[6];
-  v.group_rows = base + at[7];
-  v.group_size = base + at[8];
-  v.first = base + at[9];
-  v.own_ctx = base + at[10];
-  v.row_group = base + at[11];
-  v.row_member = base + at[12];
-  ensure_size(wide_q_, cuda::shared_prefix_wide_q_floats(v.groups, v.widest, config_.n_heads,
-                                                         config_.head_dim));
+void DeviceKVStorage::bind() {
+  if (bound_) return;
+  bound_ = true;
+  slots_ = staged_->device<std::int64_t>(slots_at_);
+  const auto ints = [&](std::size_t part) { return staged_->device<int>(at_[part]); };
+  n_ctx_ = ints(0);
+  first_slot_ = view_.paged ? nullptr : staged_->device<std::int64_t>(first_slot_at_);
+  if (view_.paged) locator_ = PagedLocator{ints(1), ints(2), ints(3), ints(4), view_.block_size};
+  if (prefix_.groups == 0) return;
+  prefix_.prefix_len = ints(5);
+  prefix_.prefix_seq = ints(6);
+  prefix_.group_rows = ints(7);
+  prefix_.group_size = ints(8);
+  prefix_.first = ints(9);
+  prefix_.own_ctx = ints(10);
+  prefix_.row_group = ints(11);
+  prefix_.row_member = ints(12);
 }
 
 void DeviceKVStorage::write(int layer, const float* k, const float* v) {
+  bind();
   const std::size_t off = layer * layer_bytes();
   // The slot mapping is a row index into [num_slots, kv_dim]: exactly kv_write's dst_rows, so one
   // write kernel serves every layout.
-  cuda::kv_write(kv_, k_.data() + off, v_.data() + off, k, v, slots_.data(), view_.rows(),
+  cuda::kv_write(kv_, k_.data() + off, v_.data() + off, k, v, slots_, view_.rows(),
                  config_.kv_dim(), nullptr);
 }
 
 void DeviceKVStorage::attend(int layer, const float* q, float* out) {
+  bind();
   const std::size_t off = layer * layer_bytes();
   const void* kd = k_.data() + off;
   const void* vd = v_.data() + off;

@@ -6,16 +6,17 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 
 #include "base/error.hpp"
 #include "common/forward_cpu.hpp"
 #include "common/rope_freqs.hpp"
-#include "kernels/argmax.hpp"
 #include "kernels/cast.hpp"
 #include "kernels/embedding.hpp"
 #include "kernels/qk_norm.hpp"
 #include "kernels/rmsnorm.hpp"
 #include "kernels/rope.hpp"
+#include "kernels/sample.hpp"
 #include "kernels/swiglu.hpp"
 
 namespace kvheap {
@@ -24,10 +25,7 @@ namespace {
 // Every launch, copy and GEMM goes to the default stream (see the class comment).
 constexpr cudaStream_t kStream = nullptr;
 
-template <class T>
-void grow(DeviceBuffer<T>& buffer, std::size_t count) {
-  if (buffer.size() < count) buffer = DeviceBuffer<T>(count);  // contents need not survive
-}
+using Clock = std::chrono::steady_clock;
 
 }  // namespace
 
@@ -38,34 +36,33 @@ GpuForward::GpuForward(const ModelWeights& weights, DType weight_dtype)
 }
 
 std::size_t GpuForward::scratch_bytes() const noexcept {
-  return tokens_.bytes() + pos_.bytes() + logit_rows_.bytes() + ids_.bytes() + x_.bytes() +
-         xn_.bytes() + q_.bytes() + k_.bytes() + v_.bytes() + att_.bytes() + proj_.bytes() +
-         gate_.bytes() + up_.bytes() + last_.bytes() + logits_.bytes() + narrow_.bytes();
+  return x_.bytes() + xn_.bytes() + q_.bytes() + k_.bytes() + v_.bytes() + att_.bytes() +
+         proj_.bytes() + gate_.bytes() + up_.bytes() + last_.bytes() + logits_.bytes() +
+         narrow_.bytes() + probs_.bytes() + picks_.bytes();
 }
 
-void GpuForward::reserve(int n, int m) {
+void GpuForward::reserve(int n, int m, int jobs, bool draws) {
   const ModelConfig& c = config();
   const auto rows = static_cast<std::size_t>(n);
   const auto logit_rows = static_cast<std::size_t>(m);
-  grow(tokens_, rows);
-  grow(pos_, rows);
-  grow(logit_rows_, logit_rows);
-  grow(ids_, logit_rows);
-  grow(x_, rows * c.dim);
-  grow(xn_, rows * c.dim);
-  grow(q_, rows * c.q_dim());
-  grow(k_, rows * c.kv_dim());
-  grow(v_, rows * c.kv_dim());
-  grow(att_, rows * c.q_dim());
-  grow(proj_, rows * c.dim);
-  grow(gate_, rows * c.hidden_dim);
-  grow(up_, rows * c.hidden_dim);
-  grow(last_, logit_rows * c.dim);
-  grow(logits_, logit_rows * c.vocab_size);
+  x_.grow(rows * c.dim);
+  xn_.grow(rows * c.dim);
+  q_.grow(rows * c.q_dim());
+  k_.grow(rows * c.kv_dim());
+  v_.grow(rows * c.kv_dim());
+  att_.grow(rows * c.q_dim());
+  proj_.grow(rows * c.dim);
+  gate_.grow(rows * c.hidden_dim);
+  up_.grow(rows * c.hidden_dim);
+  last_.grow(logit_rows * c.dim);
+  logits_.grow(logit_rows * c.vocab_size);
   if (w_.matrix_dtype() != DType::F32) {
     const int widest = std::max({c.dim, c.q_dim(), c.hidden_dim});
-    grow(narrow_, rows * widest * dtype_size(w_.matrix_dtype()));
+    narrow_.grow(rows * widest * dtype_size(w_.matrix_dtype()));
   }
+  picks_.grow(static_cast<std::size_t>(jobs));
+  host_picks_.grow(static_cast<std::size_t>(jobs));
+  if (draws) probs_.grow(static_cast<std::size_t>(cuda::sample_scratch_floats(jobs, c.vocab_size)));
 }
 
 const void* GpuForward::gemm_input(const float* x, long count) {
@@ -80,33 +77,56 @@ void GpuForward::project(const void* a, const DeviceMatrix& w, float* y, int row
   gemm(blas_, w.dtype, a, w.data(), y, GemmShape{rows, w.rows, w.cols}, kStream);
 }
 
-int GpuForward::run(const Batch& batch, KVCache& cache) {
+void GpuForward::run(const Batch& batch, KVCache& cache, std::span<const SamplingJob> jobs) {
+  const Clock::time_point t0 = Clock::now();
   const ModelConfig& c = config();
   validate_batch(batch, c);
   const int n = batch.size();
   const int m = batch.num_logit_rows();
-  if (n == 0) return 0;
-  reserve(n, m);
+  times_ = PassTimes{};
+  logits_fresh_ = false;
+  logit_rows_count_ = m;
+  bool draws = false;
+  for (std::size_t j = 0; j < jobs.size(); ++j) {
+    if (jobs[j].row < 0 || jobs[j].row >= m)
+      throw InputError(fmt::format("sampling job {} reads logit row {}, but the batch has {}", j,
+                                   jobs[j].row, m));
+    draws = draws || jobs[j].temperature > 0.0f;
+  }
+  if (n == 0) return;
+  const auto n_jobs = static_cast<int>(jobs.size());
+  reserve(n, m, n_jobs, draws);
   const bool interleaved = c.rope_style == RopeStyle::Interleaved;
   const long n_dim = static_cast<long>(n) * c.dim;
 
-  // The batch description: token ids, positions, and which rows want logits. host_ints_ can be
-  // refilled right after each upload: a copy from pageable memory returns once the source has
-  // been staged.
+  // The pass's one upload: the cache's view (its prepare() adds it, once per batch), then the
+  // token ids, positions, logit rows and sampling jobs. add() copies, so host_ints_ is reused.
+  staged_.clear();  // the last pass waited for its tokens, so no copy still reads it
+  {
+    const StagedUpload::Scope scope(staged_);
+    cache.prepare(batch);
+  }
   host_ints_.clear();
   for (const BatchRow& row : batch.rows) host_ints_.push_back(row.token);
-  tokens_.upload(host_ints_, 0, kStream);
+  const std::size_t tokens_at = staged_.add<int>(host_ints_);
   host_ints_.clear();
   for (const BatchRow& row : batch.rows) host_ints_.push_back(row.pos);
-  pos_.upload(host_ints_, 0, kStream);
+  const std::size_t pos_at = staged_.add<int>(host_ints_);
   host_ints_.clear();
   for (int r = 0; r < n; ++r)
     if (batch.rows[r].wants_logits) host_ints_.push_back(r);
-  logit_rows_.upload(host_ints_, 0, kStream);
+  const std::size_t rows_at = staged_.add<int>(host_ints_);
+  const std::size_t jobs_at = staged_.add<SamplingJob>(jobs);
+  staged_.upload(kStream);
+  tokens_ = staged_.device<int>(tokens_at);
+  pos_ = staged_.device<int>(pos_at);
+  logit_rows_ = staged_.device<int>(rows_at);
+  jobs_ = staged_.device<SamplingJob>(jobs_at);
+  times_.prepare = std::chrono::duration<double>(Clock::now() - t0).count();
 
-  cuda::embedding(x_.data(), tokens_.data(), w_.token_embedding().data(), w_.matrix_dtype(), n,
-                  c.dim, c.vocab_size, kStream);
-  cache.prepare(batch);  // once per batch: the cache uploads its slot offsets / page tables
+  started_.record(kStream);
+  cuda::embedding(x_.data(), tokens_, w_.token_embedding().data(), w_.matrix_dtype(), n, c.dim,
+                  c.vocab_size, kStream);
 
   for (int l = 0; l < c.n_layers; ++l) {
     const DeviceLayerWeights& L = w_.layer(l);
@@ -123,9 +143,8 @@ int GpuForward::run(const Batch& batch, KVCache& cache) {
     if (c.qk_norm)
       cuda::qk_norm(q_.data(), k_.data(), L.q_norm.data(), L.k_norm.data(), n, c.n_heads,
                     c.n_kv_heads, c.head_dim, c.norm_eps, kStream);
-    cuda::rope(q_.data(), pos_.data(), n, c.n_heads, c.head_dim, inv_freq_.data(), interleaved,
-               kStream);
-    cuda::rope(k_.data(), pos_.data(), n, c.n_kv_heads, c.head_dim, inv_freq_.data(), interleaved,
+    cuda::rope(q_.data(), pos_, n, c.n_heads, c.head_dim, inv_freq_.data(), interleaved, kStream);
+    cuda::rope(k_.data(), pos_, n, c.n_kv_heads, c.head_dim, inv_freq_.data(), interleaved,
                kStream);
     cache.write(l, batch, k_.data(), v_.data());
     cache.attend(l, batch, q_.data(), att_.data());
@@ -146,39 +165,47 @@ int GpuForward::run(const Batch& batch, KVCache& cache) {
   // Classifier only for rows that want logits: in a prompt that is just the last row, which saves
   // the largest matrix product of a prefill.
   if (m > 0) {
-    cuda::gather_rows(last_.data(), logit_rows_.data(), x_.data(), m, c.dim, n, kStream);
+    cuda::gather_rows(last_.data(), logit_rows_, x_.data(), m, c.dim, n, kStream);
     cuda::rmsnorm(last_.data(), last_.data(), w_.final_norm().data(), m, c.dim, c.norm_eps,
                   kStream);
     project(gemm_input(last_.data(), static_cast<long>(m) * c.dim), w_.classifier(), logits_.data(),
             m);
   }
-  return m;
+  forwarded_.record(kStream);
+
+  // The tokens: chosen where the logits are, and 16 bytes a job brought back.
+  if (n_jobs > 0) {
+    cuda::sample_rows(picks_.data(), logits_.data(), c.vocab_size, jobs_, n_jobs,
+                      draws ? probs_.data() : nullptr, kStream);
+    KVHEAP_CUDA_CHECK(cudaMemcpyAsync(host_picks_.data(), picks_.data(),
+                                      sizeof(SampledToken) * n_jobs, cudaMemcpyDeviceToHost,
+                                      kStream));
+  }
+  done_.record(kStream);
+  done_.synchronize();  // the pass's one wait
+  times_.forward = elapsed_ms_completed(started_, forwarded_) / 1e3;
+  times_.sample = elapsed_ms_completed(forwarded_, done_) / 1e3;
+  times_.device_timed = true;
+}
+
+std::span<const SampledToken> GpuForward::forward(const Batch& batch, KVCache& cache,
+                                                  std::span<const SamplingJob> jobs) {
+  run(batch, cache, jobs);
+  return {host_picks_.data(), jobs.size()};
 }
 
 std::span<const float> GpuForward::forward(const Batch& batch, KVCache& cache) {
-  const int m = run(batch, cache);
-  host_logits_.resize(static_cast<std::size_t>(m) * config().vocab_size);
-  logits_.download(host_logits_, 0, kStream);  // synchronises: the span is ready on return
-  return host_logits_;
+  run(batch, cache, {});
+  return logits();
 }
 
-std::vector<int> GpuForward::forward_greedy(const Batch& batch, KVCache& cache) {
-  const int m = run(batch, cache);
-  std::vector<int> ids(static_cast<std::size_t>(m));
-  if (m == 0) return ids;
-  cuda::argmax_rows(ids_.data(), logits_.data(), m, config().vocab_size, kStream);
-  ids_.download(ids, 0, kStream);
-  for (int j = 0, r = 0; r < batch.size(); ++r) {
-    if (!batch.rows[r].wants_logits) continue;
-    if (ids[j] < 0) {
-      throw InputError(
-          fmt::format("the logits of batch row {} hold a NaN: the forward pass "
-                      "produced an invalid value",
-                      r));
-    }
-    ++j;
+std::span<const float> GpuForward::logits() {
+  if (!logits_fresh_) {
+    host_logits_.resize(static_cast<std::size_t>(logit_rows_count_) * config().vocab_size);
+    logits_.download(host_logits_, 0, kStream);  // synchronises: the span is ready on return
+    logits_fresh_ = true;
   }
-  return ids;
+  return host_logits_;
 }
 
 }  // namespace kvheap

@@ -11,7 +11,10 @@
 #include "common/gpu/device_weights.hpp"
 #include "common/weights.hpp"
 #include "device/buffers.hpp"
+#include "device/device.hpp"
 #include "device/gemm.hpp"
+#include "device/staged_upload.hpp"
+#include "kernels/sample.hpp"
 
 namespace kvheap {
 
@@ -19,28 +22,37 @@ namespace kvheap {
 /// extending a KVCache that keeps its K and V in device memory.
 ///
 /// Owns the weights in device memory, one BLAS handle, and scratch activations that grow to the
-/// largest batch seen and are reused after that. Everything runs on the default stream: the
-/// cache interface has no stream parameter, and the default stream orders the cache's kernels
-/// after ours without any extra synchronisation. Not thread-safe; one per thread.
+/// largest batch seen (in powers of two) and are kept. A pass costs the host one upload (the
+/// batch, the sampling jobs and the cache's view together, from pinned memory), the launches, and
+/// one wait on an event for the chosen tokens: 16 bytes a job. The logits stay on the device
+/// unless logits() asks for them. Everything runs on the default stream: the cache interface has
+/// no stream parameter, and the default stream orders the cache's kernels after ours without any
+/// extra synchronisation. Not thread-safe; one per thread.
 class GpuForward {
  public:
   /// \brief Uploads `weights` with matrices in `weight_dtype` (fp32, fp16 or bf16); `weights` is
   /// not referenced afterwards.
   GpuForward(const ModelWeights& weights, DType weight_dtype);
 
-  /// \brief One forward pass; returns logits [batch.num_logit_rows(), vocab_size] in row order,
-  /// downloaded into host memory owned by this object (valid until the next call).
+  /// \brief One forward pass, and one token chosen on the device per job (kernels/sample.hpp):
+  /// [jobs.size()], valid until the next pass. Only those 16 bytes a job cross to the host.
   ///
-  /// Throws InputError for a token id outside the vocabulary or a position past max_seq_len.
+  /// Throws InputError for a token id outside the vocabulary, a position past max_seq_len or a
+  /// job whose row is not one of the batch's logit rows. A job's negative token code (a NaN
+  /// logit) is the caller's to report.
+  std::span<const SampledToken> forward(const Batch& batch, KVCache& cache,
+                                        std::span<const SamplingJob> jobs);
+
+  /// \brief One forward pass; returns its logits [batch.num_logit_rows(), vocab_size] in row
+  /// order, downloaded into host memory owned by this object (valid until the next call).
   std::span<const float> forward(const Batch& batch, KVCache& cache);
 
-  /// \brief One forward pass with greedy sampling on the device: the argmax token id of each
-  /// logit row ([batch.num_logit_rows()]); only the ids cross to the host.
-  ///
-  /// Ties go to the lowest id, as kvheap::argmax. Throws InputError as forward() does, and when a
-  /// row of logits holds a NaN.
-  std::vector<int> forward_greedy(const Batch& batch, KVCache& cache);
+  /// \brief The last pass's logits [num_logit_rows, vocab_size], downloaded on the first call
+  /// after the pass: the one full-logits download, made only for a caller that asks.
+  std::span<const float> logits();
 
+  /// \brief Where the last pass's time went (device times from events).
+  [[nodiscard]] const PassTimes& last_times() const noexcept { return times_; }
   /// \brief The model this pass runs.
   [[nodiscard]] const ModelConfig& config() const noexcept { return w_.config(); }
   /// \brief The weights in device memory.
@@ -49,35 +61,43 @@ class GpuForward {
   [[nodiscard]] std::size_t scratch_bytes() const noexcept;
 
  private:
-  int run(const Batch& batch, KVCache& cache);
-  void reserve(int n, int m);
+  void run(const Batch& batch, KVCache& cache, std::span<const SamplingJob> jobs);
+  void reserve(int n, int m, int jobs, bool draws);
   const void* gemm_input(const float* x, long count);
   void project(const void* a, const DeviceMatrix& w, float* y, int rows);
 
   DeviceWeights w_;
   BlasHandle blas_;
   DeviceBuffer<float> inv_freq_;  // [head_dim / 2] RoPE inverse frequencies
-  // Batch description (n rows, m of them want logits).
-  DeviceBuffer<int> tokens_;      // [n] token id of each row
-  DeviceBuffer<int> pos_;         // [n] position of each row
-  DeviceBuffer<int> logit_rows_;  // [m] batch rows that want logits
-  DeviceBuffer<int> ids_;         // [m] greedy token ids
+  // The pass's one upload: the batch description and the jobs below, and the cache's view.
+  StagedUpload staged_;
+  const int* tokens_ = nullptr;        // [n] token id of each row
+  const int* pos_ = nullptr;           // [n] position of each row
+  const int* logit_rows_ = nullptr;    // [m] batch rows that want logits
+  const SamplingJob* jobs_ = nullptr;  // [jobs]
   // Activations of the current batch.
-  DeviceBuffer<float> x_;           // [n, dim] residual stream
-  DeviceBuffer<float> xn_;          // [n, dim] normalised input of a sub-block
-  DeviceBuffer<float> q_;           // [n, q_dim]
-  DeviceBuffer<float> k_;           // [n, kv_dim]
-  DeviceBuffer<float> v_;           // [n, kv_dim]
-  DeviceBuffer<float> att_;         // [n, q_dim]
-  DeviceBuffer<float> proj_;        // [n, dim]
-  DeviceBuffer<float> gate_;        // [n, hidden_dim]
-  DeviceBuffer<float> up_;          // [n, hidden_dim]
-  DeviceBuffer<float> last_;        // [m, dim]
-  DeviceBuffer<float> logits_;      // [m, vocab_size]
-  DeviceBuffer<std::byte> narrow_;  // [n, max(dim, q_dim, hidden_dim)] GEMM input in weight dtype
+  DeviceBuffer<float> x_;             // [n, dim] residual stream
+  DeviceBuffer<float> xn_;            // [n, dim] normalised input of a sub-block
+  DeviceBuffer<float> q_;             // [n, q_dim]
+  DeviceBuffer<float> k_;             // [n, kv_dim]
+  DeviceBuffer<float> v_;             // [n, kv_dim]
+  DeviceBuffer<float> att_;           // [n, q_dim]
+  DeviceBuffer<float> proj_;          // [n, dim]
+  DeviceBuffer<float> gate_;          // [n, hidden_dim]
+  DeviceBuffer<float> up_;            // [n, hidden_dim]
+  DeviceBuffer<float> last_;          // [m, dim]
+  DeviceBuffer<float> logits_;        // [m, vocab_size]
+  DeviceBuffer<std::byte> narrow_;    // [n, max(dim, q_dim, hidden_dim)] GEMM input in weight dtype
+  DeviceBuffer<float> probs_;         // [jobs, vocab_size] a draw's p (kernels/sample.hpp)
+  DeviceBuffer<SampledToken> picks_;  // [jobs] what the jobs chose
   // Host side.
-  std::vector<int> host_ints_;      // [n] staging for the batch description
-  std::vector<float> host_logits_;  // [m, vocab_size] what forward() returns
+  PinnedBuffer<SampledToken> host_picks_;  // [jobs] their download
+  Event started_, forwarded_, done_;       // the pass's device time: forward, then sampling
+  std::vector<int> host_ints_;             // [n] staging for the batch description
+  std::vector<float> host_logits_;         // [m, vocab_size] what logits() returns
+  int logit_rows_count_ = 0;               // m of the last pass
+  bool logits_fresh_ = false;              // host_logits_ holds the last pass's logits
+  PassTimes times_;
 };
 
 }  // namespace kvheap

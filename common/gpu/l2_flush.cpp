@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "device/device.hpp"
-#include "kernels/argmax.hpp"
+#include "kernels/sample.hpp"
 
 namespace kvheap {
 
@@ -13,7 +13,7 @@ L2Flush::L2Flush(int l2_bytes)
     : row_len_(
           static_cast<int>((2L * std::max(l2_bytes, 1 << 19) / sizeof(float) + kRows - 1) / kRows)),
       buffer_(static_cast<std::size_t>(kRows) * row_len_),
-      ids_(kRows) {
+      picks_(kRows) {
   std::vector<float> row(static_cast<std::size_t>(row_len_));
   std::iota(row.begin(), row.end(), 0.0f);  // exact: row_len_ stays far below 2^24
   std::vector<float> host;
@@ -25,7 +25,7 @@ L2Flush::L2Flush(int l2_bytes)
 }
 
 void L2Flush::operator()(cudaStream_t stream) {
-  cuda::argmax_rows(ids_.data(), buffer_.data(), kRows, row_len_, stream);
+  cuda::sample_rows(picks_.data(), buffer_.data(), row_len_, nullptr, kRows, nullptr, stream);
 }
 
 int device_l2_bytes() {

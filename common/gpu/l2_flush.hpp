@@ -2,6 +2,7 @@
 #pragma once
 
 #include "device/buffers.hpp"
+#include "kernels/sample.hpp"
 
 namespace kvheap {
 
@@ -11,10 +12,10 @@ namespace kvheap {
 /// Writing a buffer larger than L2 (a memset) evicts a benchmark's data too, but leaves L2 full of
 /// dirty lines, and the timed kernel then pays to write them back while it reads: on an H200,
 /// up to 60 MB of writes beside the 134 MB that decode attention reads at batch 1 and 32k
-/// positions. A read leaves only clean lines. The read is cuda::argmax_rows over the buffer as
-/// kRows rows (one block each, across every multiprocessor), a read-only kernel that writes one
-/// int per row; each row holds 0, 1, 2, ..., so each row's argmax is its last element, which
-/// tells a test that every row was read to its end.
+/// positions. A read leaves only clean lines. The read is cuda::sample_rows over the buffer as
+/// kRows greedy rows (one block each, across every multiprocessor), a read-only kernel that writes
+/// 16 bytes per row; each row holds 0, 1, 2, ..., so each row's greedy token is its last element,
+/// which tells a test that every row was read to its end.
 class L2Flush {
  public:
   /// \brief Rows the buffer is read as: enough blocks to keep every multiprocessor reading.
@@ -31,13 +32,14 @@ class L2Flush {
   [[nodiscard]] int row_len() const { return row_len_; }
   /// \brief Bytes the flush reads.
   [[nodiscard]] std::size_t bytes() const { return buffer_.size() * sizeof(float); }
-  /// \brief [kRows] each row's argmax from the last flush: row_len() - 1 when it was read whole.
-  [[nodiscard]] const DeviceBuffer<int>& last_ids() const { return ids_; }
+  /// \brief [kRows] each row's greedy token from the last flush: row_len() - 1 when it was read
+  /// whole.
+  [[nodiscard]] const DeviceBuffer<SampledToken>& last_picks() const { return picks_; }
 
  private:
   int row_len_;
-  DeviceBuffer<float> buffer_;  // [kRows, row_len_]
-  DeviceBuffer<int> ids_;       // [kRows]
+  DeviceBuffer<float> buffer_;        // [kRows, row_len_]
+  DeviceBuffer<SampledToken> picks_;  // [kRows]
 };
 
 /// \brief The device's L2 size in bytes, as cudaDevAttrL2CacheSize reports it (0 in the simulator).

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "device/sim/block_runner.hpp"
+#include "device/sim/counters.hpp"
 #include "device/sim/memory.hpp"
 #include "device/sim/runtime.hpp"
 #include "device/sim/sim.hpp"
@@ -177,6 +178,7 @@ cudaError_t launch_kernel(const LaunchSpec& spec) {
     return api_fail(error, "grid " + dims(spec.grid) + ", block " + dims(spec.block) + ": " + why);
   }
 
+  detail::count(detail::Count::Launch);
   std::lock_guard launch_lock(g_launch_mutex);
   ScopedDeviceAccess access;  // kernels may touch any device block
   const dim3 g = spec.grid;

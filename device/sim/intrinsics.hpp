@@ -20,6 +20,10 @@
 // one OS thread runs one block at a time, so per-OS-thread static storage is exactly that.
 #undef __shared__
 #define __shared__ static thread_local
+// Launch bounds tell ptxas how many threads a block may have, for its register allocation; the
+// simulator allocates no registers (the launch's own checks still apply).
+#undef __launch_bounds__
+#define __launch_bounds__(...)
 
 // Built-in variables, read-only as in CUDA.
 #define threadIdx (static_cast<const uint3&>(::kvheap::sim::detail::t_thread_idx))

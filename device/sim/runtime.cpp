@@ -13,6 +13,7 @@
 
 #include "device/sim/block_runner.hpp"
 #include "device/sim/memory.hpp"
+#include "device/sim/counters.hpp"
 #include "device/sim/runtime.hpp"
 #include "device/sim/sim.hpp"
 
@@ -118,7 +119,10 @@ cudaError_t cudaGetDevice(int* device) {
   return api_ok();
 }
 
-cudaError_t cudaDeviceSynchronize() { return api_ok(); }
+cudaError_t cudaDeviceSynchronize() {
+  kvheap::sim::detail::count(kvheap::sim::detail::Count::Sync);
+  return api_ok();
+}
 
 cudaError_t cudaDriverGetVersion(int* version) {
   if (version == nullptr) return api_fail(cudaErrorInvalidValue, "null pointer");

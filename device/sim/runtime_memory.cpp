@@ -8,6 +8,7 @@
 #include <cstring>
 #include <string>
 
+#include "device/sim/counters.hpp"
 #include "device/sim/memory.hpp"
 #include "device/sim/runtime.hpp"
 #include "device/sim/sim.hpp"
@@ -52,6 +53,22 @@ std::string check_side(const char* role, const void* p, std::size_t count, int w
   return {};
 }
 
+// Counts a copy by where its two sides really are (cudaMemcpyDefault included).
+void count_copy(const void* dst, const void* src, std::size_t bytes) {
+  const auto on_device = [](const void* p) {
+    const auto a = DeviceMemory::instance().find(p);
+    return a && a->kind == MemoryKind::Device;
+  };
+  const bool to_device = on_device(dst), from_device = on_device(src);
+  const auto n = static_cast<long>(bytes);
+  if (to_device && from_device)
+    detail::count(detail::Count::DeviceCopy);
+  else if (to_device)
+    detail::count(detail::Count::Upload, n);
+  else if (from_device)
+    detail::count(detail::Count::Download, n);
+}
+
 cudaError_t copy(const char* api, void* dst, const void* src, std::size_t count,
                  cudaMemcpyKind kind) {
   if (count == 0) return api_ok();
@@ -90,6 +107,7 @@ cudaError_t copy(const char* api, void* dst, const void* src, std::size_t count,
   ScopedOpen open_dst(dst);
   ScopedOpen open_src(src);
   std::memmove(dst, src, count);
+  count_copy(dst, src, count);
   return api_ok();
 }
 
@@ -101,6 +119,7 @@ cudaError_t fill(const char* api, void* dst, int value, std::size_t count) {
   }
   ScopedOpen open_dst(dst);
   std::memset(dst, value, count);
+  detail::count(detail::Count::DeviceCopy);
   return api_ok();
 }
 
@@ -110,6 +129,7 @@ cudaError_t host_alloc(void** ptr, std::size_t size) {
   if (size == 0) return api_ok();
   std::string why;
   const cudaError_t e = DeviceMemory::instance().allocate(ptr, size, MemoryKind::Pinned, why);
+  if (e == cudaSuccess) detail::count(detail::Count::Allocation);
   return e == cudaSuccess ? api_ok() : api_fail(e, why);
 }
 
@@ -141,6 +161,7 @@ cudaError_t cudaMalloc(void** devPtr, size_t size) {
   if (size == 0) return api_ok();
   std::string why;
   const cudaError_t e = DeviceMemory::instance().allocate(devPtr, size, MemoryKind::Device, why);
+  if (e == cudaSuccess) kvheap::sim::detail::count(kvheap::sim::detail::Count::Allocation);
   return e == cudaSuccess ? api_ok() : api_fail(e, why);
 }
 
@@ -148,6 +169,7 @@ cudaError_t cudaFree(void* devPtr) {
   if (devPtr == nullptr) return api_ok();
   std::string why;
   const cudaError_t e = DeviceMemory::instance().release(devPtr, MemoryKind::Device, why);
+  if (e == cudaSuccess) kvheap::sim::detail::count(kvheap::sim::detail::Count::Free);
   return e == cudaSuccess ? api_ok() : api_fail(e, why);
 }
 
@@ -161,10 +183,13 @@ cudaError_t cudaFreeHost(void* ptr) {
   if (ptr == nullptr) return api_ok();
   std::string why;
   const cudaError_t e = DeviceMemory::instance().release(ptr, MemoryKind::Pinned, why);
+  if (e == cudaSuccess) kvheap::sim::detail::count(kvheap::sim::detail::Count::Free);
   return e == cudaSuccess ? api_ok() : api_fail(e, why);
 }
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
+  // Synchronous on a GPU: the host waits for the device, as at any synchronisation.
+  if (count > 0) kvheap::sim::detail::count(kvheap::sim::detail::Count::Sync);
   return kvheap::sim::copy("cudaMemcpy", dst, src, count, kind);
 }
 
@@ -199,6 +224,7 @@ cudaError_t cudaMemcpyToSymbol(const void* symbol, const void* src, size_t count
   }
   kvheap::sim::ScopedOpen open_src(src);
   std::memmove(static_cast<std::byte*>(const_cast<void*>(symbol)) + offset, src, count);
+  kvheap::sim::detail::count(kvheap::sim::detail::Count::Upload, static_cast<long>(count));
   return api_ok();
 }
 
@@ -213,5 +239,6 @@ cudaError_t cudaMemcpyFromSymbol(void* dst, const void* symbol, size_t count, si
   }
   kvheap::sim::ScopedOpen open_dst(dst);
   std::memmove(dst, static_cast<const std::byte*>(symbol) + offset, count);
+  kvheap::sim::detail::count(kvheap::sim::detail::Count::Download, static_cast<long>(count));
   return api_ok();
 }

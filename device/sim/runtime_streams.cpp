@@ -5,6 +5,7 @@
 #include <mutex>
 #include <set>
 
+#include "device/sim/counters.hpp"
 #include "device/sim/runtime.hpp"
 
 /// A simulated stream: a handle only, since every operation completes before it returns.
@@ -65,14 +66,20 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   return api_ok();
 }
 
+cudaError_t cudaStreamQuery(cudaStream_t stream) {
+  if (!kvheap::sim::is_live_stream(stream)) {
+    return api_fail(cudaErrorInvalidResourceHandle, "cudaStreamQuery: not a live stream");
+  }
+  return api_ok();  // every operation has completed
+}
+
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   if (!kvheap::sim::is_live_stream(stream)) {
     return api_fail(cudaErrorInvalidResourceHandle, "cudaStreamSynchronize: not a live stream");
   }
+  kvheap::sim::detail::count(kvheap::sim::detail::Count::Sync);
   return api_ok();
 }
-
-cudaError_t cudaStreamQuery(cudaStream_t stream) { return cudaStreamSynchronize(stream); }
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags) {
   if (event == nullptr) return api_fail(cudaErrorInvalidValue, "cudaEventCreate: null pointer");
@@ -104,14 +111,20 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   return api_ok();
 }
 
+cudaError_t cudaEventQuery(cudaEvent_t event) {
+  if (!kvheap::sim::live_event(event)) {
+    return api_fail(cudaErrorInvalidResourceHandle, "cudaEventQuery: not a live event");
+  }
+  return api_ok();  // the work before it has completed
+}
+
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   if (!kvheap::sim::live_event(event)) {
     return api_fail(cudaErrorInvalidResourceHandle, "cudaEventSynchronize: not a live event");
   }
+  kvheap::sim::detail::count(kvheap::sim::detail::Count::Sync);
   return api_ok();
 }
-
-cudaError_t cudaEventQuery(cudaEvent_t event) { return cudaEventSynchronize(event); }
 
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
   if (ms == nullptr) return api_fail(cudaErrorInvalidValue, "cudaEventElapsedTime: null pointer");

@@ -6,7 +6,8 @@
 #
 #   good driver       R580 with CUDA 13, a bundle: every step ok, exit 0; the configure leaves
 #                     Python optional, the build asks for gpu_check, ctest for -L device; the tests,
-#                     end-to-end runs and sanitizers run with KVHEAP_CUDA_SYNC=1, the benchmarks not
+#                     end-to-end runs and sanitizers run with KVHEAP_CUDA_SYNC=1, the benchmarks
+#                     and the ladder not; the ladder runs chapter 1 on the CPU, 2-5 on the device
 #   CUDA 12, R550     passes the driver check (CUDA 12 needs only R525)
 #   too-old driver    R550 with CUDA 13: exit 1 at once with the driver message, nothing built
 #   no Python, CI     the configure is the real one (CMake on this project, Python hidden from it,
@@ -106,7 +107,8 @@ if [ "${1:-}" = --build ]; then
     rm -rf build/cuda-native && ln -s "$STANDIN_BUILD_DIR" build/cuda-native
     exit 0
   fi
-  for p in bin/ch02_contiguous_gpu bin/ch04_cow_prefix_sharing bin/ch05_batched_scheduler \
+  for p in bin/ch01_cpu_reference bin/ch02_contiguous_gpu bin/ch03_paged_blocks \
+    bin/ch04_cow_prefix_sharing bin/ch05_batched_scheduler \
     bench/bench_attention_gpu bench/bench_paged_attention_gpu bench/bench_shared_prefix_gpu \
     bench/bench_decode_gpu bench/bench_scheduler tests/test_decode_attention \
     tests/test_ch04_shared_gpu; do
@@ -148,6 +150,19 @@ v=STANDIN_SLEEP_$name
 sleep "${!v:-0}"
 case "$name $*" in
   *--gtest_filter=*) echo "[==========] ${STANDIN_TESTS_RUN:-2} tests from 1 test suite ran." ;;
+  # The ladder (scripts/tour.py): a run of the workload, every chapter alike, with what the tour
+  # reads of it; before it, the model's shape.
+  ch0[1-5]_*--workload*)
+    echo '{"model_config": {"vocab_size": 128256, "max_seq_len": 8192, "kv_bytes_per_token": 16384},'
+    echo ' "sequences": [{"generated_ids": [5, 6], "top2_gaps": [0.5, 0.5]}], "near_tie_gap": 0.01,'
+    echo ' "metrics": {"kv_waste_fraction": 0.1, "device": "NVIDIA H200"},'
+    echo ' "serving": {"peak_running": 4, "prefill_rows": 100, "decode_rows": 100, "passes": 50,'
+    echo '  "kv_bytes_per_step": 1e6, "generated_tokens_per_s": 1000, "requests_per_s": 10,'
+    echo '  "ttft_s": {"p50": 0.05, "p99": 0.1}, "seconds": 1, "gbps": 100, "peak_gbps": 4000,'
+    echo '  "weight_bytes_per_step": 1e9, "preemptions": 0, "prefix_hit_rate": 0.5,'
+    echo '  "matmul_gflops": 100, "peak_gflops": 0},'
+    echo ' "timeline": {"seconds": [0, 1], "running": [1, 1], "kv_held_bytes": [1, 1],'
+    echo '  "kv_cached_bytes": [0, 0], "kv_free_bytes": [0, 0]}}' ;;
   # Chapter 4 end to end: two samples' ids, the per-row run with its top-2 gaps;
   # STANDIN_READ_ONCE_IDS changes the read-once run's second sample.
   "ch04_cow_prefix_sharing"*--no-read-once*)
@@ -156,6 +171,8 @@ case "$name $*" in
   "ch04_cow_prefix_sharing"*)
     echo '{"sequences": [{"generated_ids": [5, 6, 7]},'
     echo " {\"generated_ids\": [${STANDIN_READ_ONCE_IDS:-5, 6, 7}]}]}" ;;
+  ch0[1-5]_*)
+    echo '{"model_config": {"vocab_size": 128256, "max_seq_len": 8192, "kv_bytes_per_token": 16384}}' ;;
   *) echo '{"stand_in": true}' ;;
 esac
 EOF
@@ -209,8 +226,9 @@ scenario() {
   shift
   local tree=$work/$name t
   mkdir -p "$tree/scripts" "$tree/bin"
-  cp "$src/scripts/gpu-check.sh" "$src/scripts/compare_ids.py" "$src/scripts/kvheap_runs.py" \
-    "$src/scripts/make_workload.py" "$tree/scripts/"
+  cp "$src/scripts/gpu-check.sh" "$src/scripts/gpu-bundle-env.sh" "$src/scripts/compare_ids.py" \
+    "$src/scripts/kvheap_runs.py" "$src/scripts/make_workload.py" "$src/scripts/tour.py" \
+    "$tree/scripts/"
   cp "$stand"/* "$tree/bin/"
   for t in $without; do rm "$tree/bin/$t"; done
   log=$tree/output.txt calls=$tree/calls.txt summary=$tree/out/summary.md
@@ -269,13 +287,20 @@ expect_call "^ch02_contiguous_gpu KVHEAP_CUDA_SYNC=1 --model tiny"            # 
 expect_call "^ch02_contiguous_gpu KVHEAP_CUDA_SYNC=1 --model llama-3-8b-4l"   # end to end
 [ "$(grep -c '^ch04_cow_prefix_sharing KVHEAP_CUDA_SYNC=1 --model llama-3-8b-4l' "$calls")" = 2 ] ||
   fail "chapter 4's two end-to-end runs did not both run with KVHEAP_CUDA_SYNC=1"
-expect_call "^bench_scheduler KVHEAP_CUDA_SYNC=1 --device cuda"
-for b in bench_attention_gpu bench_paged_attention_gpu bench_shared_prefix_gpu bench_decode_gpu; do
+for b in bench_attention_gpu bench_paged_attention_gpu bench_shared_prefix_gpu bench_decode_gpu \
+  bench_scheduler; do
   expect_call "^$b KVHEAP_CUDA_SYNC=unset"  # timed without a wait after every launch
 done
+# The ladder: chapters 2-5 on the device, chapter 1 (the oracle) on the CPU, the table written.
+for c in ch02_contiguous_gpu ch03_paged_blocks ch04_cow_prefix_sharing ch05_batched_scheduler; do
+  expect_call "^$c KVHEAP_CUDA_SYNC=unset --model llama-3-8b-4l --workload .* --device cuda"
+done
+expect_call "^ch01_cpu_reference KVHEAP_CUDA_SYNC=unset --model llama-3-8b-4l --workload .* --device cpu"
+grep -qF "| 05_batched_scheduler |" "$work/good/out/ladder-gpu.md" ||
+  fail "the ladder's table has no row for chapter 5"
 [ "$(grep -c '^compute-sanitizer KVHEAP_CUDA_SYNC=1' "$calls")" = 5 ] ||
   fail "not five sanitizer runs with KVHEAP_CUDA_SYNC=1"
-[ "$(grep -c '| ok |' "$summary")" = 17 ] || fail "summary.md does not list 17 steps ok"
+[ "$(grep -c '| ok |' "$summary")" = 18 ] || fail "summary.md does not list 18 steps ok"
 expect_output "compare_ids: 2 requests, 0 near ties, 0 differences"
 expect_output "gpu-check: every step passed"
 passed

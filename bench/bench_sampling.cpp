@@ -1,0 +1,173 @@
+// bench_sampling: what choosing a token costs the host per logit row, greedy against a draw with
+// temperature and top-p, at the vocabularies of the presets (32000, 128256). The CPU backend
+// chooses every token this way (kernels/sample_cpu.cpp), one row per OpenMP thread; a GPU runs
+// the twin on the device. One row, one thread here.
+//
+//   build/cpu/bench/bench_sampling [--rows N]
+//
+// Logits: stories15m's own (the preset's synthetic weights after a short prompt: what chapter 5's
+// README command samples from), and two shapes at Llama 3's 128256 entries: normal (sigma 2), and
+// peaked (the same plus 16 tokens 12 above the rest, as a model's handful of likely
+// continuations). Bytes: a greedy row reads its logits once (4 B each); a draw reads them twice
+// and writes and reads p once more, about 3x. Before anything is timed, each draw is checked
+// against a double-precision full sort of the vocabulary (kernels/sample.hpp's rule).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "base/error.hpp"
+#include "chapters/01_cpu_reference/reserved_cache.hpp"
+#include "common/cli.hpp"
+#include "common/forward_cpu.hpp"
+#include "common/synthetic_weights.hpp"
+#include "kernels/sample.hpp"
+
+namespace kvheap {
+namespace {
+
+struct Logits {
+  std::string name;
+  std::vector<float> row;
+};
+
+Logits stories15m_logits() {
+  const ModelWeights w = make_synthetic_weights(preset("stories15m"), 1);
+  ch01::ReservedCache cache(w.config, DType::F32);
+  const int slot = cache.admit();
+  CpuForward fwd(w);
+  Batch b;
+  const std::vector<int> prompt = {1, 403, 411, 263, 931};  // BOS and four ids
+  for (std::size_t i = 0; i < prompt.size(); ++i)
+    b.rows.push_back({prompt[i], slot, static_cast<int>(i), i + 1 == prompt.size()});
+  const std::span<const float> l = fwd.forward(b, cache);
+  return {"stories15m (synthetic weights)", {l.begin(), l.end()}};
+}
+
+Logits normal_logits(int vocab, bool peaked) {
+  std::mt19937_64 rng(5);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::vector<float> row(static_cast<std::size_t>(vocab));
+  for (float& x : row) x = normal(rng);
+  if (peaked)
+    for (int k = 0; k < 16; ++k) row[static_cast<std::size_t>(rng() % vocab)] += 12.0f;
+  return {peaked ? "normal, sigma 2, 16 tokens +12" : "normal, sigma 2", std::move(row)};
+}
+
+/// The rule by a full sort in double precision: the token, and whether u * mass or the cut lay
+/// within 1e-5 of the mass of a boundary (a near tie, which a float sum may decide otherwise).
+std::pair<int, bool> reference(const std::vector<float>& x, const SamplingJob& job) {
+  const double mx = *std::max_element(x.begin(), x.end());
+  std::vector<double> p(x.size());
+  double sum = 0;
+  for (std::size_t i = 0; i < x.size(); ++i)
+    sum += p[i] = std::exp((x[i] - mx) / static_cast<double>(job.temperature));
+  std::vector<std::size_t> order(x.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](auto a, auto b) { return p[a] > p[b]; });
+  const double eps = 1e-5 * sum, cut = job.top_p * sum;
+  double mass = 0;
+  std::size_t last = order.size() - 1;
+  bool near = false;
+  if (job.top_p < 1.0f)
+    for (std::size_t i = 0; i < order.size(); ++i)
+      if ((mass += p[order[i]]) > cut) {
+        last = i;
+        near = mass - p[order[i]] > cut - eps || mass < cut + eps;
+        break;
+      }
+  if (job.top_p >= 1.0f) mass = sum;
+  std::vector<char> in(x.size(), 0);
+  for (std::size_t i = 0; i <= last; ++i) in[order[i]] = 1;
+  const double goal = job.u * mass;
+  double cdf = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    if (!in[i]) continue;
+    cdf += p[i];
+    if (goal < cdf)
+      return {static_cast<int>(i), near || cdf - goal < eps || goal - (cdf - p[i]) < eps};
+  }
+  return {static_cast<int>(order[last]), true};
+}
+
+/// Median microseconds per row of `rows` jobs like `job` (u varied) over `x`.
+double time_rows(const std::vector<float>& x, SamplingJob job, int rows) {
+  std::vector<double> us;
+  SampledToken t;
+  const int vocab = static_cast<int>(x.size());
+  for (int i = 0; i < rows; ++i) {
+    job.u = static_cast<float>((i * 0.618034) - std::floor(i * 0.618034));
+    const auto t0 = std::chrono::steady_clock::now();
+    cpu::sample_rows(&t, x.data(), 1, vocab, &job, 1);
+    us.push_back(
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+    if (t.token < 0) throw std::runtime_error("bench_sampling: a row gave an error code");
+  }
+  std::nth_element(us.begin(), us.begin() + rows / 2, us.end());
+  return us[static_cast<std::size_t>(rows / 2)];
+}
+
+/// Tokens in the nucleus of `job` over `x` (by the reference's full sort).
+long nucleus_size(const std::vector<float>& x, const SamplingJob& job) {
+  std::vector<double> p(x.size());
+  const double mx = *std::max_element(x.begin(), x.end());
+  double sum = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) sum += p[i] = std::exp((x[i] - mx) / job.temperature);
+  std::sort(p.begin(), p.end(), std::greater<>());
+  double mass = 0;
+  for (std::size_t i = 0; i < p.size(); ++i)
+    if ((mass += p[i]) > job.top_p * sum) return static_cast<long>(i) + 1;
+  return static_cast<long>(p.size());
+}
+
+}  // namespace
+}  // namespace kvheap
+
+int main(int argc, char** argv) {
+  using namespace kvheap;
+  CommandLine cli{"bench_sampling: a token from a row of logits, greedy or drawn, on one core"};
+  int rows = 400;
+  cli.option("--rows", rows, "Rows timed per configuration (the median is printed)").show_default();
+  return run_cli(cli, argc, argv, [&] {
+    if (rows < 1) throw UsageError("--rows must be at least 1");
+    const std::vector<Logits> shapes = {stories15m_logits(), normal_logits(128256, false),
+                                        normal_logits(128256, true)};
+    const SamplingJob greedy{0, 0.0f, 1.0f, 0.0f}, top_p{0, 0.8f, 0.9f, 0.0f},
+        full{0, 0.8f, 1.0f, 0.0f};
+    // Validate before timing: every draw is the full sort's, up to near ties.
+    int near = 0;
+    for (const Logits& s : shapes)
+      for (SamplingJob job : {top_p, full})
+        for (int i = 0; i < 40; ++i) {
+          job.u = static_cast<float>(i) / 40.0f + 0.0123f;
+          SampledToken t;
+          cpu::sample_rows(&t, s.row.data(), 1, static_cast<int>(s.row.size()), &job, 1);
+          const auto [want, is_near] = reference(s.row, job);
+          if (t.token == want) continue;
+          if (!is_near)
+            throw std::runtime_error(fmt::format(
+                "bench_sampling: {} (top_p {}, u {}) drew {} where the full sort gives {}", s.name,
+                job.top_p, job.u, t.token, want));
+          ++near;
+        }
+    fmt::print("every draw checked against a full sort of the vocabulary ({} near ties)\n\n", near);
+    fmt::print(
+        "| logits | vocab | greedy us/row | logits GB/s | T 0.8, top-p 0.9 us/row | x greedy | "
+        "nucleus tokens | T 0.8, top-p 1 us/row | x greedy |\n"
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for (const Logits& s : shapes) {
+      const double g = time_rows(s.row, greedy, rows);
+      const double p = time_rows(s.row, top_p, rows);
+      const double f = time_rows(s.row, full, rows);
+      // Napkin math: a greedy row reads vocab x 4 bytes once.
+      const double gbps = static_cast<double>(s.row.size()) * 4.0 / (g * 1e-6) / 1e9;
+      fmt::print("| {} | {} | {:.1f} | {:.1f} | {:.1f} | {:.2f} | {} | {:.1f} | {:.2f} |\n", s.name,
+                 s.row.size(), g, gbps, p, p / g, nucleus_size(s.row, top_p), f, f / g);
+    }
+  });
+}

@@ -1,0 +1,91 @@
+// The next token of each logit row: greedy, or a draw with temperature and top-p, together with
+// the row's top-2 logits, in 16 bytes a row. A GPU runs it where the logits are, so that only
+// those 16 bytes cross to the host, whatever the vocabulary.
+//
+// One rule for both twins (sample_cpu.cpp, sample.cu). Per job, over row `row` of the logits:
+//
+//   1. best, second, max_abs: the largest logit (the lowest index among equals), the largest of
+//      the others, and the largest |logit|. A NaN anywhere makes the token kNaNLogit.
+//   2. temperature 0: the token is best's index.
+//   3. otherwise p_i = exp((logit_i - best) * (1 / temperature)) (p of best is 1; a +inf logit is
+//      kInfLogit, and a row of -inf only kNoTokenAllowed), and S = sum of p.
+//   4. top_p < 1: sort the tokens by p, largest first, equal p by index. The nucleus is the
+//      shortest head of that order whose mass exceeds top_p * S. It is found without sorting:
+//      tau, the p of its last token, is the largest p whose "mass of p >= tau" exceeds top_p * S;
+//      every token with p > tau is in, and of those with p == tau the first k by index, k the
+//      fewest that carry the mass over. top_p 1: every token is in.
+//   5. the draw: walk the nucleus by index, adding up p; the token is the first at which the sum
+//      exceeds u * (the nucleus' mass), u being the job's uniform number in [0, 1) (the host draws
+//      it from the request's seeded generator). Rounding can leave the sum short of it: then the
+//      last token of the nucleus that can occur (p > 0).
+//
+// The twins sum in different orders, so they agree except where u * mass falls within rounding of
+// a boundary between two tokens, or a sum within rounding of top_p * S: near ties of the sampled
+// distribution, which tests count and report.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cuda_stream.hpp"
+
+namespace kvheap {
+
+/// \brief One token to choose: which logit row, and how.
+struct SamplingJob {
+  int row = 0;            ///< logit row of the pass, 0-based
+  float temperature = 0;  ///< 0: greedy
+  float top_p = 1;        ///< nucleus mass in (0, 1]
+  float u = 0;            ///< uniform number in [0, 1) for the draw (unused when greedy)
+};
+
+/// \brief What a job chose, and its row's top two logits: 16 bytes, all that crosses to the host.
+struct SampledToken {
+  int token = 0;      ///< the token id, or one of the negative codes below
+  float best = 0;     ///< the largest logit
+  float second = 0;   ///< the largest logit but one (best's index excluded; may equal best)
+  float max_abs = 0;  ///< the largest |logit|
+
+  static constexpr int kNaNLogit = -1;        ///< a logit of the row is NaN
+  static constexpr int kInfLogit = -2;        ///< a draw met a +inf logit
+  static constexpr int kNoTokenAllowed = -3;  ///< a draw met a row of -inf only
+};
+static_assert(sizeof(SampledToken) == 16, "16 bytes a row cross to the host");
+
+/// \brief (best - second) / max_abs: how far greedy decoding is from picking another token. 0 for
+/// a row of zeros and where infinities leave no number (two +inf, every logit -inf); +inf where
+/// no other token can be picked at all (the others -inf, or a vocabulary of one).
+inline float top2_gap(const SampledToken& t) {
+  const float gap = t.max_abs > 0 ? (t.best - t.second) / t.max_abs : 0.0f;
+  return gap == gap ? gap : 0.0f;
+}
+
+}  // namespace kvheap
+
+namespace kvheap::cpu {
+
+/// \brief out[j] = the token of jobs[j] (the rule above), on the host. `jobs` null: job j is
+/// greedy on row j. Throws InputError when vocab < 1 or a job's row is outside [0, rows).
+/// \param out    [n_jobs] written
+/// \param logits [rows, vocab]
+void sample_rows(SampledToken* out, const float* logits, int rows, int vocab,
+                 const SamplingJob* jobs, int n_jobs);
+
+}  // namespace kvheap::cpu
+
+namespace kvheap::cuda {
+
+/// \brief Floats of scratch sample_rows needs for `n_jobs` jobs of which some draw: one row of p
+/// per job.
+long sample_scratch_floats(int n_jobs, int vocab);
+
+/// \brief CUDA twin of cpu::sample_rows on device memory (sample.cu): one block per job. Greedy
+/// jobs read their row once; a draw reads it about 35 times, from L2 where the row fits, since
+/// the nucleus is found by bisection over p (30 steps).
+/// \param out     [n_jobs] written
+/// \param logits  [rows, vocab]
+/// \param jobs    [n_jobs], or null: job j is greedy on row j
+/// \param scratch [sample_scratch_floats(n_jobs, vocab)]; may be null when every job is greedy
+void sample_rows(SampledToken* out, const float* logits, int vocab, const SamplingJob* jobs,
+                 int n_jobs, float* scratch, StreamHandle stream = nullptr);
+
+}  // namespace kvheap::cuda
