@@ -66,7 +66,7 @@ std::pair<int, bool> reference(const std::vector<float>& x, const SamplingJob& j
   std::vector<double> p(x.size());
   double sum = 0;
   for (std::size_t i = 0; i < x.size(); ++i)
-    sum += p[i] = std::exp((x[i] - mx) / static_cast<double>(job.temperature));
+    sum += p[i] = std::exp((x[i] - mx) * static_cast<double>(job.inv_temperature));
   std::vector<std::size_t> order(x.size());
   std::iota(order.begin(), order.end(), std::size_t{0});
   std::stable_sort(order.begin(), order.end(), [&](auto a, auto b) { return p[a] > p[b]; });
@@ -117,7 +117,8 @@ long nucleus_size(const std::vector<float>& x, const SamplingJob& job) {
   std::vector<double> p(x.size());
   const double mx = *std::max_element(x.begin(), x.end());
   double sum = 0;
-  for (std::size_t i = 0; i < x.size(); ++i) sum += p[i] = std::exp((x[i] - mx) / job.temperature);
+  for (std::size_t i = 0; i < x.size(); ++i)
+    sum += p[i] = std::exp((x[i] - mx) * static_cast<double>(job.inv_temperature));
   std::sort(p.begin(), p.end(), std::greater<>());
   double mass = 0;
   for (std::size_t i = 0; i < p.size(); ++i)
@@ -137,8 +138,8 @@ int main(int argc, char** argv) {
     if (rows < 1) throw UsageError("--rows must be at least 1");
     const std::vector<Logits> shapes = {stories15m_logits(), normal_logits(128256, false),
                                         normal_logits(128256, true)};
-    const SamplingJob greedy{0, 0.0f, 1.0f, 0.0f}, top_p{0, 0.8f, 0.9f, 0.0f},
-        full{0, 0.8f, 1.0f, 0.0f};
+    const SamplingJob greedy{0, 0.0f, 1.0f, 0.0f}, top_p = draw_job(0, 0.8f, 0.9f, 0.0f),
+                                                   full = draw_job(0, 0.8f, 1.0f, 0.0f);
     // Validate before timing: every draw is the full sort's, up to near ties.
     int near = 0;
     for (const Logits& s : shapes)

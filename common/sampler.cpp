@@ -70,7 +70,7 @@ float Sampler::next_unit() {
 
 SamplingJob Sampler::job(int row) {
   if (config_.temperature == 0.0f) return {row, 0.0f, 1.0f, 0.0f};
-  return {row, config_.temperature, config_.top_p, next_unit()};
+  return draw_job(row, config_.temperature, config_.top_p, next_unit());
 }
 
 int Sampler::sample(std::span<const float> logits) {

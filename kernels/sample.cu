@@ -1,10 +1,11 @@
 // The next token of each logit row on the device (twin: sample_cpu.cpp; the rule: sample.hpp).
-// One block per job.
+// Two kernels, one block per job: greedy_kernel for every job (step 1), then draw_kernel for the
+// jobs that draw (steps 2-4).
 //
 //   1. every job: a strided pass keeps each thread's best (value, index), second and max |x|; warps
 //      merge them through shuffles, then warp 0 merges the warps'. The merge is a total order
 //      (larger value, then lower index), so the result does not depend on who scanned what.
-//   2. a draw: p = exp((x - best) / T) into the job's scratch row, and S, a block sum.
+//   2. a draw: p = exp((x - best) / T) into the draw's scratch row, and S, a block sum.
 //   3. top_p < 1: tau by bisection over p's bits (p >= 0, so its bits order as p does): 30 steps
 //      from [0, bits of 1.0], each a pass over the scratch row and a block sum. Then the mass above
 //      tau and the ties at it, and k as in the rule.
@@ -136,78 +137,93 @@ __device__ __forceinline__ T block_exclusive_scan(T v) {
   return before + inclusive - v;
 }
 
-// At most kMaxThreads threads a block (row_threads), which ptxas is told, so that a block of them
-// fits the register file whatever the compiler makes of the draw.
+// Step 1 for every job, and the greedy token: one block a job, at most kMaxThreads threads (which
+// ptxas is told, so that a block of them fits the register file).
 __global__ void __launch_bounds__(kMaxThreads)
-    sample_kernel(SampledToken* out,          // [n_jobs]
-                  const float* logits,        // [rows, vocab]
-                  const SamplingJob* jobs,    // [n_jobs], or null: greedy on row j
-                  int vocab, float* scratch)  // [n_jobs, vocab] when a job draws
+    greedy_kernel(SampledToken* out,        // [n_jobs]
+                  const float* logits,      // [rows, vocab]
+                  const SamplingJob* jobs,  // [n_jobs], or null: job j reads row j
+                  int vocab) {
+  const int row = jobs != nullptr ? jobs[blockIdx.x].row : static_cast<int>(blockIdx.x);
+  const RowStats s = row_stats(logits + static_cast<long>(row) * vocab, vocab);
+  if (threadIdx.x == 0)
+    out[blockIdx.x] = {s.nan ? SampledToken::kNaNLogit : s.index, s.best, s.second, s.max_abs};
+}
+
+// Steps 2-4 for the jobs that draw, one block each, after greedy_kernel wrote their rows'
+// statistics. No thread leaves early, and the bisection's 30 steps depend on the job only: a
+// block with nothing to draw (a NaN or an infinity in its row) runs every step over no tokens. So
+// every shuffle is in code the compiler sees all of a warp reach, and it calls no helper for them,
+// around which ptxas would spill. One block per SM is all it is asked to fit: held to four of
+// kMaxThreads (32 registers), ptxas spills on sm_90.
+__global__ void __launch_bounds__(kMaxThreads, 1)
+    draw_kernel(SampledToken* out,        // [n_jobs] greedy_kernel's; each draw's token replaced
+                const float* logits,      // [rows, vocab]
+                const SamplingJob* jobs,  // [n_jobs]
+                const int* draws,         // [n_draws] the jobs that draw
+                int vocab,
+                float* scratch)  // [n_draws, vocab] the draws' p
 {
   __shared__ int chosen;
-  const SamplingJob job = jobs != nullptr
-                              ? jobs[blockIdx.x]
-                              : SamplingJob{static_cast<int>(blockIdx.x), 0.0f, 1.0f, 0.0f};
+  const int j = draws[blockIdx.x];
+  const SamplingJob job = jobs[j];
   const float* row = logits + static_cast<long>(job.row) * vocab;
-  const RowStats s = row_stats(row, vocab);
-  SampledToken result{s.nan ? SampledToken::kNaNLogit : s.index, s.best, s.second, s.max_abs};
-  // Every branch below depends only on values every thread shares, so all threads take it.
-  if (s.nan || !(job.temperature > 0.0f)) {
-    if (threadIdx.x == 0) out[blockIdx.x] = result;
-    return;
-  }
-  if (s.best == INFINITY || s.best == -INFINITY) {
-    result.token = s.best > 0 ? SampledToken::kInfLogit : SampledToken::kNoTokenAllowed;
-    if (threadIdx.x == 0) out[blockIdx.x] = result;
-    return;
-  }
+  const SampledToken stats = out[j];
+  const bool finite =
+      stats.token != SampledToken::kNaNLogit && stats.best != INFINITY && stats.best != -INFINITY;
+  const int n = finite ? vocab : 0;  // the tokens this block draws from
+  const float best = stats.best;
 
   // 2. p and S.
   float* p = scratch + static_cast<long>(blockIdx.x) * vocab;
-  const float inv_t = 1.0f / job.temperature;
+  const float inv_t = job.inv_temperature;  // finite, from the host (sample.hpp)
   float local = 0.0f;
-  for (int i = static_cast<int>(threadIdx.x); i < vocab; i += static_cast<int>(blockDim.x)) {
-    const float pi = expf(mul_rn(row[i] - s.best, inv_t));
+  for (int i = static_cast<int>(threadIdx.x); i < n; i += static_cast<int>(blockDim.x)) {
+    const float pi = expf(mul_rn(row[i] - best, inv_t));
     p[i] = pi;
     local += pi;
   }
   const float sum = detail::block_sum(local);  // its barriers also publish p to the block
 
   // 3. tau, the mass above it, the ties at it, and k. top_p 1: every token is in (tau 0, k 0).
-  float tau = 0.0f, mass = sum;
-  int k = 0;
-  if (job.top_p < 1.0f) {
-    const float target = job.top_p * sum;
-    unsigned lo = 0, hi = __float_as_uint(1.0f);  // mass(p >= bits lo) > target holds at lo = 0
-    while (lo < hi) {
-      const unsigned mid = lo + (hi - lo + 1) / 2;
-      float part = 0.0f;
-      for (int i = static_cast<int>(threadIdx.x); i < vocab; i += static_cast<int>(blockDim.x))
-        part += __float_as_uint(p[i]) >= mid ? p[i] : 0.0f;
-      if (detail::block_sum(part) > target)
+  // The few scalar steps on the sums are in double, as the host twin's: top_p * S and the tie
+  // count k then round alike on both, even where the ties' mass meets top_p * S exactly.
+  const bool cut = job.top_p < 1.0f;
+  const double target = static_cast<double>(job.top_p) * sum;
+  // mass(p >= bits lo) > target holds at lo = 0; the range has 2^30 values, so 30 halvings.
+  unsigned lo = 0, hi = cut && n > 0 ? __float_as_uint(1.0f) : 0;
+  const int steps = cut ? 30 : 0;  // the same in every thread of the block: one job
+  for (int step = 0; step < steps; ++step) {
+    const unsigned mid = lo + (hi - lo + 1) / 2;  // lo itself once the range is one value
+    float part = 0.0f;
+    for (int i = static_cast<int>(threadIdx.x); i < n; i += static_cast<int>(blockDim.x))
+      part += __float_as_uint(p[i]) >= mid ? p[i] : 0.0f;
+    const float mass_from_mid = detail::block_sum(part);
+    if (lo < hi) {
+      if (mass_from_mid > target)
         lo = mid;
       else
         hi = mid - 1;
     }
-    tau = __uint_as_float(lo);
-    float above = 0.0f;
-    int ties = 0;
-    for (int i = static_cast<int>(threadIdx.x); i < vocab; i += static_cast<int>(blockDim.x)) {
-      above += p[i] > tau ? p[i] : 0.0f;
-      ties += p[i] == tau ? 1 : 0;
-    }
-    above = detail::block_sum(above);
-    ties = max(block_sum_int(ties), 1);
-    const float k_real = floorf((target - above) / tau) + 1.0f;
-    k = k_real < 1.0f ? 1 : (k_real > static_cast<float>(ties) ? ties : static_cast<int>(k_real));
-    mass = above + static_cast<float>(k) * tau;
   }
+  const float tau = cut ? __uint_as_float(lo) : 0.0f;
+  float above = 0.0f;
+  int ties = 0;
+  for (int i = static_cast<int>(threadIdx.x); i < n; i += static_cast<int>(blockDim.x)) {
+    above += p[i] > tau ? p[i] : 0.0f;
+    ties += p[i] == tau ? 1 : 0;
+  }
+  const double mass_above = detail::block_sum(above);
+  ties = max(block_sum_int(ties), 1);
+  const int k = cut ? fewest_ties(target, mass_above, tau, ties) : 0;
+  const double mass = cut ? mass_above + static_cast<double>(k) * tau : sum;
+  const double goal = static_cast<double>(job.u) * mass;
 
   // 4. The walk: this thread's chunk [begin, end) of the row, in index order.
   if (threadIdx.x == 0) chosen = -1;  // published by the scans' barriers
-  const int chunk = (vocab + static_cast<int>(blockDim.x) - 1) / static_cast<int>(blockDim.x);
-  const int begin = min(vocab, static_cast<int>(threadIdx.x) * chunk);
-  const int end = min(vocab, begin + chunk);
+  const int chunk = (n + static_cast<int>(blockDim.x) - 1) / static_cast<int>(blockDim.x);
+  const int begin = min(n, static_cast<int>(threadIdx.x) * chunk);
+  const int end = min(n, begin + chunk);
   int my_ties = 0;
   for (int i = begin; i < end; ++i) my_ties += (k > 0 && p[i] == tau) ? 1 : 0;
   // In the nucleus: p > tau, or a tie at tau among the first k by index (`ties_before` counts the
@@ -222,11 +238,10 @@ __global__ void __launch_bounds__(kMaxThreads)
     ties_before += tie ? 1 : 0;
   }
   const float start = block_exclusive_scan(my_mass);
-  const float goal = job.u * mass;
   const int walker =
       block_max_int(my_mass > 0.0f && start <= goal ? static_cast<int>(threadIdx.x) : -1);
   if (static_cast<int>(threadIdx.x) == walker) {
-    float cdf = start;
+    double cdf = start;
     int last = -1;
     ties_before = first_tie;
     for (int i = begin; i < end; ++i) {
@@ -242,23 +257,25 @@ __global__ void __launch_bounds__(kMaxThreads)
     chosen = last;
   }
   __syncthreads();
-  if (threadIdx.x == 0) {
-    result.token = chosen;
-    out[blockIdx.x] = result;
-  }
+  if (threadIdx.x != 0 || stats.token == SampledToken::kNaNLogit) return;
+  out[j].token =
+      finite ? chosen : (best > 0 ? SampledToken::kInfLogit : SampledToken::kNoTokenAllowed);
 }
 
 }  // namespace
 
-long sample_scratch_floats(int n_jobs, int vocab) { return static_cast<long>(n_jobs) * vocab; }
+long sample_scratch_floats(int n_draws, int vocab) { return static_cast<long>(n_draws) * vocab; }
 
 void sample_rows(SampledToken* out, const float* logits, int vocab, const SamplingJob* jobs,
-                 int n_jobs, float* scratch, StreamHandle stream) {
+                 int n_jobs, const int* draws, int n_draws, float* scratch, StreamHandle stream) {
   if (vocab < 1) throw InputError("sample_rows: a row of logits needs at least one entry");
   if (n_jobs <= 0) return;
-  launch<sample_kernel>(dim3(static_cast<unsigned>(n_jobs)),
-                        dim3(detail::row_threads(vocab, kMaxThreads)), 0, stream, out, logits, jobs,
-                        vocab, scratch);
+  const dim3 threads(static_cast<unsigned>(detail::row_threads(vocab, kMaxThreads)));
+  launch<greedy_kernel>(dim3(static_cast<unsigned>(n_jobs)), threads, 0, stream, out, logits, jobs,
+                        vocab);
+  if (n_draws > 0)
+    launch<draw_kernel>(dim3(static_cast<unsigned>(n_draws)), threads, 0, stream, out, logits, jobs,
+                        draws, vocab, scratch);
 }
 
 }  // namespace kvheap::cuda

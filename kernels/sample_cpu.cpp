@@ -22,6 +22,7 @@ namespace kvheap::cpu {
 namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kMaxFloat = std::numeric_limits<float>::max();
 
 /// best, second and max_abs of a row, or token kNaNLogit: one pass in kLanes independent lanes
 /// (each keeps its own best, index, second and max |x|), merged at the end. A lane takes a new
@@ -118,7 +119,9 @@ Threshold select_threshold(Candidates& c, double target, float best, float inv_t
   c.mass.assign(kBuckets, 0.0);
   // The buckets, vectorised; then their masses, in index order.
   Eigen::Map<Eigen::ArrayXi>(c.bucket.data(), c.count) =
-      ((best - c.xs()) * static_cast<float>(inv_t * per_nat)).cast<int>().max(0).min(kBuckets - 1);
+      ((best - c.xs()) * std::min(static_cast<float>(inv_t * per_nat), kMaxFloat))
+          .min(static_cast<float>(kBuckets - 1))
+          .cast<int>();
   for (Eigen::Index i = 0; i < c.count; ++i)
     c.mass[static_cast<std::size_t>(c.bucket[i])] += c.p[i];
   double before = 0;
@@ -160,7 +163,7 @@ constexpr int kChunk = 4096;  // tokens a top-p 1 draw sums at a time
 /// stored (Eigen evaluates exp and sum in one vectorised pass); only the chunk the draw falls
 /// in is computed again and walked.
 int draw_full(const float* x, int n, const SamplingJob& job, float best, Scratch& s) {
-  const float inv_t = 1.0f / job.temperature;
+  const float inv_t = job.inv_temperature;
   const auto p_of = [&](int c, int len) {
     return ((Eigen::Map<const Eigen::ArrayXf>(x + c, len) - best) * inv_t).exp();
   };
@@ -199,14 +202,14 @@ int draw_full(const float* x, int n, const SamplingJob& job, float best, Scratch
 /// A top-p < 1 draw. S in one vectorised pass; then the candidates, the tokens whose logit is
 /// at least best + T ln(bound); then tau among them, and the walk over those in the nucleus.
 int draw_nucleus(const float* x, int n, const SamplingJob& job, float best, Scratch& s) {
-  const float inv_t = 1.0f / job.temperature;
+  const float inv_t = job.inv_temperature;
   const Eigen::Map<const Eigen::ArrayXf> logits(x, n);
   const double sum = ((logits - best) * inv_t).exp().sum();
   const double need = static_cast<double>(job.top_p) * sum;
   // Half the bound, against the rounding of the sum; the largest token (p = 1) always. In logits:
   // p >= bound when logit >= best + T ln(bound), less a little for exp's own rounding.
   const double bound = std::min(1.0, 0.5 * (1.0 - job.top_p) / std::max(n - 1, 1) * sum);
-  const auto cut = static_cast<float>(best + job.temperature * (std::log(bound) - 1e-3));
+  const auto cut = static_cast<float>(best + (std::log(bound) - 1e-3) / inv_t);
   // Candidates, in index order. A span of kSpan logits whose largest is below the cut holds none
   // (Eigen's vectorised max decides it); in the others, a branch-free copy keeps those at or
   // above it.
@@ -226,10 +229,8 @@ int draw_nucleus(const float* x, int n, const SamplingJob& job, float best, Scra
   Eigen::Map<Eigen::ArrayXf>(c.p.data(), c.count) = ((c.xs() - best) * inv_t).exp();
   const Threshold th = select_threshold(c, need, best, inv_t, bound);
   // Of the tokens at tau, the first k by index: the fewest that carry the mass past top_p * S.
-  const long ties = std::max(th.ties, 1L);
-  const double k_real = std::floor((need - th.mass_above) / th.tau) + 1;
-  const long k =
-      k_real < 1 ? 1 : (k_real > static_cast<double>(ties) ? ties : static_cast<long>(k_real));
+  const long k = fewest_ties(need, th.mass_above, th.tau,
+                             static_cast<int>(std::min<long>(std::max(th.ties, 1L), 1L << 30)));
   const double goal =
       static_cast<double>(job.u) * (th.mass_above + static_cast<double>(k) * th.tau);
   // The walk, in index order. When every tie is in, the nucleus is p >= tau, and whole spans of
@@ -284,7 +285,7 @@ void sample_rows(SampledToken* out, const float* logits, int rows, int vocab,
     const SamplingJob job = jobs != nullptr ? jobs[j] : SamplingJob{j, 0.0f, 1.0f, 0.0f};
     const float* x = logits + static_cast<long>(job.row) * vocab;
     SampledToken t = scan_row(x, vocab);
-    if (t.token != SampledToken::kNaNLogit && job.temperature > 0.0f)
+    if (t.token != SampledToken::kNaNLogit && job.inv_temperature > 0.0f)
       t.token = draw(x, vocab, job, t, scratch);
     out[j] = t;
   }

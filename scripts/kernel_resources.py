@@ -69,7 +69,7 @@ def launch_config(name):
     if m:
         g = int(m.group(2))
         return ATTENTION_THREADS, attention_smem(g, max_head_dim(int(m.group(1)), g))
-    if name.startswith("sample_kernel"):
+    if name in ("greedy_kernel", "draw_kernel"):
         return 512, 0  # sample.cu: row_threads(vocab, kMaxThreads)
     return 256, 0  # the other launchers use at most 256 threads (head_dim rounded up to 32, or 256)
 

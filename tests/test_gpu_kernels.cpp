@@ -307,7 +307,7 @@ void expect_greedy_twins_agree(const std::vector<float>& logits, int rows, int v
   cpu::sample_rows(want.data(), logits.data(), rows, vocab, nullptr, rows);
   auto d_logits = to_device(logits);
   DeviceBuffer<SampledToken> d_out(rows);
-  cuda::sample_rows(d_out.data(), d_logits.data(), vocab, nullptr, rows, nullptr);
+  cuda::sample_rows(d_out.data(), d_logits.data(), vocab, nullptr, rows, nullptr, 0, nullptr);
   const std::vector<SampledToken> got = d_out.to_host();
   for (int r = 0; r < rows; ++r) {
     EXPECT_EQ(got[r].token, want[r].token) << "row " << r << " vocab=" << vocab;
@@ -381,44 +381,52 @@ TEST(GpuKernels, DrawsPickTheHostTwinsTokens) {
       if (r == 5) std::fill(row, row + vocab, -inf);
     }
     std::vector<SamplingJob> jobs;
+    std::vector<float> temperature;  // each job's
+    std::vector<int> draws;          // the jobs that draw
     std::uint64_t state = 99;
     for (int r = 0; r < rows; ++r)
-      for (const float t : {0.0f, 0.5f, 1.0f, 2.0f})
+      for (const float t : {0.0f, 1e-45f, 0.5f, 1.0f, 2.0f})  // 1e-45: 1 / T overflows
         for (const float p : {1e-6f, 0.3f, 0.9f, 1.0f}) {
           state = state * 6364136223846793005ULL + 1442695040888963407ULL;
-          jobs.push_back({r, t, p, static_cast<float>(state >> 40) * 0x1p-24f});
+          const float u = static_cast<float>(state >> 40) * 0x1p-24f;
+          if (t > 0) draws.push_back(static_cast<int>(jobs.size()));
+          jobs.push_back(t > 0 ? draw_job(r, t, p, u) : SamplingJob{r, 0.0f, 1.0f, 0.0f});
+          temperature.push_back(t);
         }
     const int n = static_cast<int>(jobs.size());
+    const int n_draws = static_cast<int>(draws.size());
     std::vector<SampledToken> want(n);
     cpu::sample_rows(want.data(), logits.data(), rows, vocab, jobs.data(), n);
     auto d_logits = to_device(logits);
     auto d_jobs = DeviceBuffer<SamplingJob>::from_host(jobs);
     DeviceBuffer<SampledToken> d_out(n);
-    DeviceBuffer<float> scratch(cuda::sample_scratch_floats(n, vocab));
-    cuda::sample_rows(d_out.data(), d_logits.data(), vocab, d_jobs.data(), n, scratch.data());
+    auto d_draws = DeviceBuffer<int>::from_host(draws);
+    DeviceBuffer<float> scratch(cuda::sample_scratch_floats(n_draws, vocab));
+    cuda::sample_rows(d_out.data(), d_logits.data(), vocab, d_jobs.data(), n, d_draws.data(),
+                      n_draws, scratch.data());
     const std::vector<SampledToken> got = d_out.to_host();
     for (int j = 0; j < n; ++j) {
       ++jobs_run;
       const SamplingJob& job = jobs[j];
       SCOPED_TRACE(testing::Message()
                    << "vocab " << vocab << ", job " << j << " (row " << job.row << ", T "
-                   << job.temperature << ", top_p " << job.top_p << ", u " << job.u << ")");
-      if (job.row == 4 && job.temperature > 0) {
+                   << temperature[j] << ", top_p " << job.top_p << ", u " << job.u << ")");
+      const float t = temperature[j];
+      if (job.row == 4 && t > 0) {
         EXPECT_EQ(want[j].token, SampledToken::kInfLogit);
       }
-      if (job.row == 5 && job.temperature > 0) {
+      if (job.row == 5 && t > 0) {
         EXPECT_EQ(want[j].token, SampledToken::kNoTokenAllowed);
       }
       if (job.row == 2 && vocab > 1 && want[j].token >= 0) {
         EXPECT_NE(want[j].token % 3, 0) << "a masked token";
       }
-      if (job.row == 1 && job.top_p < 1e-3f && job.temperature > 0 && vocab > 2) {
+      if (job.row == 1 && job.top_p < 1e-3f && t > 0 && vocab > 2) {
         EXPECT_EQ(want[j].token, vocab / 2) << "the first of the tied maxima";
       }
       // Ten tied maxima hold nearly all the mass (at T <= 1 the others' p are below e^-32): top_p
       // 0.3 keeps the first four by index, floor(0.3 x 10) + 1.
-      if (job.row == 3 && job.top_p == 0.3f && job.temperature > 0 && job.temperature < 2 &&
-          vocab >= 10) {
+      if (job.row == 3 && job.top_p == 0.3f && t > 0 && t < 2 && vocab >= 10) {
         EXPECT_EQ(want[j].token % (vocab / 10), 0) << "a tied maximum";
         EXPECT_LT(want[j].token / (vocab / 10), 4) << "one of the first four";
       }

@@ -141,6 +141,20 @@ TEST(Sampler, TemperatureScalesTheLogits) {
   for (int i = 0; i < 200; ++i) EXPECT_EQ(cold.sample(logits), 0);
 }
 
+// A subnormal temperature, whose inverse overflows a float: only the largest logits can be drawn,
+// and never a NaN from 0 x inf.
+TEST(Sampler, ASubnormalTemperatureDrawsOnlyTheLargestLogits) {
+  const float ninf = -std::numeric_limits<float>::infinity();
+  const std::vector<float> logits = {0.5f, 2.0f, -1.0f, 2.0f, ninf};
+  for (const float top_p : {0.5f, 1.0f}) {
+    Sampler s({.temperature = 1e-45f, .top_p = top_p, .seed = 4});
+    for (int i = 0; i < 200; ++i) {
+      const int t = s.sample(logits);
+      ASSERT_TRUE(t == 1 || t == 3) << t;
+    }
+  }
+}
+
 TEST(Sampler, TinyTopPAlwaysReturnsTheArgmax) {
   Sampler s({.temperature = 2.0f, .top_p = 1e-6f, .seed = 3});
   for (std::uint64_t trial = 0; trial < 200; ++trial) {

@@ -41,7 +41,7 @@ std::size_t GpuForward::scratch_bytes() const noexcept {
          narrow_.bytes() + probs_.bytes() + picks_.bytes();
 }
 
-void GpuForward::reserve(int n, int m, int jobs, bool draws) {
+void GpuForward::reserve(int n, int m, int jobs, int draws) {
   const ModelConfig& c = config();
   const auto rows = static_cast<std::size_t>(n);
   const auto logit_rows = static_cast<std::size_t>(m);
@@ -62,7 +62,7 @@ void GpuForward::reserve(int n, int m, int jobs, bool draws) {
   }
   picks_.grow(static_cast<std::size_t>(jobs));
   host_picks_.grow(static_cast<std::size_t>(jobs));
-  if (draws) probs_.grow(static_cast<std::size_t>(cuda::sample_scratch_floats(jobs, c.vocab_size)));
+  probs_.grow(static_cast<std::size_t>(cuda::sample_scratch_floats(draws, c.vocab_size)));
 }
 
 const void* GpuForward::gemm_input(const float* x, long count) {
@@ -86,16 +86,17 @@ void GpuForward::run(const Batch& batch, KVCache& cache, std::span<const Samplin
   times_ = PassTimes{};
   logits_fresh_ = false;
   logit_rows_count_ = m;
-  bool draws = false;
+  host_draws_.clear();
   for (std::size_t j = 0; j < jobs.size(); ++j) {
     if (jobs[j].row < 0 || jobs[j].row >= m)
       throw InputError(fmt::format("sampling job {} reads logit row {}, but the batch has {}", j,
                                    jobs[j].row, m));
-    draws = draws || jobs[j].temperature > 0.0f;
+    if (jobs[j].inv_temperature > 0.0f) host_draws_.push_back(static_cast<int>(j));
   }
   if (n == 0) return;
   const auto n_jobs = static_cast<int>(jobs.size());
-  reserve(n, m, n_jobs, draws);
+  const auto n_draws = static_cast<int>(host_draws_.size());
+  reserve(n, m, n_jobs, n_draws);
   const bool interleaved = c.rope_style == RopeStyle::Interleaved;
   const long n_dim = static_cast<long>(n) * c.dim;
 
@@ -117,11 +118,13 @@ void GpuForward::run(const Batch& batch, KVCache& cache, std::span<const Samplin
     if (batch.rows[r].wants_logits) host_ints_.push_back(r);
   const std::size_t rows_at = staged_.add<int>(host_ints_);
   const std::size_t jobs_at = staged_.add<SamplingJob>(jobs);
+  const std::size_t draws_at = staged_.add<int>(host_draws_);
   staged_.upload(kStream);
   tokens_ = staged_.device<int>(tokens_at);
   pos_ = staged_.device<int>(pos_at);
   logit_rows_ = staged_.device<int>(rows_at);
   jobs_ = staged_.device<SamplingJob>(jobs_at);
+  draws_ = staged_.device<int>(draws_at);
   times_.prepare = std::chrono::duration<double>(Clock::now() - t0).count();
 
   started_.record(kStream);
@@ -176,7 +179,8 @@ void GpuForward::run(const Batch& batch, KVCache& cache, std::span<const Samplin
   // The tokens: chosen where the logits are, and 16 bytes a job brought back.
   if (n_jobs > 0) {
     cuda::sample_rows(picks_.data(), logits_.data(), c.vocab_size, jobs_, n_jobs,
-                      draws ? probs_.data() : nullptr, kStream);
+                      n_draws > 0 ? draws_ : nullptr, n_draws,
+                      n_draws > 0 ? probs_.data() : nullptr, kStream);
     KVHEAP_CUDA_CHECK(cudaMemcpyAsync(host_picks_.data(), picks_.data(),
                                       sizeof(SampledToken) * n_jobs, cudaMemcpyDeviceToHost,
                                       kStream));

@@ -62,7 +62,7 @@ class GpuForward {
 
  private:
   void run(const Batch& batch, KVCache& cache, std::span<const SamplingJob> jobs);
-  void reserve(int n, int m, int jobs, bool draws);
+  void reserve(int n, int m, int jobs, int draws);
   const void* gemm_input(const float* x, long count);
   void project(const void* a, const DeviceMatrix& w, float* y, int rows);
 
@@ -75,6 +75,7 @@ class GpuForward {
   const int* pos_ = nullptr;           // [n] position of each row
   const int* logit_rows_ = nullptr;    // [m] batch rows that want logits
   const SamplingJob* jobs_ = nullptr;  // [jobs]
+  const int* draws_ = nullptr;         // [draws] the jobs that draw
   // Activations of the current batch.
   DeviceBuffer<float> x_;             // [n, dim] residual stream
   DeviceBuffer<float> xn_;            // [n, dim] normalised input of a sub-block
@@ -88,12 +89,13 @@ class GpuForward {
   DeviceBuffer<float> last_;          // [m, dim]
   DeviceBuffer<float> logits_;        // [m, vocab_size]
   DeviceBuffer<std::byte> narrow_;    // [n, max(dim, q_dim, hidden_dim)] GEMM input in weight dtype
-  DeviceBuffer<float> probs_;         // [jobs, vocab_size] a draw's p (kernels/sample.hpp)
+  DeviceBuffer<float> probs_;         // [draws, vocab_size] each draw's p (kernels/sample.hpp)
   DeviceBuffer<SampledToken> picks_;  // [jobs] what the jobs chose
   // Host side.
   PinnedBuffer<SampledToken> host_picks_;  // [jobs] their download
   Event started_, forwarded_, done_;       // the pass's device time: forward, then sampling
   std::vector<int> host_ints_;             // [n] staging for the batch description
+  std::vector<int> host_draws_;            // [draws] the jobs that draw
   std::vector<float> host_logits_;         // [m, vocab_size] what logits() returns
   int logit_rows_count_ = 0;               // m of the last pass
   bool logits_fresh_ = false;              // host_logits_ holds the last pass's logits

@@ -25,7 +25,8 @@ L2Flush::L2Flush(int l2_bytes)
 }
 
 void L2Flush::operator()(cudaStream_t stream) {
-  cuda::sample_rows(picks_.data(), buffer_.data(), row_len_, nullptr, kRows, nullptr, stream);
+  cuda::sample_rows(picks_.data(), buffer_.data(), row_len_, nullptr, kRows, nullptr, 0, nullptr,
+                    stream);
 }
 
 int device_l2_bytes() {
