@@ -144,10 +144,12 @@ Outcome serve(Backend& backend, const std::vector<Request>& work, const Policy& 
 void print_phases(const std::vector<Policy>& policies, const std::vector<Outcome>& out) {
   const bool device = !out.empty() && out[0].device_timed;
   fmt::print(
-      "\nWhere a pass's time goes, ms per pass ({}; other: host time the device did not hide, "
-      "and waiting):\n\n| policy | logit rows/pass | scheduling | prepare | forward | "
-      "sampling | recording | other | pass |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
-      device ? "forward and sampling are device times, from events" : "wall times");
+      "\nWhere a pass's time goes, ms per pass ({}):\n\n| policy | logit rows/pass | scheduling | "
+      "prepare | forward | sampling | recording | other | pass |\n"
+      "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+      device ? "forward and sampling are device times, from events; other is the host's time the "
+               "device did not hide, and the wait for it"
+             : "wall times; other is the rest of the step");
   std::vector<double> x, y;  // logit rows per pass, ms per pass
   for (std::size_t i = 0; i < out.size(); ++i) {
     const Outcome& o = out[i];
