@@ -56,6 +56,10 @@
 
 #include <cstddef>
 
+#if !defined(KVHEAP_SIM)
+#include <cuda_pipeline_primitives.h>  // cp.async: __pipeline_memcpy_async and its waits
+#endif
+
 #if defined(KVHEAP_SIM)
 #include "device/sim/device_functions.hpp"
 #include "device/sim/intrinsics.hpp"

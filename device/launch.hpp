@@ -142,6 +142,21 @@ void launch(dim3 grid, dim3 block, std::size_t smem_bytes, cudaStream_t stream, 
                               std::forward<Args>(args)...);
 }
 
+/// \brief Lets `Kernel` use `smem_bytes` of dynamic shared memory: above 48 KiB a GPU needs the
+/// kernel's opt-in attribute, whose value must not change afterwards, so each kernel (every
+/// template instance its own) asks for one size, the first time this is called. Throws
+/// ResourceError when the device refuses the size.
+template <auto Kernel>
+void allow_dynamic_smem(std::size_t smem_bytes) {
+  static const bool allowed = [smem_bytes] {
+    KVHEAP_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(Kernel),
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(smem_bytes)));
+    return true;
+  }();
+  (void)allowed;
+}
+
 /// \brief Blocks of `Kernel` that one SM of the current device holds at once, at `threads` per
 /// block and `smem_bytes` of dynamic shared memory (cudaOccupancyMaxActiveBlocksPerMultiprocessor).
 /// In the simulator the same limits of an sm_90 apply, with registers unknown and taken at the

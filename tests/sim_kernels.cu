@@ -232,7 +232,48 @@ __global__ void big_smem_kernel(int* errors) {
   }
 }
 
+// 64 threads: each queues two 16-byte copies from src into shared memory, in two batches, the
+// second zero-filling its last 8 bytes, and records what it reads of its own slots before any
+// wait, after landing the first batch only, and after landing both.
+__global__ void async_copy_kernel(const float* src, float* before, float* first_only,
+                                  float* after) {
+  __shared__ __align__(16) float buf[2][64 * 4];
+  const unsigned t = threadIdx.x;
+  for (unsigned k = 0; k < 4; ++k) buf[0][t * 4 + k] = buf[1][t * 4 + k] = -1.0f;
+  __pipeline_memcpy_async(&buf[0][t * 4], src + t * 4, 16);
+  __pipeline_commit();
+  __pipeline_memcpy_async(&buf[1][t * 4], src + 256 + t * 4, 16, 8);
+  __pipeline_commit();
+  for (unsigned k = 0; k < 4; ++k) before[t * 4 + k] = buf[0][t * 4 + k];
+  __pipeline_wait_prior(1);
+  for (unsigned k = 0; k < 4; ++k) {
+    first_only[t * 4 + k] = buf[0][t * 4 + k];
+    first_only[256 + t * 4 + k] = buf[1][t * 4 + k];
+  }
+  __pipeline_wait_prior(0);
+  for (unsigned k = 0; k < 4; ++k) {
+    after[t * 4 + k] = buf[0][t * 4 + k];
+    after[256 + t * 4 + k] = buf[1][t * 4 + k];
+  }
+}
+
+// Thread 0 queues a copy and returns without waiting for it.
+__global__ void async_copy_left_pending_kernel(const float* src) {
+  __shared__ __align__(16) float buf[4];
+  if (threadIdx.x != 0) return;
+  __pipeline_memcpy_async(buf, src, 16);
+  __pipeline_commit();
+}
+
 }  // namespace
+
+void async_copy(const float* src, float* before, float* first_only, float* after) {
+  kvheap::launch<async_copy_kernel>(dim3(1), dim3(64), 0, nullptr, src, before, first_only, after);
+}
+
+void async_copy_left_pending(const float* src) {
+  kvheap::launch<async_copy_left_pending_kernel>(dim3(1), dim3(32), 0, nullptr, src);
+}
 
 void block_sum(const long long* values, long long* sums, dim3 grid, dim3 block, WarpReduce how) {
   if (how == WarpReduce::Xor) {

@@ -71,6 +71,14 @@ void mismatched_syncwarp(int* out);
 /// \brief Every lane calls __syncwarp(0x1): lanes other than 0 are not in their own mask.
 void syncwarp_without_own_lane(int* out);
 
+/// \brief 64 threads copy src[0, 512) into shared memory with __pipeline_memcpy_async in two
+/// batches (the second zero-fills the last two floats of each 16-byte copy) and record their own
+/// slots: `before` [256] before any wait, `first_only` [512] after __pipeline_wait_prior(1),
+/// `after` [512] after __pipeline_wait_prior(0).
+void async_copy(const float* src, float* before, float* first_only, float* after);
+/// \brief One thread queues an asynchronous copy and returns without waiting for it.
+void async_copy_left_pending(const float* src);
+
 /// \brief Sets cudaFuncAttributeMaxDynamicSharedMemorySize of the big-shared-memory kernel.
 void set_big_smem_limit(int bytes);
 /// \brief Runs a kernel that writes and checks `smem_bytes` of dynamic shared memory;

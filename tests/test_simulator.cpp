@@ -360,6 +360,39 @@ TEST(SimKernels, DynamicSharedMemoryIsPerBlock) {
   }
 }
 
+// The asynchronous copy pipeline (cp.async): a batch lands when a wait covers it, the newest
+// `prior` batches stay in flight, and a zero-filled tail reads as zeros. On a GPU a copy may
+// land before its wait, so what a thread reads before waiting is checked in the simulator only,
+// where it must be the stale contents: that is how a missing wait shows up in a kernel's test.
+TEST(SimKernels, AsyncCopiesLandWhenAWaitCoversThem) {
+  KVHEAP_REQUIRE_DEVICE();
+  std::vector<float> src(512);
+  for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i) + 0.5f;
+  const auto d_src = DeviceBuffer<float>::from_host(src);
+  DeviceBuffer<float> before(256), first_only(512), after(512);
+  test::async_copy(d_src.data(), before.data(), first_only.data(), after.data());
+  const std::vector<float> b = before.to_host(), f = first_only.to_host(), a = after.to_host();
+  for (std::size_t i = 0; i < 256; ++i) {
+    const bool filled = i % 4 >= 2;  // the second batch's last 8 bytes of each 16
+    EXPECT_EQ(a[i], src[i]) << i;
+    EXPECT_EQ(a[256 + i], filled ? 0.0f : src[256 + i]) << 256 + i;
+    EXPECT_EQ(f[i], src[i]) << "the first batch landed: " << i;
+    if (is_simulator()) {
+      EXPECT_EQ(b[i], -1.0f) << "read before any wait: " << i;
+      EXPECT_EQ(f[256 + i], -1.0f) << "the second batch is still in flight: " << 256 + i;
+    }
+  }
+}
+
+TEST(SimFaults, AsyncCopyNotWaitedForFailsTheLaunch) {
+  KVHEAP_REQUIRE_SIMULATOR();
+  DeviceBuffer<float> src(4);
+  const std::string m = launch_error_of([&] { test::async_copy_left_pending(src.data()); });
+  EXPECT_NE(m.find("async_copy_left_pending_kernel failed"), std::string::npos) << m;
+  EXPECT_NE(m.find("returned with 1 asynchronous copies not waited for"), std::string::npos) << m;
+  EXPECT_NE(m.find("tests/sim_kernels.cu:"), std::string::npos) << m;
+}
+
 TEST(SimLaunch, RefusesImpossibleShapes) {
   KVHEAP_REQUIRE_DEVICE();
   DeviceBuffer<float> x(64);

@@ -90,6 +90,8 @@ std::string BlockRunner::run_block(const LaunchSpec& spec, uint3 block_idx, int 
     f.tid = uint3{u % bx, u / bx % by, u / (bx * by)};
     f.wait = Wait::None;
     f.group = -1;
+    f.open_copies.clear();
+    f.batches.clear();
     make_fiber(f.ctx, stacks_.stack(static_cast<std::size_t>(t)), &BlockRunner::fiber_entry);
     f.state = State::Waiting;  // make_ready only admits waiting fibers
     make_ready(t);
@@ -143,6 +145,16 @@ void BlockRunner::run_current_thread() {
 
 void BlockRunner::finish_current() {
   Fiber& me = fibers_[current_];
+  if (!cancelled_ && (!me.open_copies.empty() || !me.batches.empty())) {
+    // On a GPU the copies would land in shared memory no one reads, or after the block's
+    // successor took it over: a kernel that means them must wait for them before it returns.
+    std::size_t pending = me.open_copies.size();
+    for (const auto& b : me.batches) pending += b.size();
+    record_failure("thread " + thread_name(current_) + " returned with " + std::to_string(pending) +
+                   " asynchronous copies not waited for (the last " + "queued at " +
+                   std::string(me.copy_site.file) + ":" + std::to_string(me.copy_site.line) +
+                   "); wait with __pipeline_wait_prior(0)");
+  }
   me.state = State::Done;
   me.wait = Wait::None;
   ++done_;

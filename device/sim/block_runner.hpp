@@ -46,6 +46,13 @@ class BlockRunner {
                                 int width, const detail::SourceSite& site);
   /// \brief Lanes of the calling thread's warp that exist and have not exited.
   [[nodiscard]] unsigned active_mask() const;
+  /// \brief The asynchronous copies of the calling thread (see detail::async_copy and the rest).
+  void async_copy(void* dst, const void* src, std::size_t bytes, std::size_t zfill,
+                  const detail::SourceSite& site);
+  /// \brief Closes the calling thread's open batch of asynchronous copies.
+  void async_commit();
+  /// \brief Lands the calling thread's committed batches but the newest `prior`.
+  void async_wait_prior(std::size_t prior);
   /// \brief Fails the block with `message` (first failure wins) and unwinds the calling fiber.
   [[noreturn]] void fail(std::string message);
 
@@ -60,6 +67,14 @@ class BlockRunner {
   enum class State : std::uint8_t { Ready, Running, Waiting, Done };
   enum class Wait : std::uint8_t { None, Block, Warp };
 
+  /// One asynchronous copy, queued until a wait lands it.
+  struct AsyncCopy {
+    void* dst;
+    const void* src;
+    std::size_t bytes;
+    std::size_t zfill;  // the last zfill bytes are zeros, not copied
+  };
+
   /// One CUDA thread.
   struct Fiber {
     Context ctx;
@@ -68,6 +83,9 @@ class BlockRunner {
     Wait wait = Wait::None;
     int group = -1;  // index in the warp's groups while wait == Warp
     detail::SourceSite site{};
+    std::vector<AsyncCopy> open_copies;           // the batch not yet committed
+    std::vector<std::vector<AsyncCopy>> batches;  // committed, oldest first
+    detail::SourceSite copy_site{};               // where the last copy was queued
   };
 
   /// Thrown inside a fiber to unwind it once the block has failed; never escapes the fiber.

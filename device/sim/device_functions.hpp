@@ -13,6 +13,7 @@
 #include <atomic>
 #include <bit>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <math.h>
 
@@ -103,6 +104,20 @@ inline T __ldg(const T* p) {
   return *p;
 }
 inline void __nanosleep(unsigned) {}
+
+// The asynchronous copy pipeline (cuda_pipeline_primitives.h; cp.async on sm_80 and later):
+// queued per thread, landed by the waits, so a read before the wait sees stale shared memory.
+inline void __pipeline_memcpy_async(void* dst_shared, const void* src_global,
+                                    std::size_t size_and_align, std::size_t zfill = 0,
+                                    ::kvheap::sim::detail::SourceSite site = {}) {
+  ::kvheap::sim::detail::async_copy(dst_shared, src_global, size_and_align, zfill, site);
+}
+inline void __pipeline_commit(::kvheap::sim::detail::SourceSite site = {}) {
+  ::kvheap::sim::detail::async_commit(site);
+}
+inline void __pipeline_wait_prior(std::size_t prior, ::kvheap::sim::detail::SourceSite site = {}) {
+  ::kvheap::sim::detail::async_wait_prior(prior, site);
+}
 [[noreturn]] inline void __trap(::kvheap::sim::detail::SourceSite site = {}) {
   ::kvheap::sim::detail::trap(site);
 }

@@ -2,7 +2,10 @@
 // __syncthreads, __syncwarp, shuffles and votes, and the detail:: entry points the kernel-side
 // intrinsics call (see thread_state.hpp).
 #include <bit>
+#include <cstddef>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <string>
 
 #include "device/sim/block_runner.hpp"
@@ -129,6 +132,40 @@ unsigned BlockRunner::active_mask() const {
   return w.existing & ~w.exited;
 }
 
+void BlockRunner::async_copy(void* dst, const void* src, std::size_t bytes, std::size_t zfill,
+                             const detail::SourceSite& site) {
+  const auto misaligned = [bytes](const void* p) {
+    return reinterpret_cast<std::uintptr_t>(p) % bytes != 0;
+  };
+  if ((bytes != 4 && bytes != 8 && bytes != 16) || zfill > bytes)
+    fail("__pipeline_memcpy_async at " + site_string(site) + " copies " + std::to_string(bytes) +
+         " bytes with " + std::to_string(zfill) + " filled: cp.async moves 4, 8 or 16 bytes");
+  if (misaligned(dst) || (zfill < bytes && misaligned(src)))
+    fail("__pipeline_memcpy_async at " + site_string(site) + ": a " + std::to_string(bytes) +
+         "-byte copy needs both pointers aligned to " + std::to_string(bytes) + " bytes");
+  Fiber& me = fibers_[current_];
+  me.open_copies.push_back({dst, src, bytes, zfill});
+  me.copy_site = site;
+}
+
+void BlockRunner::async_commit() {
+  Fiber& me = fibers_[current_];
+  me.batches.push_back(std::move(me.open_copies));
+  me.open_copies.clear();
+}
+
+void BlockRunner::async_wait_prior(std::size_t prior) {
+  Fiber& me = fibers_[current_];
+  std::size_t landed = 0;
+  for (; landed + prior < me.batches.size(); ++landed)
+    for (const AsyncCopy& c : me.batches[landed]) {
+      const std::size_t copied = c.bytes - c.zfill;
+      if (copied > 0) std::memcpy(c.dst, c.src, copied);
+      std::memset(static_cast<std::byte*>(c.dst) + copied, 0, c.zfill);
+    }
+  me.batches.erase(me.batches.begin(), me.batches.begin() + static_cast<long>(landed));
+}
+
 namespace detail {
 namespace {
 
@@ -157,6 +194,17 @@ unsigned active_mask() { return runner("__activemask", detail::SourceSite{}).act
 
 void trap(const detail::SourceSite& site) {
   runner("__trap", site).fail("__trap() called at " + site_string(site));
+}
+
+void async_copy(void* dst, const void* src, std::size_t bytes, std::size_t zfill,
+                const SourceSite& site) {
+  runner("__pipeline_memcpy_async", site).async_copy(dst, src, bytes, zfill, site);
+}
+
+void async_commit(const SourceSite& site) { runner("__pipeline_commit", site).async_commit(); }
+
+void async_wait_prior(std::size_t prior, const SourceSite& site) {
+  runner("__pipeline_wait_prior", site).async_wait_prior(prior);
 }
 
 int current_worker() {

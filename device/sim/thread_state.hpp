@@ -59,6 +59,18 @@ std::uint64_t warp_collective(WarpOp op, unsigned mask, std::uint64_t value, int
 /// \brief Lanes of the calling warp that exist and have not exited.
 unsigned active_mask();
 
+/// \brief __pipeline_memcpy_async (cp.async): queues a copy of `bytes` (4, 8 or 16, both
+/// pointers aligned to it) from global to shared memory, the last `zfill` of them zeros, into the
+/// calling thread's open batch. Nothing is copied yet: the batch lands when a wait covers it, so
+/// a kernel that reads the shared memory too early sees what was there before, as on a GPU.
+void async_copy(void* dst, const void* src, std::size_t bytes, std::size_t zfill,
+                const SourceSite& site);
+/// \brief __pipeline_commit: closes the calling thread's open batch.
+void async_commit(const SourceSite& site);
+/// \brief __pipeline_wait_prior: lands every committed batch of the calling thread but the
+/// newest `prior` ones, oldest first.
+void async_wait_prior(std::size_t prior, const SourceSite& site);
+
 /// \brief __trap(): fails the launch with the call site.
 [[noreturn]] void trap(const SourceSite& site);
 
