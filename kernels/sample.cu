@@ -26,8 +26,11 @@
 namespace kvheap::cuda {
 namespace {
 
+using detail::block_reduce;
 using detail::kFullMask;
 using detail::kWarpSize;
+using detail::Max;
+using detail::Plus;
 
 constexpr int kMaxThreads = 512;  // a block's threads: 128 registers each fit the register file
 
@@ -84,38 +87,6 @@ __device__ RowStats row_stats(const float* row, int vocab) {
   s = warp_merge(lane < n_warps ? warp_stats[lane] : RowStats{-INFINITY, INT_MAX, -INFINITY, 0, 0});
   __syncthreads();  // warp_stats may be written again only after every warp read it
   return s;
-}
-
-/// The block's sum of an int; every thread gets it.
-__device__ __forceinline__ int block_sum_int(int v) {
-  __shared__ int warp_sums[32];
-  for (int offset = kWarpSize / 2; offset > 0; offset /= 2)
-    v += __shfl_xor_sync(kFullMask, v, offset);
-  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
-  const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
-  if (lane == 0) warp_sums[warp] = v;
-  __syncthreads();
-  v = lane < static_cast<int>(blockDim.x) / kWarpSize ? warp_sums[lane] : 0;
-  for (int offset = kWarpSize / 2; offset > 0; offset /= 2)
-    v += __shfl_xor_sync(kFullMask, v, offset);
-  __syncthreads();
-  return v;
-}
-
-/// The block's largest int; every thread gets it.
-__device__ __forceinline__ int block_max_int(int v) {
-  __shared__ int warp_max[32];
-  for (int offset = kWarpSize / 2; offset > 0; offset /= 2)
-    v = max(v, __shfl_xor_sync(kFullMask, v, offset));
-  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
-  const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
-  if (lane == 0) warp_max[warp] = v;
-  __syncthreads();
-  v = lane < static_cast<int>(blockDim.x) / kWarpSize ? warp_max[lane] : INT_MIN;
-  for (int offset = kWarpSize / 2; offset > 0; offset /= 2)
-    v = max(v, __shfl_xor_sync(kFullMask, v, offset));
-  __syncthreads();
-  return v;
 }
 
 /// The sum of `v` over the threads before this one (thread order); every thread gets its own.
@@ -214,7 +185,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
     ties += p[i] == tau ? 1 : 0;
   }
   const double mass_above = detail::block_sum(above);
-  ties = max(block_sum_int(ties), 1);
+  ties = max(block_reduce(ties, Plus{}, 0), 1);
   const int k = cut ? fewest_ties(target, mass_above, tau, ties) : 0;
   const double mass = cut ? mass_above + static_cast<double>(k) * tau : sum;
   const double goal = static_cast<double>(job.u) * mass;
@@ -238,8 +209,8 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
     ties_before += tie ? 1 : 0;
   }
   const float start = block_exclusive_scan(my_mass);
-  const int walker =
-      block_max_int(my_mass > 0.0f && start <= goal ? static_cast<int>(threadIdx.x) : -1);
+  const int walker = block_reduce(
+      my_mass > 0.0f && start <= goal ? static_cast<int>(threadIdx.x) : -1, Max{}, INT_MIN);
   if (static_cast<int>(threadIdx.x) == walker) {
     double cdf = start;
     int last = -1;
