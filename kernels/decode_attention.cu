@@ -1,9 +1,11 @@
 // Decode attention over the contiguous per-sequence cache (chapter 2), the split-K merge kernel
 // and the launch plan shared with every other layout. Its CPU twin: decode_attention_cpu.hpp.
 //
-// Merge mapping: one block per (row, query head), one thread per output element d. Each thread
-// folds the S partial states in split order with merge_partial on its single element; the states
-// are recomputed by every thread (S is at most 64), which costs less than sharing them.
+// Merge mapping: one block per (row, query head). The block reads every split's state at once (a
+// thread per split), reduces their maxima to M, and keeps each split's weight exp(max_s - M) in
+// shared memory; then groups of threads, one thread per output element in each, sum a share of
+// the splits each, with loads that do not wait on one another, and add their sums up. Nothing
+// waits on the split before it.
 #include "device/cuda_compat.hpp"
 
 #include <algorithm>
@@ -19,19 +21,61 @@ namespace kvheap::cuda {
 namespace detail {
 namespace {
 
-/// states: [splits, rows]; acc: [splits, rows, head_dim]; out: [rows, head_dim]. Grid: rows.
+/// Splits a merge thread sums: as many loads as it keeps in flight at once.
+constexpr int kMergeSplitsPerThread = 8;
+
+/// states: [splits, rows]; acc: [splits, rows, head_dim]; out: [rows, head_dim]. Grid: rows;
+/// block: `lanes` (head_dim rounded up to whole warps) x `groups` threads; dynamic shared memory:
+/// a float per split, then [groups][lanes] partial sums.
+///
+/// The log-sum-exp merge of attention_merge.hpp, in one step rather than a split at a time:
+/// out = sum_s w_s acc_s / sum_s w_s sum_s, with w_s = exp(max_s - M) and M the largest max_s
+/// (an empty split, max_s = -inf, weighs 0; a row of empty splits comes out 0). Thread (k, d)
+/// sums element d over the splits s = k, k + groups, ...: their loads are independent, and
+/// kMergeSplitsPerThread of them are in flight at once; the groups' sums then add up in k order.
 __global__ void merge_splits_kernel(const SoftmaxState* states, const float* acc, float* out,
-                                    int splits, int rows, int head_dim) {
+                                    int splits, int rows, int head_dim, int lanes, int groups) {
+  float* weight = dynamic_smem<float>();  // [splits]
+  float* part = weight + splits;          // [groups][lanes]
   const int r = static_cast<int>(blockIdx.x);
-  const int dim = static_cast<int>(threadIdx.x);
-  if (dim >= head_dim) return;  // no barrier follows, so idle threads may leave
-  SoftmaxState state;
-  float a = 0.0f;
-  for (int s = 0; s < splits; ++s) {
-    const long long p = static_cast<long long>(s) * rows + r;
-    merge_partial(state, &a, states[p], acc + p * head_dim + dim, 1);
+  const int t = static_cast<int>(threadIdx.x);
+  const int threads = static_cast<int>(blockDim.x);
+  float m = -INFINITY;
+  for (int s = t; s < splits; s += threads)
+    m = fmaxf(m, states[static_cast<long long>(s) * rows + r].max);
+  m = block_reduce(m, Max{}, -INFINITY);
+  float total = 0.0f;
+  for (int s = t; s < splits; s += threads) {
+    const SoftmaxState st = states[static_cast<long long>(s) * rows + r];
+    const float w = st.max == -INFINITY ? 0.0f : expf(st.max - m);
+    weight[s] = w;
+    total = fmaf(w, st.sum, total);
   }
-  out[static_cast<long long>(r) * head_dim + dim] = state.sum > 0.0f ? a / state.sum : 0.0f;
+  total = block_sum(total);  // its barriers also publish weight[] to the block
+  const int d = t % lanes, k = t / lanes;
+  float o = 0.0f;
+  if (d < head_dim) {
+    const long long stride = static_cast<long long>(rows) * head_dim;
+    const float* a = acc + static_cast<long long>(r) * head_dim + d;
+    for (int s0 = k; s0 < splits; s0 += groups * kMergeSplitsPerThread) {
+      float x[kMergeSplitsPerThread];
+      KVHEAP_UNROLL
+      for (int j = 0; j < kMergeSplitsPerThread; ++j) {
+        const int s = s0 + j * groups;
+        x[j] = s < splits ? a[s * stride] : 0.0f;
+      }
+      KVHEAP_UNROLL
+      for (int j = 0; j < kMergeSplitsPerThread; ++j) {
+        const int s = s0 + j * groups;
+        if (s < splits) o = fmaf(x[j], weight[s], o);
+      }
+    }
+  }
+  part[k * lanes + d] = o;
+  __syncthreads();
+  if (k != 0 || d >= head_dim) return;
+  for (int j = 1; j < groups; ++j) o += part[j * lanes + d];
+  out[static_cast<long long>(r) * head_dim + d] = total > 0.0f ? o / total : 0.0f;
 }
 
 /// What the split-K plan needs of the current device: its SM count, and how many blocks of each
@@ -101,9 +145,8 @@ AttentionPlan plan_attention(const AttentionShape& s, int force_splits) {
     const auto [sm_count, blocks_per_sm] = device_occupancy(s.head_dim, plan.heads_per_block);
     // = n * n_kv_heads for small groups; past a wave already, so more than INT_MAX is 1 split
     const long long blocks = static_cast<long long>(s.n) * s.n_kv_heads * plan.chunks;
-    plan.splits =
-        choose_num_splits(static_cast<int>(std::min<long long>(blocks, INT_MAX)), s.max_n_ctx,
-                          sm_count, blocks_per_sm, min_split_positions(plan.heads_per_block));
+    plan.splits = choose_num_splits(static_cast<int>(std::min<long long>(blocks, INT_MAX)),
+                                    s.max_n_ctx, sm_count, blocks_per_sm, min_split_positions());
   }
   return plan;
 }
@@ -111,10 +154,15 @@ AttentionPlan plan_attention(const AttentionShape& s, int force_splits) {
 void merge_splits(const SoftmaxState* states, const float* acc, float* out, int splits, int rows,
                   int head_dim, StreamHandle stream) {
   if (rows == 0) return;
-  const int threads = ((head_dim + 31) / 32) * 32;
+  // Enough groups of lanes that a thread sums at most kMergeSplitsPerThread splits, within 1024
+  // threads: 64 splits at head_dim 128 are 8 groups, each split's loads issued at once.
+  const int lanes = row_threads(head_dim, 256);
+  int groups = 1;
+  while (groups * kMergeSplitsPerThread < splits && groups * 2 * lanes <= 1024) groups *= 2;
+  const std::size_t smem = (static_cast<std::size_t>(splits) + groups * lanes) * sizeof(float);
   launch<merge_splits_kernel>(dim3(static_cast<unsigned>(rows)),
-                              dim3(static_cast<unsigned>(threads)), 0, stream, states, acc, out,
-                              splits, rows, head_dim);
+                              dim3(static_cast<unsigned>(groups * lanes)), smem, stream, states,
+                              acc, out, splits, rows, head_dim, lanes, groups);
 }
 
 }  // namespace detail

@@ -118,10 +118,14 @@ struct AttentionPlan {
 /// into slices that each read the cache rows again.
 constexpr int max_heads_per_block(int head_dim) { return head_dim > 128 ? 8 : 16; }
 
-/// \brief Fewest positions a split-K chunk may have: its partial result (G x head_dim floats,
-/// written, then read by the merge) stays within an eighth of the K and V bytes the chunk reads at
-/// a 2-byte KV type: chunk x 2 x head_dim x 2 B >= 8 x 2 x G x head_dim x 4 B.
-constexpr int min_split_positions(int heads_per_block) { return 16 * heads_per_block; }
+/// \brief Fewest positions a split-K chunk may have: 256.
+///
+/// Two costs set it. A chunk's partial result (G x head_dim floats, written, then read by the
+/// merge) stays within an eighth of the K and V bytes it reads at a 2-byte KV type for every group
+/// a block holds (G <= 16: 2 x 16 x head_dim x 4 B <= 256 x 2 x head_dim x 2 B / 8 x 2). And the
+/// kernel's pipeline fills before its first wait (kStages - 1 tiles of decode_attention.cuh): at
+/// bf16 and head_dim 128, 256 positions are 8 tiles, so the fill is at most a quarter of a chunk.
+constexpr int min_split_positions() { return 256; }
 
 /// \brief Blocks of the decode-attention kernel for (head_dim, heads per block) that one SM of the
 /// current device holds at once: the fewest over the KV types, of the contiguous layout's kernel

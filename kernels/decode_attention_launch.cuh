@@ -38,10 +38,12 @@ struct AttentionLaunch {
     if (blocks > INT_MAX)
       throw InputError("decode_attention: " + std::to_string(blocks) +
                        " (row, KV head) blocks exceed the grid limit");
-    launch<decode_attention_kernel<T, HD, G, Locator>>(
-        dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(d.splits)), dim3(kThreads),
-        attention_smem_bytes(G, d.head_dim), stream, q, static_cast<const T*>(k_cache),
-        static_cast<const T*>(v_cache), n_ctx, loc, d, out, part_acc, part_state);
+    constexpr auto kernel = decode_attention_kernel<T, HD, G, Locator>;
+    constexpr std::size_t smem = attention_smem_bytes(kPagedRows<Locator>);
+    allow_dynamic_smem<kernel>(smem);
+    launch<kernel>(dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(d.splits)),
+                   dim3(kThreads), smem, stream, q, static_cast<const T*>(k_cache),
+                   static_cast<const T*>(v_cache), n_ctx, loc, d, out, part_acc, part_state);
   }
   template <class T, int HD>
   void by_group() const {
@@ -60,15 +62,24 @@ struct AttentionLaunch {
   }
 };
 
+/// \brief Blocks of decode_attention_kernel<T, HD, G, Locator> one SM holds at once (its shared
+/// memory allowed first, as a launch does).
+template <class T, class Locator, int HD, int G>
+int kernel_blocks_per_sm() {
+  constexpr auto kernel = decode_attention_kernel<T, HD, G, Locator>;
+  constexpr std::size_t smem = attention_smem_bytes(kPagedRows<Locator>);
+  allow_dynamic_smem<kernel>(smem);
+  return max_active_blocks<kernel>(kThreads, smem);
+}
+
 /// \brief Blocks of decode_attention_kernel<T, HD, G, Locator> one SM holds at once, the fewest
-/// over the three KV types, at the dynamic shared memory of a launch at `head_dim`.
+/// over the three KV types. (Every instantiation uses the same shared memory, sized for its
+/// largest head_dim, so `head_dim` does not change it.)
 template <class Locator, int HD, int G>
-int blocks_per_sm_over_types(int head_dim) {
-  const std::size_t smem = attention_smem_bytes(G, head_dim);
-  return std::min(
-      {max_active_blocks<decode_attention_kernel<float, HD, G, Locator>>(kThreads, smem),
-       max_active_blocks<decode_attention_kernel<__half, HD, G, Locator>>(kThreads, smem),
-       max_active_blocks<decode_attention_kernel<__nv_bfloat16, HD, G, Locator>>(kThreads, smem)});
+int blocks_per_sm_over_types(int /*head_dim*/) {
+  return std::min({kernel_blocks_per_sm<float, Locator, HD, G>(),
+                   kernel_blocks_per_sm<__half, Locator, HD, G>(),
+                   kernel_blocks_per_sm<__nv_bfloat16, Locator, HD, G>()});
 }
 
 /// \brief blocks_per_sm_over_types of the head_dim-HD kernel for `g` heads per block (a power of
@@ -105,9 +116,9 @@ AttentionLaunch<Locator> prepare_launch(const float* q, const void* k_cache, con
                                         const int* n_ctx, Locator loc, const AttentionShape& shape,
                                         float* out, StreamHandle stream, int force_splits) {
   const AttentionPlan plan = plan_attention(shape, force_splits);
-  // The kernel moves q and out in 16-byte vectors, and the cache in 16-byte (fp32) or 8-byte
-  // (fp16, bf16) ones; every offset inside them is a multiple of 16 bytes (head_dim % 8 == 0), so
-  // only the base pointers can break alignment, and 16 bytes covers every case.
+  // The kernel moves q, out and the cache in 16-byte vectors (the cache by cp.async, which needs
+  // them aligned); every offset inside them is a multiple of 16 bytes (head_dim % 8 == 0), so only
+  // the base pointers can break alignment.
   const void* vectors[] = {q, k_cache, v_cache, out};
   for (const void* p : vectors)
     if (shape.n > 0 && reinterpret_cast<std::uintptr_t>(p) % 16 != 0)

@@ -39,4 +39,18 @@ KVHEAP_HD float fma_rn(float a, float b, float c) {
 #endif
 }
 
+/// \brief 2^x as the GPU's exponent unit computes it (ex2.approx.ftz: the instruction under
+/// exp2f, without exp2f's fix-up for results below 2^-126, which it flushes to zero); exact
+/// (std::exp2, flushed alike) on the host. exp2_ftz(-inf) = 0.
+KVHEAP_HD float exp2_ftz(float x) {
+#if defined(__CUDA_ARCH__)
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+#else
+  const float y = std::exp2(x);
+  return y < 0x1p-126f ? 0.0f : y;
+#endif
+}
+
 }  // namespace kvheap

@@ -45,6 +45,14 @@ KVHEAP_HD std::int64_t paged_slot(const int* pages, int block_size, int t) {
   return static_cast<std::int64_t>(pages[t / block_size]) * block_size + t % block_size;
 }
 
+/// \brief One row's page table as the attention kernel stages it in shared memory: position t
+/// lives in block pages[(t + first) / block_size], slot (t + first) % block_size.
+struct PageView {
+  const int* pages = nullptr;  ///< physical block ids, logical order
+  int block_size = 1;          ///< slots per block
+  int first = 0;               ///< position 0's place in the sequence (chapter 4's own pass)
+};
+
 /// \brief Row locator over page tables (CSR), for the attention kernels' `rows_of(i).at(t)`
 /// interface.
 struct PagedLocator {
@@ -61,6 +69,8 @@ struct PagedLocator {
     /// \brief Physical slot (row of the [num_blocks * block_size, kv_dim] storage) of
     /// position t.
     KVHEAP_HD std::int64_t at(int t) const { return paged_slot(pages, block_size, t); }
+    /// \brief The table, for the kernel to stage a window of it at a time.
+    KVHEAP_HD PageView page_view() const { return PageView{pages, block_size, 0}; }
   };
   /// \brief The positions of batch row i.
   KVHEAP_HD Rows rows_of(int i) const { return Rows{indices + indptr[row_seq[i]], block_size}; }

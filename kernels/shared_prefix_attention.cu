@@ -42,6 +42,11 @@ struct SharedPrefixLocator {
     PagedLocator::Rows pages;
     int first = 0;
     KVHEAP_HD std::int64_t at(int t) const { return pages.at(t + first); }
+    KVHEAP_HD PageView page_view() const {
+      PageView v = pages.page_view();
+      v.first = first;
+      return v;
+    }
   };
   KVHEAP_HD Rows rows_of(int i) const {
     return Rows{pages.rows_of(i), first != nullptr ? first[i] : 0};

@@ -19,6 +19,12 @@ a kernel's registers exceed its committed budget, or when the committed table do
 not list exactly the kernels the sources define. A kernel's budget is the most registers it may use
 without losing a block per SM, so growth that costs occupancy fails and growth that does not only
 leaves the table out of date, which the check reports.
+
+It also fails when a decode-attention kernel keeps less than 48 KiB of K and V in flight per SM
+(pipeline stages being loaded x stage bytes x resident blocks). By Little's law an SM must have
+bandwidth x latency bytes outstanding: an H200's 4.8 TB/s over 132 SMs is 36 GB/s an SM, and at
+an assumed 0.7-0.9 us a load takes under full load (not measured here) that is 26-33 KB; 48 KiB
+leaves half as much again.
 """
 import argparse
 import json
@@ -48,29 +54,54 @@ SMEM_RESERVED = 1024  # per block, by the driver (sm_80 and later)
 SMEM_UNIT = 128
 
 # Decode attention (kernels/decode_attention_launch.cuh, AttentionLaunch::run): kThreads threads,
-# and attention_smem_bytes(G, head_dim) of dynamic shared memory; the generic head_dim (0) is
-# counted at its largest, max_head_dim(0, G). Mirrors of those constants and functions of
-# kernels/decode_attention.cuh:
-ATTENTION_THREADS = 128
+# and attention_smem_bytes(paged) of dynamic shared memory: kStages tiles of kStageBytes, a ring of
+# kStages x kMaxTile row offsets (8 bytes each), and a paged layout's window of kWindowPages page
+# ids. The constants are read from kernels/decode_attention.cuh itself.
+ATTENTION_HEADER = os.path.join(ROOT, "kernels", "decode_attention.cuh")
+MIN_BYTES_IN_FLIGHT = 48 * 1024  # per SM: what Little's law asks of an H200 (see the check)
 
 
-def attention_smem(g, head_dim):
-    warps = ATTENTION_THREADS // 32
-    return (warps // 2) * g * (head_dim + 2) * 4
+def attention_constants(path=ATTENTION_HEADER):
+    """{name: value} of the kernel's `constexpr int kName = <integer expression>;` lines."""
+    out = {}
+    with open(path) as f:
+        for m in re.finditer(r"constexpr int (k\w+) = ([0-9 *+]+);", f.read()):
+            out[m.group(1)] = eval(m.group(2), {"__builtins__": {}})  # digits, * and + only
+    for name in ("kWarps", "kStages", "kStageBytes", "kWindowPages", "kMaxTile"):
+        if name not in out:
+            sys.exit(f"kernel_resources: no `constexpr int {name} = ...;` in {path}")
+    return out
 
 
-def max_head_dim(hd, g):
-    return hd if hd else 128 if g > 8 else 256
+ATTENTION = attention_constants()
+ATTENTION_THREADS = ATTENTION["kWarps"] * 32
+
+
+def attention_smem(paged):
+    a = ATTENTION
+    return (a["kStages"] * (a["kStageBytes"] + a["kMaxTile"] * 8)
+            + (a["kWindowPages"] * 4 if paged else 0))
+
+
+def bytes_in_flight(k):
+    """K and V bytes a decode-attention kernel keeps loading per SM: the kStages - 1 tiles of
+    each resident block that are in flight while it computes one."""
+    threads, dyn = launch_config(k["name"])
+    blocks = blocks_per_sm(k["arch"], k["regs"], k["smem"], threads, dyn)
+    return (ATTENTION["kStages"] - 1) * ATTENTION["kStageBytes"] * blocks
 
 
 def launch_config(name):
     """(threads, dynamic shared memory) of the largest launch of a kernel, from its launch site."""
-    m = re.match(r"decode_attention_kernel<[^,]+, (-?\d+), (\d+),", name)
+    m = re.match(r"decode_attention_kernel<[^,]+, (-?\d+), (\d+), (.*)>$", name)
     if m:
-        g = int(m.group(2))
-        return ATTENTION_THREADS, attention_smem(g, max_head_dim(int(m.group(1)), g))
+        return ATTENTION_THREADS, attention_smem("ContiguousLocator" not in m.group(3))
     if name in ("greedy_kernel", "draw_kernel"):
         return 512, 0  # sample.cu: row_threads(vocab, kMaxThreads)
+    if name == "merge_splits_kernel":
+        # decode_attention.cu: up to 1024 threads, and a float per split (at most 1024) and per
+        # thread of dynamic shared memory
+        return 1024, (1024 + 1024) * 4
     return 256, 0  # the other launchers use at most 256 threads (head_dim rounded up to 32, or 256)
 
 
@@ -217,9 +248,11 @@ def row(k):
     threads, dyn = launch_config(k["name"])
     blocks = blocks_per_sm(k["arch"], k["regs"], k["smem"], threads, dyn)
     occupancy = 100 * blocks * (-(-threads // 32)) // MAX_WARPS
+    flight = (f"{bytes_in_flight(k) // 1024} KiB" if k["name"].startswith("decode_attention_kernel")
+              else "-")
     return (f"| `{k['name']}` | {k['arch']} | {k['regs']} | {register_budget(k['arch'], k)} | "
             f"{k['spill_st']} / {k['spill_ld']} | {k['stack']} | {k['smem']} | {threads} | {dyn} | "
-            f"{blocks} | {occupancy} % |")
+            f"{blocks} | {occupancy} % | {flight} |")
 
 
 def write_table(kernels, path):
@@ -242,19 +275,21 @@ def write_table(kernels, path):
         "- **blocks/SM**, **occupancy**: resident blocks per SM and the share of the SM's 64 warp "
         "slots they fill, from the register file, warp, block and shared memory limits "
         "(as cudaOccupancyMaxActiveBlocksPerMultiprocessor computes them).",
+        "- **in flight**: decode attention's K and V loads outstanding per SM, (pipeline stages - 1) "
+        "x stage bytes x blocks/SM; the check fails below 48 KiB.",
         "",
         "Decode attention's name reads `decode_attention_kernel<KV type, head_dim (0: any), "
         "heads per block G, row locator>`.",
         "",
         "| kernel | arch | regs | budget | spill st / ld | stack | smem | threads | dyn smem | "
-        "blocks/SM | occupancy |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "blocks/SM | occupancy | in flight |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     source = None
     for k in kernels:
         if k["source"] != source:
             source = k["source"]
-            lines.append(f"| **{source}** | | | | | | | | | | |")
+            lines.append(f"| **{source}** | | | | | | | | | | | |")
         lines.append(row(k))
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
@@ -287,6 +322,10 @@ def check(kernels, budgets, partial=False):
         elif k["stack"] and k["name"].startswith("decode_attention_kernel"):
             failures.append(f"{where} keeps {k['stack']} B of local memory (a stack frame): its "
                             "per-lane arrays must all live in registers")
+        if (k["name"].startswith("decode_attention_kernel")
+                and bytes_in_flight(k) < MIN_BYTES_IN_FLIGHT):
+            failures.append(f"{where} keeps {bytes_in_flight(k) // 1024} KiB of K and V in flight "
+                            f"per SM, below {MIN_BYTES_IN_FLIGHT // 1024} KiB")
         if key not in budgets:
             failures.append(f"{where} is not in the committed table")
             continue

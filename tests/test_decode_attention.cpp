@@ -262,7 +262,7 @@ TEST(DecodeAttention, EverySplitCountTheRuleCanChooseMatchesTwin) {
 TEST(DecodeAttention, AutomaticSplitFillsOneWaveOfTheDevice) {
   KVHEAP_REQUIRE_DEVICE();
   // One row, one KV head of 4 query heads: the plan splits until sm_count x the kernel's blocks
-  // per SM are resident, as far as 16 x G positions per chunk allow.
+  // per SM are resident, as far as chunks of min_split_positions() = 256 allow.
   const cuda::AttentionShape shape{1, 4, 1, 128, 32768};
   const int per_sm = cuda::detail::attention_blocks_per_sm(128, 4);
   ASSERT_GT(per_sm, 0);
@@ -274,9 +274,11 @@ TEST(DecodeAttention, AutomaticSplitFillsOneWaveOfTheDevice) {
   const int resident = device_info().sm_count * per_sm;
   const int splits = cuda::detail::plan_attention(shape, 0).splits;
   EXPECT_EQ(splits, std::min(kMaxSplits, resident)) << per_sm << " blocks per SM";
-  // A short context keeps chunks of at least 64 positions (G = 4): 200 positions, 3 chunks.
-  const cuda::AttentionShape short_ctx{1, 4, 1, 128, 200};
-  EXPECT_EQ(cuda::detail::plan_attention(short_ctx, 0).splits, std::min(200 / 64, splits));
+  // A short context keeps chunks of at least 256 positions: 1000 positions, 3 chunks; 300, one.
+  const cuda::AttentionShape short_ctx{1, 4, 1, 128, 1000};
+  EXPECT_EQ(cuda::detail::plan_attention(short_ctx, 0).splits, std::min(1000 / 256, splits));
+  const cuda::AttentionShape shorter{1, 4, 1, 128, 300};
+  EXPECT_EQ(cuda::detail::plan_attention(shorter, 0).splits, 1);
 }
 
 TEST(DecodeAttention, PrefillRowsAttendCausallyAfterKvWrite) {
