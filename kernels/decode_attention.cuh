@@ -37,6 +37,7 @@
 
 #include "device/cuda_compat.hpp"
 
+#include <algorithm>
 #include <type_traits>
 
 #include "kernels/attention_merge.hpp"
@@ -102,7 +103,7 @@ struct Tiling {
   /// positions of a tile: its K and V fill one stage at the largest head_dim
   static constexpr int kTile = kStageBytes / (2 * kMaxHeadDim * static_cast<int>(sizeof(T)));
   static constexpr int kVecsPerLane = (kMaxHeadDim / kVec + 31) / 32;  // above 1: fp32 past 128
-  static constexpr int kHeadsPerWarp = G < 4 ? G : 4;
+  static constexpr int kHeadsPerWarp = std::min(G, 4);
   static constexpr int kWarpsPerGroup = kWarps / (G / kHeadsPerWarp);
   static_assert(kTile >= 8 && kTile <= kMaxTile &&
                 kStageBytes % (2 * kMaxHeadDim * sizeof(T)) == 0);
