@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "base/error.hpp"
 #include "common/fma_peak.hpp"
 #include "common/working_set.hpp"
 
@@ -62,6 +63,43 @@ std::size_t physical_memory_bytes() {
     if (cap > 0 && (bytes == 0 || cap < bytes)) bytes = cap;
   }
   return bytes;
+}
+
+std::size_t available_memory_bytes() {
+  // MemAvailable: what the kernel can hand out without swapping (free, plus caches it can drop).
+  std::size_t bytes = 0;
+  std::ifstream info("/proc/meminfo");
+  for (std::string key; info >> key;) {
+    std::size_t kib = 0;
+    std::string unit;
+    if (!(info >> kib >> unit)) break;
+    if (key == "MemAvailable:") {
+      bytes = kib * 1024;
+      break;
+    }
+  }
+  // In a container, what is left under its cgroup's limit (v2), when that is less.
+  std::ifstream max_file("/sys/fs/cgroup/memory.max"),
+      current_file("/sys/fs/cgroup/memory.current");
+  std::string limit;
+  std::size_t current = 0;
+  if (max_file >> limit && !limit.empty() &&
+      limit.find_first_not_of("0123456789") == std::string::npos && current_file >> current) {
+    const std::size_t cap = std::stoull(limit);
+    const std::size_t room = cap > current ? cap - current : 0;
+    if (bytes == 0 || room < bytes) bytes = room;
+  }
+  return bytes;
+}
+
+void require_host_memory(std::size_t bytes, const std::string& what) {
+  const std::size_t available = available_memory_bytes();
+  if (available == 0 || bytes <= available) return;
+  throw ResourceError(fmt::format(
+      "{} needs {:.0f} MB, more than this host's available memory ({:.0f} MB of {:.0f} MB); give "
+      "a smaller --kv-budget-mb, or fewer or shorter requests",
+      what, static_cast<double>(bytes) / 1e6, static_cast<double>(available) / 1e6,
+      static_cast<double>(physical_memory_bytes()) / 1e6));
 }
 
 ReadProbe::ReadProbe(std::size_t bytes) {

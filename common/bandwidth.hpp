@@ -23,6 +23,14 @@ std::size_t last_level_cache_bytes();
 /// (0 when the OS does not say).
 std::size_t physical_memory_bytes();
 
+/// \brief Memory this process can still commit, in bytes: /proc/meminfo's MemAvailable, or what
+/// is left under its cgroup's limit when that is less (0 when neither can be read).
+std::size_t available_memory_bytes();
+
+/// \brief Throws ResourceError, naming `what`, both sizes and what to change, when `bytes` is more
+/// than available_memory_bytes(); checks nothing when that is unknown.
+void require_host_memory(std::size_t bytes, const std::string& what);
+
 /// \brief A STREAM-like read probe that keeps its buffer, so that it can be read again and again:
 /// between a kernel's runs, for instance, to compare each run with the bandwidth of the same
 /// moment on a machine whose bandwidth drifts.

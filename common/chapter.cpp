@@ -261,6 +261,12 @@ int run_chapter(const Chapter& chapter, int argc, char** argv) {
     report.peak = backend->peak();
     const Gaps top2{o.top2_gaps, near_tie(wt, kv)};
     print_run(chapter, *policy, report, res, requests, c, tok.get(), o.json, top2, std::cout);
+    // The report stands, but a run that turned requests away did not do what was asked.
+    if (report.not_admitted > 0)
+      throw ResourceError(
+          fmt::format("{} of {} requests not admitted: {}", report.not_admitted, report.requests,
+                      res.refusals.empty() ? std::string("they cannot fit the KV pool")
+                                           : res.refusals.front()));
   });
   return parsed != 0 ? parsed : status;
 }

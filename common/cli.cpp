@@ -4,8 +4,11 @@
 #include <fmt/format.h>
 #include <omp.h>
 
+#include <cerrno>
 #include <charconv>
 #include <cstdint>
+#include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <limits>
 #include <stdexcept>
@@ -78,6 +81,11 @@ Flag& Flag::excludes(const Flag& other) {
 
 Flag& Flag::needs(const Flag& other) {
   option_->needs(other.option_);
+  return *this;
+}
+
+Flag& Flag::not_empty(const std::string& expected) {
+  option_->check(kvheap::not_empty(false, "value", expected));
   return *this;
 }
 
@@ -200,6 +208,15 @@ int run_cli(CommandLine& cli, int argc, char** argv, const std::function<void()>
   }
   try {
     body();
+    // Output that never reached stdout (a full disk, --json > /dev/full) is a failure, not a
+    // success: flush it here, while the error can still be told.
+    std::cout.flush();
+    if (!std::cout || std::fflush(stdout) != 0 || std::ferror(stdout) != 0) {
+      const int error = errno;
+      std::cerr << app.get_name() << ": cannot write the output to stdout: "
+                << std::strerror(error != 0 ? error : EIO) << "\n";
+      return 1;
+    }
     return 0;
   } catch (const UsageError& e) {
     std::cerr << app.get_name() << ": " << e.what() << "\n";

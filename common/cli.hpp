@@ -37,6 +37,8 @@ class Flag {
   Flag& excludes(const Flag& other);
   /// \brief Refuses a command line that gives this flag without `other` (exit code 2).
   Flag& needs(const Flag& other);
+  /// \brief Refuses an empty value (exit code 2), saying that `expected` was expected.
+  Flag& not_empty(const std::string& expected);
   /// \brief Whether the parsed command line gave this flag.
   [[nodiscard]] bool given() const;
   /// \brief CLI11's option, for code that includes CLI11 (cli.cpp).

@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "base/error.hpp"
+#include "common/bandwidth.hpp"
 #include "common/host_buffer.hpp"
 #include "kernels/decode_attention_cpu.hpp"
 #include "kernels/kv_types.hpp"
@@ -140,7 +141,9 @@ class HostKVStorage final : public KVStorage {
 std::unique_ptr<KVStorage> make_storage(Memory memory, const ModelConfig& config, DType kv,
                                         std::int64_t num_slots, const std::string& what) {
   if (memory == Memory::kDevice) return make_device_storage(config, kv, num_slots, what);
-  (void)what;  // host allocations name their size when they fail (HostBuffer)
+  // The buffers are written through at once (HostBuffer), so a pool past the memory the host has
+  // left would not fail here: the kernel's out-of-memory killer would end the run. Refuse it.
+  require_host_memory(static_cast<std::size_t>(num_slots) * kv_bytes_per_token(config, kv), what);
   return std::make_unique<HostKVStorage>(config, kv, num_slots);
 }
 

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include "base/error.hpp"
+#include "common/backend.hpp"
+#include "common/bandwidth.hpp"
 #include "common/chapter.hpp"
 
 namespace kvheap {
@@ -36,6 +38,13 @@ int blocks_for_budget(const ModelConfig& c, DType kv, std::size_t budget_bytes, 
 
 PoolSize pool_for_run(const ModelConfig& c, DType kv, std::size_t budget_cap,
                       std::size_t num_sequences, int block_size, long longest) {
+  // A block longer than any sequence can be strands most of itself in every sequence, and the
+  // per-block figures of a report would be fractions of one block.
+  if (block_size > c.max_seq_len)
+    throw UsageError(fmt::format(
+        "--block-size {} is more than the model's max_seq_len of {} positions; expected a block "
+        "size from 1 to {}",
+        block_size, c.max_seq_len, c.max_seq_len));
   PoolSize pool;
   pool.budget_bytes =
       budget_cap > 0 ? budget_cap : num_sequences * kv_bytes_for_context(c, kv, c.max_seq_len);
@@ -53,8 +62,16 @@ PoolSize pool_for_run(const ModelConfig& c, DType kv, std::size_t budget_cap,
 }
 
 PoolSize pool_for_run(const Run& run, int block_size) {
-  return pool_for_run(run.config, run.kv, run.budget_cap, run.requests.size(), block_size,
-                      run.longest);
+  const PoolSize pool = pool_for_run(run.config, run.kv, run.budget_cap, run.requests.size(),
+                                     block_size, run.longest);
+  // Before the block manager's tables are built for it (make_storage checks again, for chapter
+  // 2's pools; a device pool is checked against the device's free memory there).
+  if (run.backend.memory() == Memory::kHost)
+    require_host_memory(
+        static_cast<std::size_t>(pool.num_blocks) * block_size *
+            kv_bytes_per_token(run.config, run.kv),
+        fmt::format("KV pool of {} blocks x {} tokens", pool.num_blocks, block_size));
+  return pool;
 }
 
 }  // namespace kvheap

@@ -97,6 +97,15 @@ class Progress {
                label_, res.finished, requests_, tokens, now, tokens / now);
     os_->flush();
   }
+  /// A line while the loop sleeps for request `request`, due at `at` s: when the wait is long
+  /// (kFirst s or more), then every kEvery s of it.
+  void waiting(std::size_t request, double at, double now) {
+    if (os_ == nullptr || now < next_wait_ || at - now < kFirst) return;
+    next_wait_ = now + kEvery;
+    fmt::print(*os_, "{}: waiting for request {}, which arrives at {:.1f} s ({:.1f} s from now)\n",
+               label_, request, at, at - now);
+    os_->flush();
+  }
 
  private:
   static constexpr double kFirst = 3.0, kEvery = 5.0;
@@ -104,6 +113,7 @@ class Progress {
   std::string label_;
   std::size_t requests_;
   double next_ = kFirst;
+  double next_wait_ = 0.0;
 };
 
 }  // namespace
@@ -144,8 +154,14 @@ ServeResult serve(ServingPolicy& policy, Backend& backend, const std::vector<Req
       step = std::max(step, r.arrival_step);
       return;
     }
-    std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Clock::duration>(
-                                           std::chrono::duration<double>(r.arrival_seconds)));
+    // In steps of at most a second, so that a long wait says what it waits for (arrivals are at
+    // most kMaxArrivalSeconds, parse_workload's bound).
+    const Clock::time_point due = t0 + std::chrono::duration_cast<Clock::duration>(
+                                           std::chrono::duration<double>(r.arrival_seconds));
+    for (Clock::time_point t = Clock::now(); t < due; t = Clock::now()) {
+      progress.waiting(next, r.arrival_seconds, seconds_between(t0, t));
+      std::this_thread::sleep_until(std::min(due, t + std::chrono::seconds(1)));
+    }
   };
   bool sampled_usage = false;
   std::vector<SamplingJob> jobs;  // one per token the pass chooses

@@ -57,6 +57,11 @@ class StaticBatches : public ServingPolicy {
   /// \brief The batch has finished: every sequence it held, in request order, goes back.
   virtual void release(const std::vector<int>& seqs) = 0;
 
+  /// \brief Whether request `id` was submitted: one with max_new_tokens 0 never is, as serve()
+  /// finishes it on arrival.
+  [[nodiscard]] bool submitted(int id) const {
+    return id >= 0 && id < static_cast<int>(entries_.size()) && entries_[id].request != nullptr;
+  }
   /// \brief The request behind id `id`.
   [[nodiscard]] const Request& request(int id) const { return *entry(id).request; }
   /// \brief The sequence of request `id` (-1 before its prompt pass).

@@ -48,19 +48,20 @@ std::vector<int> parse_token_ids(std::string_view text, int vocab_size, std::str
     const char* first = element.data();
     const char* last = element.data() + element.size();
     const auto [ptr, ec] = std::from_chars(first, last, id);
-    if (ec == std::errc::result_out_of_range) {
-      throw UsageError(fmt::format("{}: element {} ('{}') is too large for a token id; {}", flag,
-                                   position, element, kExpected));
+    if (ec == std::errc::result_out_of_range) {  // outside the vocabulary, as 512 of 512 is
+      throw UsageError(fmt::format(
+          "{}: element {} ('{}') is out of range: the model's vocabulary has {} tokens (ids 0..{})",
+          flag, position, element, vocab_size, vocab_size - 1));
     }
     if (ec != std::errc() || ptr != last) {
       throw UsageError(fmt::format("{}: element {} ('{}') is not an integer; {}", flag, position,
                                    element, kExpected));
     }
     if (id < 0 || id >= vocab_size) {
-      throw InputError(
-          fmt::format("token id {} at position {} is out of range: the model's "
+      throw UsageError(
+          fmt::format("{}: token id {} at position {} is out of range: the model's "
                       "vocabulary has {} tokens (ids 0..{})",
-                      id, position, vocab_size, vocab_size - 1));
+                      flag, id, position, vocab_size, vocab_size - 1));
     }
     ids.push_back(id);
     if (comma == std::string_view::npos) break;

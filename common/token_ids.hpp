@@ -10,8 +10,9 @@ namespace kvheap {
 /// \brief Parses comma-separated token ids such as "1, 403,407" into a list.
 ///
 /// Spaces and tabs around each id are allowed. Throws UsageError naming the flag, the element and
-/// its 1-based position when the text is empty or an element is empty, not an integer, or too
-/// large for an int; throws InputError when an id lies outside 0..vocab_size-1.
+/// its 1-based position when the text is empty, or an element is empty, not an integer, or
+/// outside 0..vocab_size-1 (however large): a bad value of the flag, exit code 2. A caller that
+/// reads the ids from a file turns that into InputError (prompts.cpp).
 [[nodiscard]] std::vector<int> parse_token_ids(std::string_view text, int vocab_size,
                                                std::string_view flag = "--prompt-ids");
 

@@ -62,11 +62,14 @@ class LineReader {
     return out;
   }
 
-  /// A finite number of seconds, 0 or more.
-  double seconds(const char* key) const {
+  /// A finite number of seconds, from 0 to `most`.
+  double seconds(const char* key, double most) const {
     const nlohmann::json& v = j_.at(key);
     if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < 0)
       fail(fmt::format("'{}' must be a number of seconds, 0 or more, got {}", key, v.dump()));
+    if (v.get<double>() > most)
+      fail(fmt::format("'{}' is {} s; an arrival must be at most {:g} s (a day) after the start",
+                       key, v.dump(), most));
     return v.get<double>();
   }
 
@@ -137,7 +140,7 @@ std::vector<Request> parse_workload(std::string_view text, const std::string& na
                          mine == Arrival::Seconds ? "arrival_s" : "arrival_step"));
     const Request* before = out.empty() ? nullptr : &out.back();
     if (mine == Arrival::Seconds) {
-      r.arrival_seconds = f.seconds("arrival_s");
+      r.arrival_seconds = f.seconds("arrival_s", kMaxArrivalSeconds);
     } else if (mine == Arrival::Steps) {
       r.arrival_step = f.integer("arrival_step", 0, std::numeric_limits<int>::max());
     } else if (before != nullptr) {  // no arrival: with the request before it

@@ -9,7 +9,8 @@
 //                   tokenizer); exactly one of the two
 //   max_new_tokens  tokens to generate at most (optional: --max-new-tokens)
 //   stop_ids        tokens that end this request, besides the model's own (optional)
-//   arrival_s       seconds after the start at which it arrives, against the wall clock; or
+//   arrival_s       seconds after the start at which it arrives, against the wall clock (at most
+//                   a day); or
 //   arrival_step    the loop step before which it arrives (deterministic, for tests); one kind
 //                   per file, never decreasing from line to line (optional: with the line
 //                   before, the first at the start)
@@ -28,12 +29,17 @@
 
 namespace kvheap {
 
+/// \brief Latest wall-clock arrival a workload may give, in seconds after the start: a day. The
+/// loop sleeps until an arrival, so a later one is refused rather than waited for.
+inline constexpr double kMaxArrivalSeconds = 86400.0;
+
 /// \brief The requests of workload text `text` (the content of the file `name`, for messages),
 /// checked against model `c`; `tok` encodes text prompts (nullptr: they are an error), and a line
 /// without max_new_tokens gets `default_max_new_tokens`. Throws InputError naming the line and
 /// the field for anything malformed: not an object, an unknown field, a missing or doubled
-/// prompt, an id outside the vocabulary, a prompt and generation past the context, a negative or
-/// non-finite arrival, arrivals of both kinds or out of order, no request or more than kMaxSeqs.
+/// prompt, an id outside the vocabulary, a prompt and generation past the context, a negative,
+/// non-finite or later than kMaxArrivalSeconds arrival, arrivals of both kinds or out of order, no
+/// request or more than kMaxSeqs.
 [[nodiscard]] std::vector<Request> parse_workload(std::string_view text, const std::string& name,
                                                   const ModelConfig& c, const Tokenizer* tok,
                                                   int default_max_new_tokens);

@@ -114,9 +114,9 @@ TEST(Cli, MalformedPromptIdsExitTwo) {
   expect_one_line_error(r, "x7");
 }
 
-TEST(Cli, TokenIdOutsideTheVocabularyExitsOne) {
+TEST(Cli, TokenIdOutsideTheVocabularyExitsTwo) {
   const auto r = run_program(kCh01, {"--model", "tiny", "--prompt-ids", "1,128", "--no-peak"});
-  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.exit_code, 2);
   expect_one_line_error(r, "128");
 }
 

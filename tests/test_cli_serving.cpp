@@ -157,7 +157,7 @@ TEST(Cli, OccupancyAddsUpToThePoolAtEveryPass) {
                     R"({"prompt_ids": [1], "max_new_tokens": 6, "arrival_step": 5})"});
   // tiny: 512 B per position; 0.0123 MB = 24 blocks of 1 (12288 B): enough for one request alone
   // (at most 20 positions), not for all four at once.
-  for (const std::string& chapter :
+  for (const std::string chapter :
        {"ch03_paged_blocks", "ch04_cow_prefix_sharing", "ch05_batched_scheduler"}) {
     std::vector<std::string> args = {"--workload",     w,       "--block-size", "1",
                                      "--kv-budget-mb", "0.0123"};
@@ -176,13 +176,19 @@ TEST(Cli, OccupancyAddsUpToThePoolAtEveryPass) {
                               t["kv_cached_bytes"][i].get<std::size_t>() +
                               t["kv_free_bytes"][i].get<std::size_t>();
       EXPECT_EQ(sum, 24u * 512) << chapter << " pass " << i;
-      if (t["running"][i] > 0) EXPECT_GT(t["kv_held_bytes"][i], 0u) << chapter << " pass " << i;
+      if (t["running"][i] > 0) {
+        EXPECT_GT(t["kv_held_bytes"][i], 0u) << chapter << " pass " << i;
+      }
       cached = std::max(cached, t["kv_cached_bytes"][i].get<std::size_t>());
       most_running = std::max(most_running, t["running"][i].get<int>());
     }
     EXPECT_EQ(most_running, j["serving"]["peak_running"]) << chapter;
-    if (chapter != "ch03_paged_blocks") EXPECT_GT(cached, 0u) << chapter << ": nothing cached";
-    if (chapter == "ch05_batched_scheduler") EXPECT_GT(j["serving"]["preemptions"], 0) << r.out;
+    if (chapter != "ch03_paged_blocks") {
+      EXPECT_GT(cached, 0u) << chapter << ": nothing cached";
+    }
+    if (chapter == "ch05_batched_scheduler") {
+      EXPECT_GT(j["serving"]["preemptions"], 0) << r.out;
+    }
     for (const auto& s : j["sequences"]) EXPECT_EQ(s["status"], "max_new_tokens") << chapter;
   }
 }
@@ -193,7 +199,7 @@ TEST(Cli, WallClockArrivalsAreWaitedForAndLatencyCountsFromThem) {
   const std::string w =
       workload("clock", {R"({"prompt_ids": [1, 5], "max_new_tokens": 10, "arrival_s": 0})",
                          R"({"prompt_ids": [1, 6], "max_new_tokens": 10, "arrival_s": 0.4})"});
-  for (const std::string& chapter : {"ch03_paged_blocks", "ch05_batched_scheduler"}) {
+  for (const std::string chapter : {"ch03_paged_blocks", "ch05_batched_scheduler"}) {
     std::vector<std::string> args = {"--workload", w};
     args.insert(args.end(), kGreedy.begin(), kGreedy.end());
     const auto r = run_program(chapter, args);

@@ -63,18 +63,21 @@ TEST(TokenIds, EmptyElementsAndTrailingCommasAreRejected) {
   EXPECT_CONTAINS(message_of<UsageError>("1, ,2"), "element 2 is empty");
 }
 
-TEST(TokenIds, OverflowIsAUsageError) {
+TEST(TokenIds, OverflowIsOutOfRangeLikeAnyIdPastTheVocabulary) {
   const std::string m = message_of<UsageError>("1,99999999999999999999");
-  EXPECT_CONTAINS(m, "element 2 ('99999999999999999999') is too large");
+  EXPECT_CONTAINS(m,
+                  "element 2 ('99999999999999999999') is out of range: the model's vocabulary "
+                  "has 512 tokens");
 }
 
 TEST(TokenIds, OutOfRangeIdsNameTheVocabulary) {
-  EXPECT_EQ(message_of<InputError>("1,600"),
-            "token id 600 at position 2 is out of range: the model's vocabulary has 512 tokens "
+  EXPECT_EQ(message_of<UsageError>("1,600"),
+            "--prompt-ids: token id 600 at position 2 is out of range: the model's vocabulary has "
+            "512 tokens "
             "(ids 0..511)");
-  EXPECT_CONTAINS(message_of<InputError>("512"), "token id 512 at position 1");
-  EXPECT_CONTAINS(message_of<InputError>("3,-1"), "token id -1 at position 2");
-  EXPECT_CONTAINS(message_of<InputError>("5", 5), "(ids 0..4)");
+  EXPECT_CONTAINS(message_of<UsageError>("512"), "token id 512 at position 1");
+  EXPECT_CONTAINS(message_of<UsageError>("3,-1"), "token id -1 at position 2");
+  EXPECT_CONTAINS(message_of<UsageError>("5", 5), "(ids 0..4)");
 }
 
 TEST(TokenIds, FlagNameCanBeChosen) {

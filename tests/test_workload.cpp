@@ -50,7 +50,7 @@ TEST(Workload, WhatItWritesReadsBackTheSame) {
   w[2].arrival_seconds = 1.0 / 3.0;  // a double that needs every digit
   w[3].prompt = {1, 1, 1};
   w[3].max_new_tokens = 1;
-  w[3].arrival_seconds = 1e6;
+  w[3].arrival_seconds = 86400.0;  // the latest arrival allowed
   std::string text;
   for (const Request& r : w) text += workload_line(r) + "\n";
   const std::vector<Request> back = parse_workload(text, "round trip", tiny(), nullptr, 64);
@@ -109,6 +109,9 @@ TEST(Workload, EveryMalformedLineIsNamedWithItsField) {
       {"{\"prompt_ids\": [1], \"stop_ids\": [200]}", "'stop_ids' element 1 is 200"},
       {"{\"prompt_ids\": [1], \"arrival_s\": -0.5}", "'arrival_s' must be a number of seconds"},
       {"{\"prompt_ids\": [1], \"arrival_s\": \"soon\"}", "'arrival_s' must be a number"},
+      {"{\"prompt_ids\": [1], \"arrival_s\": 86400.5}",
+       "'arrival_s' is 86400.5 s; an arrival must be at most 86400 s (a day)"},
+      {"{\"prompt_ids\": [1], \"arrival_s\": 1e308}", "an arrival must be at most 86400 s"},
       {"{\"prompt_ids\": [1], \"arrival_s\": 0.5}", "arrivals must not decrease"},
       {"{\"prompt_ids\": [1], \"arrival_step\": 2}", "arrivals of both kinds"},
       {"{\"prompt_ids\": [1], \"arrival_s\": 2, \"arrival_step\": 2}", "give one arrival"},

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "base/error.hpp"
+#include "common/bandwidth.hpp"
 #include "common/host_buffer.hpp"
 #include "kernels/decode_attention_cpu.hpp"
 #include "kernels/kv_write.hpp"
@@ -46,6 +47,10 @@ int ReservedCache::admit() {
         "one more needs {:.3f} MB",
         bytes_reserved() / reservation_bytes(), bytes_reserved() / 1e6, budget_ / 1e6,
         reservation_bytes() / 1e6));
+  // Written through at once (HostBuffer): past what the host has left, the run would be killed.
+  require_host_memory(
+      reservation_bytes(),
+      fmt::format("a KV reservation of max_seq_len = {} positions", config_.max_seq_len));
   auto r = std::make_unique<Reservation>();
   r->k = HostBuffer(reservation_bytes() / 2);
   r->v = HostBuffer(reservation_bytes() / 2);

@@ -40,7 +40,8 @@ int main(int argc, char** argv) {
   chapter.add_flags = [&](CommandLine& cli) {
     add_pool_options(cli, pool);
     const Flag map =
-        cli.option("--pool-map", pool_map, "Write an SVG map of the block pool to this file");
+        cli.option("--pool-map", pool_map, "Write an SVG map of the block pool to this file")
+            .not_empty("a file name for the SVG map");
     cli.option("--pool-map-every", pool_map_every, "Also write FILE.stepN.svg every N steps")
         .needs(map);
   };

@@ -5,7 +5,9 @@
 #include <fmt/ostream.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <vector>
 
@@ -143,6 +145,10 @@ void write_pool_map(const BlockManager& m, const std::string& path, const std::s
                hue_color(hue, 0.45), b, owner[b], fill[b], bs);
   }
   f << "</svg>\n";
+  f.close();  // a write that failed (a full disk) shows only once the file is flushed
+  if (!f)
+    throw ResourceError(
+        fmt::format("--pool-map: cannot write '{}': {}", path, std::strerror(errno)));
 }
 
 }  // namespace kvheap::ch03

@@ -153,12 +153,14 @@ std::pair<int, int> SharingAdmission::prompt_and_reused(int request) const {
 }
 
 void SharingAdmission::add_request_json(int request, nlohmann::json& entry) const {
+  if (!submitted(request)) return;  // max_new_tokens 0: finished on arrival, never admitted
   const auto [prompt, reused] = prompt_and_reused(request);
   entry["request"] = prompt;
   entry["prompt_tokens_reused"] = reused;
 }
 
 std::string SharingAdmission::describe_request(int request) const {
+  if (!submitted(request)) return "";  // max_new_tokens 0: finished on arrival, never admitted
   const auto [prompt, reused] = prompt_and_reused(request);
   return fmt::format(" (prompt {}, {} prompt tokens from the cache)", prompt, reused);
 }

@@ -26,9 +26,27 @@ ContinuousBatching::ContinuousBatching(std::unique_ptr<ch04::SharedCache> cache,
 void ContinuousBatching::submit(int id, const Request& request) {
   if (request.fork_of >= 0)
     throw UsageError("continuous batching serves requests of their own prompts, not forks");
-  const int got = scheduler_.submit(request.prompt, request.max_new_tokens);
-  if (got != id)
-    throw std::logic_error(fmt::format("continuous batching: request {} got id {}", id, got));
+  const int own = scheduler_.submit(request.prompt, request.max_new_tokens);
+  if (own != static_cast<int>(request_of_.size()) || id < 0)
+    throw std::logic_error(fmt::format("continuous batching: request {} got id {}", id, own));
+  request_of_.push_back(id);
+  if (static_cast<int>(own_of_.size()) <= id) own_of_.resize(static_cast<std::size_t>(id) + 1, -1);
+  own_of_[id] = own;
+}
+
+int ContinuousBatching::own_id(int request) const {
+  if (request < 0 || request >= static_cast<int>(own_of_.size()) || own_of_[request] < 0)
+    throw std::logic_error(
+        fmt::format("continuous batching: request {} was never submitted", request));
+  return own_of_[request];
+}
+
+StepPlan ContinuousBatching::schedule() {
+  StepPlan plan = scheduler_.schedule();
+  for (int& r : plan.logit_requests) r = request_of_[r];
+  for (int& r : plan.admitted) r = request_of_[r];
+  for (auto& refused : plan.refused) refused.first = request_of_[refused.first];
+  return plan;
 }
 
 KvUsage ContinuousBatching::usage() {
@@ -58,12 +76,13 @@ void ContinuousBatching::check_drained() const {
 }
 
 void ContinuousBatching::add_request_json(int request, nlohmann::json& entry) const {
-  entry["preemptions"] = request < scheduler_.num_requests() ? scheduler_.preemptions(request) : 0;
+  const bool run = request < static_cast<int>(own_of_.size()) && own_of_[request] >= 0;
+  entry["preemptions"] = run ? scheduler_.preemptions(own_of_[request]) : 0;
 }
 
 std::string ContinuousBatching::describe_request(int request) const {
-  return fmt::format(", {} preemptions",
-                     request < scheduler_.num_requests() ? scheduler_.preemptions(request) : 0);
+  const bool run = request < static_cast<int>(own_of_.size()) && own_of_[request] >= 0;
+  return fmt::format(", {} preemptions", run ? scheduler_.preemptions(own_of_[request]) : 0);
 }
 
 void ContinuousBatching::add_json(nlohmann::json& root, const ServeResult&) const {

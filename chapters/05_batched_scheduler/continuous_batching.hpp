@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <vector>
 
 #include "chapters/04_cow_prefix_sharing/shared_cache.hpp"
 #include "chapters/05_batched_scheduler/scheduler.hpp"
@@ -21,9 +22,9 @@ class ContinuousBatching final : public ServingPolicy {
                      PoolSize pool, SchedulerConfig limits);
 
   void submit(int id, const Request& request) override;
-  StepPlan schedule() override { return scheduler_.schedule(); }
-  void append(int request, int token) override { scheduler_.append(request, token); }
-  void finish(int request) override { scheduler_.finish(request); }
+  StepPlan schedule() override;
+  void append(int request, int token) override { scheduler_.append(own_id(request), token); }
+  void finish(int request) override { scheduler_.finish(own_id(request)); }
   [[nodiscard]] bool idle() const override { return scheduler_.idle(); }
   [[nodiscard]] int running() const override { return scheduler_.num_running(); }
   KVCache& cache() override { return *cache_; }
@@ -56,6 +57,13 @@ class ContinuousBatching final : public ServingPolicy {
   PoolSize pool_;
   SchedulerConfig limits_;
   std::size_t peak_cached_ = 0;  // most bytes the prefix index kept of finished requests
+  // The scheduler numbers the requests it is given from 0; the loop never gives it one with no
+  // token to generate, so its ids and the run's part there.
+  std::vector<int> request_of_;  // scheduler id -> the run's request id
+  std::vector<int> own_of_;      // the run's request id -> scheduler id; -1: never submitted
+
+  /// The scheduler's id of request `request`; throws std::logic_error for one never submitted.
+  [[nodiscard]] int own_id(int request) const;
 };
 
 }  // namespace kvheap::ch05

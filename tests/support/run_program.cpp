@@ -44,7 +44,8 @@ std::string slurp(const std::string& path) {
 }
 }  // namespace
 
-ProgramResult run_program(const std::string& program, const std::vector<std::string>& args) {
+ProgramResult run_program(const std::string& program, const std::vector<std::string>& args,
+                          const std::string& stdout_path) {
   const char* bin_dir = std::getenv("KVHEAP_BIN_DIR");
   if (bin_dir == nullptr) throw std::runtime_error("KVHEAP_BIN_DIR is not set (ctest sets it)");
   const std::string exe = (std::filesystem::path(bin_dir) / program).string();
@@ -61,7 +62,11 @@ ProgramResult run_program(const std::string& program, const std::vector<std::str
 
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  if (stdout_path.empty()) {
+    posix_spawn_file_actions_addopen(&fa, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  } else {
+    posix_spawn_file_actions_addopen(&fa, 1, stdout_path.c_str(), O_WRONLY, 0);
+  }
   posix_spawn_file_actions_addopen(&fa, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
   pid_t pid = 0;
   const int rc = posix_spawn(&pid, exe.c_str(), &fa, nullptr, argv.data(), environ);
@@ -71,7 +76,7 @@ ProgramResult run_program(const std::string& program, const std::vector<std::str
   waitpid(pid, &status, 0);
   ProgramResult r;
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  r.out = slurp(out_path);
+  if (stdout_path.empty()) r.out = slurp(out_path);
   r.err = slurp(err_path);
   std::filesystem::remove(out_path);
   std::filesystem::remove(err_path);

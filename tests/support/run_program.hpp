@@ -14,8 +14,10 @@ struct ProgramResult {
 };
 
 /// \brief Runs `program` (a target name such as "ch01_cpu_reference", found in KVHEAP_BIN_DIR)
-/// with `args`, without a shell, and waits for it.
-ProgramResult run_program(const std::string& program, const std::vector<std::string>& args);
+/// with `args`, without a shell, and waits for it. With `stdout_path` its standard output goes
+/// to that file instead (/dev/full, say), and `out` stays empty.
+ProgramResult run_program(const std::string& program, const std::vector<std::string>& args,
+                          const std::string& stdout_path = "");
 
 /// \brief Expects the answer to bad input: one line on stderr that contains `needle`, nothing on
 /// stdout.

@@ -1,0 +1,156 @@
+// Runs that cannot do what was asked say so and exit non-zero, and runs that can do it do not
+// hang: requests with nothing to generate, arrivals far in the future, a pool past the host's
+// memory, requests turned away, output that cannot be written, token ids out of range. Every
+// case is a row of docs/pages/bad_inputs.md. Part of the test_cli program.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tests/support/run_program.hpp"
+
+namespace kvheap {
+namespace {
+
+using test::expect_one_line_error;
+using test::run_program;
+
+const std::vector<std::string> kChapters = {"ch01_cpu_reference", "ch02_contiguous_gpu",
+                                            "ch03_paged_blocks", "ch04_cow_prefix_sharing",
+                                            "ch05_batched_scheduler"};
+
+/// Writes `lines` to a workload file in the test's temporary folder and returns its path.
+std::string workload(const std::string& name, const std::vector<std::string>& lines) {
+  const std::string path = testing::TempDir() + "/" + name + ".jsonl";
+  std::ofstream f(path);
+  for (const std::string& line : lines) f << line << "\n";
+  return path;
+}
+
+std::vector<std::string> tiny(std::vector<std::string> args) {
+  args.insert(args.begin(), {"--model", "tiny", "--no-peak", "--device", "cpu"});
+  return args;
+}
+
+// Requests with nothing to generate finish on arrival, beside ones that run, in every chapter
+// (chapter 4 once failed describing them; chapter 5 once numbered the rest wrong).
+TEST(Cli, RequestsWithNoNewTokensAreServedBesideOthersInEveryChapter) {
+  const std::string w =
+      workload("zero_tokens", {R"({"prompt_ids": [1, 2, 3], "max_new_tokens": 0})",
+                               R"({"prompt_ids": [1, 5], "max_new_tokens": 3})",
+                               R"({"prompt_ids": [1, 7], "max_new_tokens": 0})"});
+  for (const std::string& chapter : kChapters) {
+    std::vector<std::string> args = tiny({"--workload", w, "--json", "--ignore-eos"});
+    if (chapter == "ch04_cow_prefix_sharing") args.insert(args.end(), {"--samples", "1"});
+    const auto r = run_program(chapter, args);
+    ASSERT_EQ(r.exit_code, 0) << chapter << ": " << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["serving"]["generated_tokens"], 3) << chapter;
+  }
+  const auto r = run_program("ch04_cow_prefix_sharing",
+                             tiny({"--prompt-ids", "1,2", "--max-new-tokens", "0"}));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("0 generated (max_new_tokens)"), std::string::npos) << r.out;
+}
+
+// An arrival past a day is refused at parse time, naming the line and the bound, in every
+// chapter that reads workloads; before, the loop slept until it (1e6 s) or spun forever (1e308).
+TEST(Cli, ArrivalsMoreThanADayAwayAreRefused) {
+  for (const char* at : {"1e308", "1e6", "86400.5"}) {
+    const std::string w = workload(
+        "far", {std::string(R"({"prompt_ids": [1, 2, 3], "max_new_tokens": 4, "arrival_s": )") +
+                at + "}"});
+    for (const std::string& chapter : kChapters) {
+      const auto r = run_program(chapter, tiny({"--workload", w}));
+      EXPECT_EQ(r.exit_code, 1) << chapter << " " << at;
+      expect_one_line_error(r, "line 1: 'arrival_s' is ");
+      expect_one_line_error(r, "an arrival must be at most 86400 s (a day)");
+    }
+  }
+}
+
+// A wait for a late arrival says what it waits for.
+TEST(Cli, WaitingForALateArrivalSaysSo) {
+  const std::string w =
+      workload("late", {R"({"prompt_ids": [1, 2, 3], "max_new_tokens": 2, "arrival_s": 3.2})"});
+  const auto r = run_program("ch03_paged_blocks", tiny({"--workload", w}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("waiting for request 0, which arrives at 3.2 s"), std::string::npos)
+      << r.err;
+}
+
+// A pool larger than the memory the host has left is refused before it is committed (the run
+// was killed by the kernel, or swapped for minutes, before).
+TEST(Cli, PoolPastTheHostsAvailableMemoryExitsOne) {
+  for (const char* chapter :
+       {"ch03_paged_blocks", "ch04_cow_prefix_sharing", "ch05_batched_scheduler"}) {
+    const auto r = run_program(chapter, tiny({"--prompt-ids", "1,2", "--kv-budget-mb", "1000000"}));
+    EXPECT_EQ(r.exit_code, 1) << chapter;
+    expect_one_line_error(r, "needs 1000000 MB, more than this host's available memory (");
+  }
+}
+
+// Requests turned away: the report still prints, and the run exits 1 with one line saying how
+// many and why (chapter 4 exited 0 after "0 served").
+TEST(Cli, RequestsTurnedAwayExitOne) {
+  const auto r = run_program("ch04_cow_prefix_sharing",
+                             tiny({"--prompt-ids", "1,2", "--num-seqs", "2", "--max-new-tokens",
+                                   "90", "--kv-budget-mb", "0.05"}));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("0 served, 8 not admitted"), std::string::npos) << r.out;
+  EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << r.err;
+  EXPECT_NE(r.err.find("8 of 8 requests not admitted: request 0 not admitted: its 4 samples need"),
+            std::string::npos)
+      << r.err;
+}
+
+// A block longer than the model's context is a bad flag in every paged chapter (chapter 3 once
+// reported figures for 0.2 blocks per sequence; chapter 4 turned every request away).
+TEST(Cli, BlockSizeAboveMaxSeqLenExitsTwo) {
+  for (const char* chapter :
+       {"ch03_paged_blocks", "ch04_cow_prefix_sharing", "ch05_batched_scheduler"}) {
+    const auto r = run_program(chapter, tiny({"--prompt-ids", "1,2", "--block-size", "97"}));
+    EXPECT_EQ(r.exit_code, 2) << chapter;
+    expect_one_line_error(r, "--block-size 97 is more than the model's max_seq_len of 96");
+  }
+}
+
+// Output that never reaches its file is a failure: stdout on a full disk, a pool map that
+// cannot be written, and an empty --pool-map.
+TEST(Cli, OutputThatCannotBeWrittenExitsOne) {
+  for (const std::string& chapter : kChapters) {
+    const auto r = run_program(chapter, tiny({"--prompt-ids", "1,2", "--json"}), "/dev/full");
+    EXPECT_EQ(r.exit_code, 1) << chapter;
+    expect_one_line_error(r, "cannot write the output to stdout: No space left on device");
+  }
+  const auto map =
+      run_program("ch03_paged_blocks", tiny({"--prompt-ids", "1,2", "--pool-map", "/dev/full"}));
+  EXPECT_EQ(map.exit_code, 1);
+  EXPECT_NE(map.err.find("--pool-map: cannot write '/dev/full': No space left on device"),
+            std::string::npos)
+      << map.err;
+  const auto empty =
+      run_program("ch03_paged_blocks", tiny({"--prompt-ids", "1,2", "--pool-map", ""}));
+  EXPECT_EQ(empty.exit_code, 2);
+  expect_one_line_error(empty, "--pool-map: the value is empty; expected a file name");
+}
+
+// One flag, one exit code: an id past the vocabulary exits 2 however large it is; the same ids
+// in a --prompts file are bad file content (1), named with the file and the line.
+TEST(Cli, TokenIdsOutOfRangeExitAlikeAndNameTheirFileLine) {
+  for (const char* ids : {"1,128", "1,2147483648", "1,99999999999999999999", "1,-3"}) {
+    const auto r = run_program("ch01_cpu_reference", tiny({"--prompt-ids", ids}));
+    EXPECT_EQ(r.exit_code, 2) << ids;
+    expect_one_line_error(r, "is out of range: the model's vocabulary has 128 tokens (ids 0..127)");
+  }
+  const std::string path = testing::TempDir() + "/ids.txt";
+  std::ofstream(path) << "1,2\n1,2147483648\n";
+  const auto r = run_program("ch01_cpu_reference", tiny({"--prompts", path}));
+  EXPECT_EQ(r.exit_code, 1);
+  expect_one_line_error(r, "--prompts '" + path + "' line 2: element 2 ('2147483648') is out of");
+}
+
+}  // namespace
+}  // namespace kvheap
