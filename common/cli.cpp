@@ -67,6 +67,18 @@ CLI::Validator number_text(bool is_unsigned) {
       "");
 }
 
+/// CLI11's message for a parse error, in the words of the rest of kvheap's where CLI11's own do
+/// not say what to do: a flag given twice.
+std::string usage_message(const std::string& what) {
+  // "--max-new-tokens: At Most 1 required but received 2"
+  const std::string marker = ": At Most 1 required but received ";
+  const std::size_t at = what.find(marker);
+  if (at != std::string::npos && what.rfind("--", 0) == 0)
+    return fmt::format("{} is given {} times; give it once", what.substr(0, at),
+                       what.substr(at + marker.size()));
+  return what;
+}
+
 }  // namespace
 
 Flag& Flag::show_default() {
@@ -177,11 +189,17 @@ void add_common_options(CommandLine& cli, CommonOptions& o, const std::string& n
       .excludes(cli.get("--prompt-ids"))
       .excludes(cli.get("--chat"))
       .excludes(cli.get("--prompts"));
-  cli.option("--device", o.device, "Where to run: cpu or cuda").show_default();
+  cli.option("--device", o.device,
+             "Where to run: cpu or cuda; in chapter 2 also auto, its default: cuda when a GPU "
+             "is found, else cpu")
+      .show_default();
   cli.option("--weight-dtype", o.weight_dtype, "Weights on the device: fp32, fp16 or bf16")
       .show_default();
   cli.option("--kv-dtype", o.kv_dtype, "KV cache element type: fp32, fp16 or bf16").show_default();
-  cli.option("--kv-budget-mb", o.kv_budget_mb, "Cap on KV cache memory in MB; 0 = no cap")
+  cli.option("--kv-budget-mb", o.kv_budget_mb,
+             "Cap on KV cache memory in MB; 0 = the chapter's own: no cap in chapter 1, which "
+             "reserves as "
+             "requests arrive; max_seq_len for every request in chapters 2-5")
       .show_default();
   cli.option("--threads", o.threads, "CPU threads; 0 = all cores").show_default();
   cli.flag("--json", o.json, "Print one JSON object instead of the report");
@@ -203,7 +221,8 @@ int run_cli(CommandLine& cli, int argc, char** argv, const std::function<void()>
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::cerr << app.get_name() << ": " << e.what() << " (run with --help for usage)\n";
+    std::cerr << app.get_name() << ": " << usage_message(e.what())
+              << " (run with --help for usage)\n";
     return 2;
   }
   try {
@@ -282,11 +301,12 @@ std::size_t kv_budget_bytes(const CommonOptions& o) {
   const double mb = o.kv_budget_mb;
   // Written so that NaN fails too; inf and huge values would be undefined in the conversion.
   if (!(mb >= 0.0 && mb <= 1e12))
-    throw UsageError(
-        fmt::format("--kv-budget-mb must be a number of MB from 0 (no cap) to 1e12, got {}", mb));
+    throw UsageError(fmt::format(
+        "--kv-budget-mb must be a number of MB from 0 (the default) to 1e12, got {}", mb));
   const auto bytes = static_cast<std::size_t>(mb * 1e6);
   if (mb > 0.0 && bytes == 0)  // would read as 0 = no cap: the opposite of what was asked
-    throw UsageError(fmt::format("--kv-budget-mb {} is less than one byte; give 0 for no cap", mb));
+    throw UsageError(
+        fmt::format("--kv-budget-mb {} is less than one byte; give 0 for the default", mb));
   return bytes;
 }
 

@@ -102,7 +102,7 @@ struct CommonOptions {
   std::string device = "cpu";         ///< cpu or cuda (auto where a chapter allows it)
   std::string weight_dtype = "fp32";  ///< weights as the forward pass reads them
   std::string kv_dtype = "fp32";      ///< KV storage type: fp32, fp16, bf16
-  double kv_budget_mb = 0.0;          ///< 0 = no cap
+  double kv_budget_mb = 0.0;          ///< 0 = the chapter's default (kv_budget_bytes)
   int threads = 0;                    ///< 0 = all cores
   bool json = false;                  ///< print one JSON object instead of the report
   bool ignore_eos = false;            ///< generate exactly max_new_tokens
@@ -143,7 +143,8 @@ SamplerConfig sampler_config(const CommonOptions& o);
 /// a negative count or more than 16 threads per core.
 int apply_threads(const CommonOptions& o);
 
-/// \brief --kv-budget-mb in bytes (0 = no cap). Throws UsageError for a negative, NaN or
+/// \brief --kv-budget-mb in bytes (0 = the chapter's default: no cap in chapter 1; a pool of
+/// max_seq_len for every request in chapters 2-5). Throws UsageError for a negative, NaN or
 /// infinite value, or one beyond what a byte count can hold.
 std::size_t kv_budget_bytes(const CommonOptions& o);
 

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <filesystem>
 
 #include "base/error.hpp"
@@ -12,13 +13,69 @@
 
 namespace kvheap {
 
+namespace {
+
+/// The first element of `n` at `p` that is not finite, or n when all are.
+std::size_t first_non_finite(const float* p, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i)
+    if (!std::isfinite(p[i])) return i;
+  return n;
+}
+
+}  // namespace
+
+void check_weights_finite(const ModelWeights& w, const std::string& source) {
+  const ModelConfig& c = w.config;
+  const auto dim = static_cast<std::size_t>(c.dim);
+  const auto check = [&](const float* p, std::size_t rows, std::size_t cols,
+                         const std::string& name) {
+    if (p == nullptr) return;
+    const std::size_t i = first_non_finite(p, rows * cols);
+    if (i == rows * cols) return;
+    throw InputError(fmt::format(
+        "{}: weight tensor {} [{} x {}] holds {} at row {}, column {}; a non-finite weight makes "
+        "every logit NaN: the file is corrupt, or was saved from a model that diverged",
+        source, name, rows, cols, std::isnan(p[i]) ? "NaN" : (p[i] > 0 ? "+inf" : "-inf"), i / cols,
+        i % cols));
+  };
+  const auto vocab = static_cast<std::size_t>(c.vocab_size);
+  const auto q_dim = static_cast<std::size_t>(c.n_heads) * c.head_dim;
+  const auto kv_dim = static_cast<std::size_t>(c.kv_dim());
+  const auto hidden = static_cast<std::size_t>(c.hidden_dim);
+  const auto hd = static_cast<std::size_t>(c.head_dim);
+  check(w.token_embedding, vocab, dim, "token_embedding");
+  for (std::size_t l = 0; l < w.layers.size(); ++l) {
+    const LayerWeights& L = w.layers[l];
+    const auto name = [&](const char* t) { return fmt::format("layers.{}.{}", l, t); };
+    check(L.attn_norm, 1, dim, name("attn_norm"));
+    check(L.wq, q_dim, dim, name("wq"));
+    check(L.wk, kv_dim, dim, name("wk"));
+    check(L.wv, kv_dim, dim, name("wv"));
+    check(L.wo, dim, q_dim, name("wo"));
+    check(L.bq, 1, q_dim, name("bq"));
+    check(L.bk, 1, kv_dim, name("bk"));
+    check(L.bv, 1, kv_dim, name("bv"));
+    check(L.q_norm, 1, hd, name("q_norm"));
+    check(L.k_norm, 1, hd, name("k_norm"));
+    check(L.ffn_norm, 1, dim, name("ffn_norm"));
+    check(L.w1, hidden, dim, name("w1"));
+    check(L.w2, dim, hidden, name("w2"));
+    check(L.w3, hidden, dim, name("w3"));
+  }
+  check(w.final_norm, 1, dim, "final_norm");
+  if (w.classifier != w.token_embedding) check(w.classifier, vocab, dim, "classifier");
+}
+
 ModelWeights load_model(const std::string& spec, std::uint64_t seed) {
   if (is_preset(spec)) return make_synthetic_weights(preset(spec), seed);
   namespace fs = std::filesystem;
   std::error_code ec;
   const fs::file_status st = fs::status(spec, ec);
-  if (fs::is_directory(st)) return load_safetensors(spec);
-  if (fs::is_regular_file(st)) return load_llama2c(spec);
+  if (fs::is_directory(st) || fs::is_regular_file(st)) {
+    ModelWeights w = fs::is_directory(st) ? load_safetensors(spec) : load_llama2c(spec);
+    check_weights_finite(w, fmt::format("--model '{}'", spec));
+    return w;
+  }
   // Something exists there but is neither: say what, rather than "not an existing file".
   if (fs::exists(st))
     require_regular_file(spec, "--model",

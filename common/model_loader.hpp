@@ -14,4 +14,9 @@ namespace kvheap {
 /// spec and the three accepted forms when it is none of them.
 ModelWeights load_model(const std::string& spec, std::uint64_t seed = 0);
 
+/// \brief Throws InputError, naming `source`, the tensor, the value and its row and column, at the
+/// first weight that is NaN or infinite: such a weight would make every logit NaN, found only
+/// after a forward pass. load_model checks every checkpoint it reads.
+void check_weights_finite(const ModelWeights& w, const std::string& source);
+
 }  // namespace kvheap

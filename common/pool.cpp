@@ -23,9 +23,13 @@ int blocks_for_budget(const ModelConfig& c, DType kv, std::size_t budget_bytes, 
   const std::size_t per_block = kv_bytes_per_token(c, kv) * static_cast<std::size_t>(block_size);
   const std::size_t blocks = budget_bytes / per_block;
   const std::size_t need = (static_cast<std::size_t>(min_tokens) + block_size - 1) / block_size;
-  if (blocks < need || blocks == 0)
+  if (blocks == 0)
+    throw ResourceError(
+        fmt::format("KV budget of {:.6g} MB does not hold one block of {} tokens ({:.6g} MB)",
+                    budget_bytes / 1e6, block_size, per_block / 1e6));
+  if (blocks < need)
     throw ResourceError(fmt::format(
-        "KV budget of {:.3f} MB holds {} blocks of {} tokens ({:.3f} MB each), fewer than the {} "
+        "KV budget of {:.6g} MB holds {} blocks of {} tokens ({:.6g} MB each), fewer than the {} "
         "blocks one sequence of {} tokens needs",
         budget_bytes / 1e6, blocks, block_size, per_block / 1e6, need, min_tokens));
   if (blocks > (std::size_t{1} << 30))

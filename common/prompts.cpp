@@ -40,7 +40,13 @@ std::vector<std::vector<int>> load_prompts(const CommonOptions& o, int copies,
     try {
       out.push_back(tok ? tok->encode(line, true) : parse_token_ids(line, c.vocab_size, where));
     } catch (const UsageError& e) {  // a bad line is bad file content (exit 1), not a bad flag
-      throw InputError(e.what());
+      // Without a tokenizer every line must be ids; a line of words most likely wanted one.
+      const bool words = line.find_first_of("0123456789") == std::string::npos;
+      throw InputError(fmt::format(
+          "{}{}", e.what(),
+          words ? "; a line of text needs a tokenizer: --tokenizer, or a --model folder that "
+                  "ships one"
+                : ""));
     }
   }
   if (out.empty()) throw InputError(fmt::format("--prompts: '{}' holds no prompt", prompts_file));

@@ -40,7 +40,8 @@ long ServeResult::generated_tokens() const {
   return n;
 }
 
-void check_generation_fits(std::size_t prompt_tokens, int max_new_tokens, const ModelConfig& c) {
+void check_generation_fits(std::size_t prompt_tokens, int max_new_tokens, const ModelConfig& c,
+                           const std::string& what) {
   if (prompt_tokens == 0)
     throw InputError(
         "the prompt is empty: give --prompt text or --prompt-ids with at least one "
@@ -51,14 +52,14 @@ void check_generation_fits(std::size_t prompt_tokens, int max_new_tokens, const 
                     "(max_seq_len); shorten the prompt",
                     prompt_tokens, c.max_seq_len));
   if (max_new_tokens < 0)
-    throw UsageError(fmt::format("--max-new-tokens must be >= 0, got {}", max_new_tokens));
+    throw UsageError(fmt::format("{} must be >= 0, got {}", what, max_new_tokens));
   // The last generated token is never fed back, so the context must hold prompt + new - 1.
   if (positions_stored(prompt_tokens, max_new_tokens) > c.max_seq_len) {
     const std::size_t room = static_cast<std::size_t>(c.max_seq_len) - prompt_tokens + 1;
     throw UsageError(
-        fmt::format("--max-new-tokens {} runs past the context: the prompt uses {} of "
+        fmt::format("{} {} runs past the context: the prompt uses {} of "
                     "{} positions, so at most {} new tokens fit",
-                    max_new_tokens, prompt_tokens, c.max_seq_len, room));
+                    what, max_new_tokens, prompt_tokens, c.max_seq_len, room));
   }
 }
 

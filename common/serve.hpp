@@ -223,8 +223,10 @@ ServeResult serve(ServingPolicy& policy, Backend& backend, const std::vector<Req
                   const ModelConfig& config, const ServeHooks& hooks = {});
 
 /// \brief Checks a prompt and token budget against the model's context; throws InputError for an
-/// empty or too-long prompt and UsageError when --max-new-tokens runs past the context.
-void check_generation_fits(std::size_t prompt_tokens, int max_new_tokens, const ModelConfig& c);
+/// empty or too-long prompt and UsageError when the new tokens run past the context, naming them
+/// as `what` says: the flag, or a workload line's field (parse_workload makes that InputError).
+void check_generation_fits(std::size_t prompt_tokens, int max_new_tokens, const ModelConfig& c,
+                           const std::string& what = "--max-new-tokens");
 
 /// \brief Positions a generation of up to `max_new_tokens` after a prompt of `prompt_tokens`
 /// stores at most: prompt + new - 1, since the last token generated is never fed back; 0 when

@@ -23,6 +23,21 @@ std::string_view trim(std::string_view s) {
 
 }  // namespace
 
+std::string quoted_excerpt(std::string_view text, std::size_t most) {
+  std::string out = "'";
+  for (std::size_t i = 0; i < text.size() && i < most; ++i) {
+    const auto ch = static_cast<unsigned char>(text[i]);
+    if (ch >= 0x20 && ch < 0x7f && ch != '\'' && ch != '\\') {
+      out += static_cast<char>(ch);
+    } else {
+      out += fmt::format("\\x{:02x}", ch);
+    }
+  }
+  out += "'";
+  if (text.size() > most) out += fmt::format(" (its first {} of {} bytes)", most, text.size());
+  return out;
+}
+
 std::vector<int> parse_token_ids(std::string_view text, int vocab_size, std::string_view flag) {
   constexpr std::string_view kExpected = "expected comma-separated token ids like 1,2,3";
   if (vocab_size <= 0) {
@@ -50,12 +65,12 @@ std::vector<int> parse_token_ids(std::string_view text, int vocab_size, std::str
     const auto [ptr, ec] = std::from_chars(first, last, id);
     if (ec == std::errc::result_out_of_range) {  // outside the vocabulary, as 512 of 512 is
       throw UsageError(fmt::format(
-          "{}: element {} ('{}') is out of range: the model's vocabulary has {} tokens (ids 0..{})",
-          flag, position, element, vocab_size, vocab_size - 1));
+          "{}: element {} ({}) is out of range: the model's vocabulary has {} tokens (ids 0..{})",
+          flag, position, quoted_excerpt(element), vocab_size, vocab_size - 1));
     }
     if (ec != std::errc() || ptr != last) {
-      throw UsageError(fmt::format("{}: element {} ('{}') is not an integer; {}", flag, position,
-                                   element, kExpected));
+      throw UsageError(fmt::format("{}: element {} ({}) is not an integer; {}", flag, position,
+                                   quoted_excerpt(element), kExpected));
     }
     if (id < 0 || id >= vocab_size) {
       throw UsageError(

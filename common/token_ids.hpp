@@ -2,10 +2,17 @@
 // vocabulary ships without a tokenizer (stories260K) and for exact, tokenizer-free prompts.
 #pragma once
 
+#include <cstddef>
+#include <string>
 #include <string_view>
 #include <vector>
 
 namespace kvheap {
+
+/// \brief `text` for a message: in single quotes, at most `most` bytes of it, each byte that is
+/// not printable ASCII (or is a quote or backslash) written \xNN, and when cut, how long it was.
+/// A 10 MB line, raw binary or a NUL byte then make one short, readable line.
+[[nodiscard]] std::string quoted_excerpt(std::string_view text, std::size_t most = 60);
 
 /// \brief Parses comma-separated token ids such as "1, 403,407" into a list.
 ///

@@ -124,7 +124,11 @@ std::vector<Request> parse_workload(std::string_view text, const std::string& na
                            : default_max_new_tokens;
     if (f.has("stop_ids")) r.stop_ids = f.ids("stop_ids", c, false);
     try {
-      check_generation_fits(r.prompt.size(), r.max_new_tokens, c);
+      check_generation_fits(r.prompt.size(), r.max_new_tokens, c,
+                            f.has("max_new_tokens")
+                                ? std::string("'max_new_tokens'")
+                                : std::string("--max-new-tokens (the line gives no "
+                                              "'max_new_tokens')"));
     } catch (const Error& e) {
       f.fail(e.what());
     }

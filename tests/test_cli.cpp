@@ -254,10 +254,18 @@ TEST(Cli, Chapter3SequencesBeyondTheBudgetWaitForTheNextBatch) {
 }
 
 TEST(Cli, Chapter3BudgetTooSmallForOneSequenceExitsOne) {
-  const auto r = run_program("ch03_paged_blocks", {"--model", "tiny", "--kv-budget-mb", "0.001",
+  // 0.01 MB is one block of 16 (8192 B): a sequence of 1 + 39 positions needs 3.
+  const auto r = run_program("ch03_paged_blocks", {"--model", "tiny", "--kv-budget-mb", "0.01",
                                                    "--max-new-tokens", "40", "--no-peak"});
   EXPECT_EQ(r.exit_code, 1);
-  expect_one_line_error(r, "fewer than");
+  expect_one_line_error(r,
+                        "holds 1 blocks of 16 tokens (0.008192 MB each), fewer than the 3 "
+                        "blocks one sequence of 40 tokens needs");
+  // Below one block, the message says so rather than "0 blocks, fewer than ..."
+  const auto none =
+      run_program("ch03_paged_blocks", {"--model", "tiny", "--kv-budget-mb", "0.001", "--no-peak"});
+  EXPECT_EQ(none.exit_code, 1);
+  expect_one_line_error(none, "KV budget of 0.001 MB does not hold one block of 16 tokens");
 }
 
 // The pool is sized for what a sequence stores, prompt + new - 1 positions: a prompt that fills
@@ -331,7 +339,7 @@ TEST(Cli, EmptyAndNegativeNumbersExitTwo) {
 }
 
 // Every chapter reads --kv-budget-mb the same way: NaN, infinity and a budget under one byte
-// (which would read as 0 = no cap) are usage errors.
+// (which would read as 0, the default) are usage errors.
 TEST(Cli, KvBudgetThatIsNotABudgetExitsTwoInEveryChapter) {
   for (const char* chapter :
        {kCh01, "ch02_contiguous_gpu", "ch03_paged_blocks", "ch04_cow_prefix_sharing"}) {

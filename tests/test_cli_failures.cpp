@@ -4,11 +4,15 @@
 // case is a row of docs/pages/bad_inputs.md. Part of the test_cli program.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "common/model_config.hpp"
+#include "common/weights.hpp"
+#include "tests/support/checkpoint_writers.hpp"
 #include "tests/support/run_program.hpp"
 
 namespace kvheap {
@@ -29,8 +33,8 @@ std::string workload(const std::string& name, const std::vector<std::string>& li
   return path;
 }
 
-std::vector<std::string> tiny(std::vector<std::string> args) {
-  args.insert(args.begin(), {"--model", "tiny", "--no-peak", "--device", "cpu"});
+std::vector<std::string> tiny(std::vector<std::string> args, const std::string& model = "tiny") {
+  args.insert(args.begin(), {"--model", model, "--no-peak", "--device", "cpu"});
   return args;
 }
 
@@ -150,6 +154,61 @@ TEST(Cli, TokenIdsOutOfRangeExitAlikeAndNameTheirFileLine) {
   const auto r = run_program("ch01_cpu_reference", tiny({"--prompts", path}));
   EXPECT_EQ(r.exit_code, 1);
   expect_one_line_error(r, "--prompts '" + path + "' line 2: element 2 ('2147483648') is out of");
+}
+
+// A --prompts line that cannot be ids: words get a hint about the tokenizer, and a huge or binary
+// line is quoted short and escaped (a 10 MB line once gave a 10 MB message, and a NUL cut it).
+TEST(Cli, BadPromptsLinesAreQuotedShortWithAHint) {
+  const std::string words = testing::TempDir() + "/words.txt";
+  std::ofstream(words) << "Once upon a time\n";
+  const auto r = run_program("ch01_cpu_reference", tiny({"--prompts", words}));
+  EXPECT_EQ(r.exit_code, 1);
+  expect_one_line_error(r, "line 1: element 1 ('Once upon a time') is not an integer");
+  expect_one_line_error(r, "a line of text needs a tokenizer: --tokenizer");
+  const std::string junk = testing::TempDir() + "/junk.txt";
+  std::string line(1 << 20, 'x');
+  line[3] = '\0';
+  line[4] = '\x1b';
+  std::ofstream(junk, std::ios::binary) << "1,2\n" << line << "\n";
+  const auto j = run_program("ch01_cpu_reference", tiny({"--prompts", junk}));
+  EXPECT_EQ(j.exit_code, 1);
+  expect_one_line_error(j, "line 2: element 1 ('xxx\\x00\\x1bxxx");
+  expect_one_line_error(j, "' (its first 60 of 1048576 bytes)) is not an integer");
+  EXPECT_LT(j.err.size(), 400u);
+}
+
+// A non-finite weight is found at load, naming the file and the tensor (it once surfaced as
+// "logit 0 of 512 is NaN" after the first forward pass).
+TEST(Cli, NonFiniteWeightIsNamedAtLoad) {
+  const test::TempDir tmp;
+  const std::string path = tmp.file("nan.bin");
+  ModelWeights w = test::random_weights(preset("tiny"), 3);
+  const_cast<float*>(w.layers[1].wk)[2 * w.config.dim + 5] = std::nanf("");
+  test::write_llama2c(w, path, 1);
+  const auto r = run_program("ch01_cpu_reference", tiny({"--prompt-ids", "1,2"}, path));
+  EXPECT_EQ(r.exit_code, 1);
+  expect_one_line_error(r,
+                        "nan.bin': weight tensor layers.1.wk [32 x 64] holds NaN at row 2, "
+                        "column 5");
+}
+
+// Messages that say what to do: a flag given twice, a budget below one block, a memory size
+// below the weights (the calculator printed that and exited 0).
+TEST(Cli, SmallMistakesAreNamedWithWhatToDo) {
+  const auto twice =
+      run_program("ch01_cpu_reference", tiny({"--max-new-tokens", "2", "--max-new-tokens", "3"}));
+  EXPECT_EQ(twice.exit_code, 2);
+  expect_one_line_error(twice, "--max-new-tokens is given 2 times; give it once");
+  const auto budget =
+      run_program("ch03_paged_blocks", tiny({"--prompt-ids", "1,2", "--kv-budget-mb", "0.0001"}));
+  EXPECT_EQ(budget.exit_code, 1);
+  expect_one_line_error(
+      budget, "KV budget of 0.0001 MB does not hold one block of 16 tokens (0.008192 MB)");
+  const auto memory = run_program("ch01_kv_calculator", {"--model", "tiny", "--memory-gb", "1e-6"});
+  EXPECT_EQ(memory.exit_code, 1);
+  EXPECT_NE(memory.err.find("--memory-gb 1e-06 does not even hold the weights ("),
+            std::string::npos)
+      << memory.err;
 }
 
 }  // namespace

@@ -105,7 +105,18 @@ TEST(Workload, EveryMalformedLineIsNamedWithItsField) {
       {"{\"prompt_ids\": [1], \"max_new_tokens\": -1}", "'max_new_tokens' must be from 0 to 96"},
       {"{\"prompt_ids\": [1], \"max_new_tokens\": \"4\"}", "'max_new_tokens' must be an integer"},
       {"{\"prompt_ids\": [1], \"max_new_tokens\": 97}", "'max_new_tokens' must be from 0 to 96"},
-      {"{\"prompt_ids\": [1, 2, 3], \"max_new_tokens\": 95}", "runs past the context"},
+      {"{\"prompt_ids\": [1, 2, 3], \"max_new_tokens\": 95}",
+       "'max_new_tokens' 95 runs past the context: the prompt uses 3 of 96 positions"},
+      {"{\"prompt_ids\": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, "
+       "21, 22, "
+       "23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, "
+       "45, "
+       "46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63, 64, 65, 66, 67, "
+       "68, "
+       "69, 70, 71, 72, 73, 74, 75, 76, 77, 78, 79, 80, 81, 82, 83, 84, 85, 86, 87, 88, 89, 90, "
+       "91, "
+       "92, 93, 94]}",
+       "--max-new-tokens (the line gives no 'max_new_tokens') 4 runs past the context"},
       {"{\"prompt_ids\": [1], \"stop_ids\": [200]}", "'stop_ids' element 1 is 200"},
       {"{\"prompt_ids\": [1], \"arrival_s\": -0.5}", "'arrival_s' must be a number of seconds"},
       {"{\"prompt_ids\": [1], \"arrival_s\": \"soon\"}", "'arrival_s' must be a number"},

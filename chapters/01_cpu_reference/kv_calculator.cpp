@@ -82,11 +82,10 @@ int main(int argc, char** argv) {
                context, needed / 1e6, c.max_seq_len, reserved / 1e6);
     fmt::print("weights ({}): {:.3f} GB; one full-context sequence's cache is {:.1f} % of that\n",
                dtype_name(wt), weights / 1e9, 100.0 * reserved / weights);
-    if (kv_memory <= 0) {
-      fmt::print("{:.1f} GB of memory does not even hold the weights ({:.1f} GB)\n", memory_gb,
-                 weights / 1e9);
-      return;
-    }
+    if (kv_memory <= 0)  // no sequence fits: the question has no answer, and the run says so
+      throw ResourceError(fmt::format(
+          "--memory-gb {:g} does not even hold the weights ({:.6g} GB); give more than that",
+          memory_gb, weights / 1e9));
     const long fit_reserved = static_cast<long>(kv_memory / reserved);
     const long fit_exact = static_cast<long>(kv_memory / needed);
     fmt::print("memory {:.1f} GB - weights = {:.3f} GB for KV\n", memory_gb, kv_memory / 1e9);
