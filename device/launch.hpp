@@ -11,6 +11,8 @@
 #pragma once
 
 #include <cstddef>
+#include <mutex>
+#include <set>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -144,17 +146,21 @@ void launch(dim3 grid, dim3 block, std::size_t smem_bytes, cudaStream_t stream, 
 
 /// \brief Lets `Kernel` use `smem_bytes` of dynamic shared memory: above 48 KiB a GPU needs the
 /// kernel's opt-in attribute, whose value must not change afterwards, so each kernel (every
-/// template instance its own) asks for one size, the first time this is called. Throws
-/// ResourceError when the device refuses the size.
+/// template instance its own) asks for one size, the first time this is called on each device
+/// (the attribute belongs to the device's context). Throws ResourceError when the device refuses
+/// the size.
 template <auto Kernel>
 void allow_dynamic_smem(std::size_t smem_bytes) {
-  static const bool allowed = [smem_bytes] {
-    KVHEAP_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(Kernel),
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(smem_bytes)));
-    return true;
-  }();
-  (void)allowed;
+  static std::mutex mutex;
+  static std::set<int> devices;  // where the attribute is set
+  int device = 0;
+  KVHEAP_CUDA_CHECK(cudaGetDevice(&device));
+  const std::lock_guard lock(mutex);
+  if (devices.contains(device)) return;
+  KVHEAP_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(Kernel),
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(smem_bytes)));
+  devices.insert(device);
 }
 
 /// \brief Blocks of `Kernel` that one SM of the current device holds at once, at `threads` per

@@ -423,9 +423,10 @@ __global__ void __launch_bounds__(kThreads, min_blocks_per_sm(HD))
   };
 
   // The tiles of window [w0, w1) through the pipeline. Tile n's rows are planned into ring slot
-  // n % kStages two barriers before its copies are queued: at the start for the first kStages
-  // tiles, else at step n - kStages, after the barrier that ends every read of tile n - kStages's
-  // slot (its copies were queued at step n - kStages - (kStages - 1)).
+  // n % kStages at least one barrier before its copies are queued (at step n - kStages + 1): at
+  // the start for the first kStages tiles, else at step n - kStages, after that step's barrier.
+  // The slot's last reader, the copies of tile n - kStages, ran at step n - 2 kStages + 1, a
+  // barrier or more before.
   auto run_window = [&](auto pow2, int w0, int w1, const WindowIndex& wx) {
     const int tiles = (w1 - w0 + kTile - 1) / kTile;
     KVHEAP_UNROLL

@@ -110,6 +110,19 @@ int layout_blocks_per_sm(int head_dim, int g) {
 int paged_blocks_per_sm(int head_dim, int g);
 int shared_prefix_blocks_per_sm(int head_dim, int g);
 
+/// \brief Throws InputError (naming `who`) unless one page of `block_size` rows of `shape` in
+/// `kv` is below 2^31 bytes: the kernel computes a row's offset in its page in 32 bits.
+inline void check_page_bytes(const char* who, int block_size, const AttentionShape& shape,
+                             DType kv) {
+  const long long page = static_cast<long long>(block_size) * shape.n_kv_heads * shape.head_dim *
+                         static_cast<long long>(dtype_size(kv));
+  if (page >= (1LL << 31))
+    throw InputError(std::string(who) + ": a page of " + std::to_string(block_size) + " rows is " +
+                     std::to_string(page) +
+                     " bytes; the kernel addresses a page's rows in 32 bits: give a block size "
+                     "whose page is below 2 GiB");
+}
+
 /// \brief Validates and plans a launch over `loc`; throws InputError for a bad shape or pointer.
 template <class Locator>
 AttentionLaunch<Locator> prepare_launch(const float* q, const void* k_cache, const void* v_cache,

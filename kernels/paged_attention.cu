@@ -5,10 +5,11 @@
 // Nothing about the algorithm changes with paging. The kernel body (decode_attention.cuh) asks its
 // locator where position t of batch row i lives; PagedLocator answers with one lookup in the page
 // table, indices[indptr[row_seq[i]] + t / block_size], instead of chapter 2's base_row[i] + t.
-// row_seq[i] and indptr[...] are read once per block, before the position loop (rows_of), so each
-// position costs one extra (L1-resident) load of a block id, which the kernel's prefetch of the
-// positions ahead overlaps with the K and V loads it feeds. The test KernelCode.* checks the
-// machine code of the loop for that.
+// row_seq[i] and indptr[...] are read once per block (rows_of); the kernel stages a window of the
+// row's page ids in shared memory and turns each tile position into its row's byte offset one
+// pipeline stage before the copies that use it, so the tile loop reads no page id from global
+// memory and costs within a few per cent of the contiguous loop. The KernelCode tests check the
+// machine code of both loops for that (tests/check_attention_loop.py).
 //
 // Bitwise equality with the contiguous cache follows: the same plan (it depends only on the
 // shape), the same per-lane positions, the same reduction trees and merges, and every rounding
@@ -36,6 +37,7 @@ void paged_attention(DType kv, const float* q, const void* k_cache, const void* 
   if (shape.n > 0 &&
       (pages.indptr == nullptr || pages.indices == nullptr || pages.row_seq == nullptr))
     throw InputError("paged_attention: the page table (indptr, indices, row_seq) is missing");
+  if (shape.n > 0) detail::check_page_bytes("paged_attention", pages.block_size, shape, kv);
   detail::launch_decode_attention(kv, q, k_cache, v_cache, n_ctx, pages, shape, out, workspace,
                                   stream, force_splits);
 }

@@ -118,6 +118,7 @@ void shared_prefix_attention(DType kv, const float* q, const void* k_cache, cons
                      "; need at least one slot per block");
   if (shape.n_kv_heads <= 0 || shape.n_heads % shape.n_kv_heads != 0)
     throw InputError("shared_prefix_attention: n_heads must be a multiple of n_kv_heads");
+  detail::check_page_bytes("shared_prefix_attention", pages.block_size, shape, kv);
   const int group = shape.n_heads / shape.n_kv_heads;
   const unsigned threads = static_cast<unsigned>((shape.head_dim + 31) / 32 * 32);
 

@@ -85,7 +85,8 @@ def attention_smem(paged):
 
 def bytes_in_flight(k):
     """K and V bytes a decode-attention kernel keeps loading per SM: the kStages - 1 tiles of
-    each resident block that are in flight while it computes one."""
+    each resident block that are in flight while it computes one. A tile fills its stage at the
+    instance's largest head_dim; the generic instance (head_dim 0) at a smaller one keeps less."""
     threads, dyn = launch_config(k["name"])
     blocks = blocks_per_sm(k["arch"], k["regs"], k["smem"], threads, dyn)
     return (ATTENTION["kStages"] - 1) * ATTENTION["kStageBytes"] * blocks

@@ -193,6 +193,24 @@ TEST(Ch03PagedGpu, PagedAttentionRejectsBlockSizeZero) {
                InputError);
 }
 
+TEST(Ch03PagedGpu, PagedAttentionRejectsAPageOf2GiB) {
+  // The kernel addresses a row inside its page in 32 bits: 2^20 rows of 2 KV heads x 256 fp32
+  // (2 KiB) are a 2 GiB page, refused on the host before anything touches a device.
+  cuda::AttentionWorkspace ws;
+  const cuda::AttentionShape shape{1, 4, 2, 256, 1};
+  const int zero = 0;
+  const PagedLocator loc{&zero, &zero, &zero, &zero, /*block_size=*/1 << 20};
+  try {
+    cuda::paged_attention(DType::F32, nullptr, nullptr, nullptr, nullptr, loc, shape, nullptr, ws);
+    ADD_FAILURE() << "a 2 GiB page was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("is 2147483648 bytes; the kernel addresses a page's rows "
+                                         "in 32 bits"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 /// The contiguous run: batches, and the logits of each step. Sequences 0 and 1 prefill together;
 /// sequence 2's prompt joins at step 2 beside the others' decode rows (a mixed batch). Tokens come
 /// from greedy decoding on this run, so both caches see identical inputs.
