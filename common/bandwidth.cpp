@@ -8,6 +8,7 @@
 #include <fstream>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "base/error.hpp"
@@ -65,9 +66,9 @@ std::size_t physical_memory_bytes() {
   return bytes;
 }
 
-std::size_t available_memory_bytes() {
+std::optional<std::size_t> available_memory_bytes() {
   // MemAvailable: what the kernel can hand out without swapping (free, plus caches it can drop).
-  std::size_t bytes = 0;
+  std::optional<std::size_t> bytes;
   std::ifstream info("/proc/meminfo");
   for (std::string key; info >> key;) {
     std::size_t kib = 0;
@@ -78,27 +79,40 @@ std::size_t available_memory_bytes() {
       break;
     }
   }
-  // In a container, what is left under its cgroup's limit (v2), when that is less.
+  // In a container, what is left under its cgroup's limit (v2), when that is less. The cgroup's
+  // usage counts the page cache too; its inactive files are dropped before anything is killed,
+  // so they count as room, as they do in MemAvailable.
   std::ifstream max_file("/sys/fs/cgroup/memory.max"),
       current_file("/sys/fs/cgroup/memory.current");
   std::string limit;
   std::size_t current = 0;
   if (max_file >> limit && !limit.empty() &&
       limit.find_first_not_of("0123456789") == std::string::npos && current_file >> current) {
+    std::size_t inactive_file = 0;
+    std::ifstream stat("/sys/fs/cgroup/memory.stat");
+    for (std::string key; stat >> key;) {
+      std::size_t value = 0;
+      if (!(stat >> value)) break;
+      if (key == "inactive_file") {
+        inactive_file = value;
+        break;
+      }
+    }
+    const std::size_t used = current - std::min(current, inactive_file);
     const std::size_t cap = std::stoull(limit);
-    const std::size_t room = cap > current ? cap - current : 0;
-    if (bytes == 0 || room < bytes) bytes = room;
+    const std::size_t room = cap > used ? cap - used : 0;
+    if (!bytes || room < *bytes) bytes = room;
   }
   return bytes;
 }
 
 void require_host_memory(std::size_t bytes, const std::string& what) {
-  const std::size_t available = available_memory_bytes();
-  if (available == 0 || bytes <= available) return;
+  const std::optional<std::size_t> available = available_memory_bytes();
+  if (!available || bytes <= *available) return;
   throw ResourceError(fmt::format(
       "{} needs {:.0f} MB, more than this host's available memory ({:.0f} MB of {:.0f} MB); give "
       "a smaller --kv-budget-mb, or fewer or shorter requests",
-      what, static_cast<double>(bytes) / 1e6, static_cast<double>(available) / 1e6,
+      what, static_cast<double>(bytes) / 1e6, static_cast<double>(*available) / 1e6,
       static_cast<double>(physical_memory_bytes()) / 1e6));
 }
 

@@ -4,6 +4,7 @@
 #include <array>
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -24,8 +25,9 @@ std::size_t last_level_cache_bytes();
 std::size_t physical_memory_bytes();
 
 /// \brief Memory this process can still commit, in bytes: /proc/meminfo's MemAvailable, or what
-/// is left under its cgroup's limit when that is less (0 when neither can be read).
-std::size_t available_memory_bytes();
+/// is left under its cgroup's limit (v2; the cgroup's inactive file cache counted as room) when
+/// that is less; nothing when neither can be read.
+std::optional<std::size_t> available_memory_bytes();
 
 /// \brief Throws ResourceError, naming `what`, both sizes and what to change, when `bytes` is more
 /// than available_memory_bytes(); checks nothing when that is unknown.

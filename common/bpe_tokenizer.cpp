@@ -321,8 +321,11 @@ void BpeTokenizer::check_id(int id) const {
                        parts_.present[static_cast<std::size_t>(id)]) ||
                       added_by_id_.contains(id));
   if (!known)
-    throw InputError(fmt::format("token id {} is not in the vocabulary of {} '{}' (ids 0..{})", id,
-                                 parts_.format, parts_.source, vocab_size_ - 1));
+    throw InputError(fmt::format(
+        "token id {} is not in the vocabulary of {} '{}' (ids 0..{}); a model whose ids go past "
+        "its tokenizer's was given a tokenizer of another model, or pads its embedding and "
+        "sampled a padding row",
+        id, parts_.format, parts_.source, vocab_size_ - 1));
 }
 
 std::string BpeTokenizer::piece_text(int id, bool skip_special) const {

@@ -15,6 +15,7 @@
 #include <string>
 #include <type_traits>
 #include <string_view>
+#include <system_error>
 #include <utility>
 
 #include "base/error.hpp"
@@ -229,6 +230,8 @@ int run_cli(CommandLine& cli, int argc, char** argv, const std::function<void()>
     body();
     // Output that never reached stdout (a full disk, --json > /dev/full) is a failure, not a
     // success: flush it here, while the error can still be told.
+    // errno is kept from the failed write itself (it may have happened mid-run, when stdio's
+    // buffer filled), so it is not cleared here.
     std::cout.flush();
     if (!std::cout || std::fflush(stdout) != 0 || std::ferror(stdout) != 0) {
       const int error = errno;
@@ -242,6 +245,9 @@ int run_cli(CommandLine& cli, int argc, char** argv, const std::function<void()>
     return 2;
   } catch (const Error& e) {
     std::cerr << app.get_name() << ": " << e.what() << "\n";
+    return 1;
+  } catch (const std::system_error& e) {  // fmt::print to a stdout that failed mid-run
+    std::cerr << app.get_name() << ": cannot write the output: " << e.what() << "\n";
     return 1;
   } catch (const std::bad_alloc&) {
     std::cerr << app.get_name() << ": out of host memory; try a smaller model or KV budget\n";

@@ -258,7 +258,13 @@ ModelConfig parse_hf_config(const json& j, const std::string& name, const std::s
   if (!j.is_object())
     throw InputError(fmt::format("'{}' must hold a JSON object, got {}", where, j.type_name()));
 
-  const std::string model_type = get_string(j, "model_type", where, "llama");
+  // Without it every field would be read as llama's, which a Qwen or Mistral config is not.
+  if (!j.contains("model_type"))
+    throw InputError(
+        fmt::format("'{}' has no model_type; expected one of {} (a Hugging Face "
+                    "config.json names its architecture there)",
+                    where, fmt::join(kSupportedModelTypes, ", ")));
+  const std::string model_type = get_string(j, "model_type", where, "");
   if (std::find(std::begin(kSupportedModelTypes), std::end(kSupportedModelTypes), model_type) ==
       std::end(kSupportedModelTypes))
     throw InputError(fmt::format("'{}': unsupported model_type '{}'; kvheap loads {}", where,

@@ -36,9 +36,17 @@ TensorExtent tensor_extent(const SafetensorsFile& s, const std::string& name, co
   if (!offsets || offsets->size() != 2)
     throw InputError(where + " has no \"data_offsets\" pair of non-negative integers");
   TensorExtent e{(*offsets)[0], (*offsets)[1], name};
-  if (e.begin > e.end || e.end > s.data_size)
-    throw InputError(fmt::format("{} has data_offsets [{}, {}] outside the {}-byte data region",
-                                 where, e.begin, e.end, s.data_size));
+  if (e.begin > e.end)
+    throw InputError(
+        fmt::format("{} has data_offsets [{}, {}], which end before they begin; "
+                    "expected [begin, end] with begin <= end",
+                    where, e.begin, e.end));
+  // Past the end of the file's bytes: the header describes more data than the file holds.
+  if (e.end > s.data_size)
+    throw InputError(fmt::format(
+        "{} has data_offsets [{}, {}] past the {}-byte data region: the file is truncated, or its "
+        "header is wrong (it needs at least {} bytes of data)",
+        where, e.begin, e.end, s.data_size, e.end));
   return e;
 }
 

@@ -74,9 +74,12 @@ std::unique_ptr<Tokenizer> load_tokenizer_file(const std::string& path, int mode
                       path, kExpected));
   }
   const std::string head = head_of(file);
-  const std::size_t first = head.find_first_not_of(" \t\r\n");
+  // A UTF-8 byte-order mark may open a JSON file; a .json name says JSON whatever follows, so
+  // that a broken one is answered by the JSON reader, not read as llama2.c's binary format.
+  const std::size_t bom = head.rfind("\xEF\xBB\xBF", 0) == 0 ? 3 : 0;
+  const std::size_t first = head.find_first_not_of(" \t\r\n", bom);
   std::unique_ptr<Tokenizer> tok;
-  if (first != std::string::npos && head[first] == '{') {
+  if (fs::path(file).extension() == ".json" || (first != std::string::npos && head[first] == '{')) {
     tok = load_tokenizer_json(file);
   } else if (looks_like_tiktoken(head)) {
     tok = load_tiktoken(file);

@@ -2,14 +2,17 @@
 // hang: requests with nothing to generate, arrivals far in the future, a pool past the host's
 // memory, requests turned away, output that cannot be written, token ids out of range. Every
 // case is a row of docs/pages/bad_inputs.md. Part of the test_cli program.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "common/bandwidth.hpp"
 #include "common/model_config.hpp"
 #include "common/weights.hpp"
 #include "tests/support/checkpoint_writers.hpp"
@@ -25,9 +28,15 @@ const std::vector<std::string> kChapters = {"ch01_cpu_reference", "ch02_contiguo
                                             "ch03_paged_blocks", "ch04_cow_prefix_sharing",
                                             "ch05_batched_scheduler"};
 
-/// Writes `lines` to a workload file in the test's temporary folder and returns its path.
+/// A folder of this test program's own, removed when it ends: concurrent runs do not collide.
+const test::TempDir& scratch() {
+  static const test::TempDir dir;
+  return dir;
+}
+
+/// Writes `lines` to a workload file in scratch() and returns its path.
 std::string workload(const std::string& name, const std::vector<std::string>& lines) {
-  const std::string path = testing::TempDir() + "/" + name + ".jsonl";
+  const std::string path = scratch().file(name + ".jsonl");
   std::ofstream f(path);
   for (const std::string& line : lines) f << line << "\n";
   return path;
@@ -75,24 +84,30 @@ TEST(Cli, ArrivalsMoreThanADayAwayAreRefused) {
   }
 }
 
-// A wait for a late arrival says what it waits for.
+// A wait for a late arrival says what it waits for (when 3 s or more are left: at 4.5 s, the run
+// may take 1.5 s to start waiting).
 TEST(Cli, WaitingForALateArrivalSaysSo) {
   const std::string w =
-      workload("late", {R"({"prompt_ids": [1, 2, 3], "max_new_tokens": 2, "arrival_s": 3.2})"});
+      workload("late", {R"({"prompt_ids": [1, 2, 3], "max_new_tokens": 2, "arrival_s": 4.5})"});
   const auto r = run_program("ch03_paged_blocks", tiny({"--workload", w}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.err.find("waiting for request 0, which arrives at 3.2 s"), std::string::npos)
+  EXPECT_NE(r.err.find("waiting for request 0, which arrives at 4.5 s"), std::string::npos)
       << r.err;
 }
 
 // A pool larger than the memory the host has left is refused before it is committed (the run
 // was killed by the kernel, or swapped for minutes, before).
 TEST(Cli, PoolPastTheHostsAvailableMemoryExitsOne) {
+  // Twice the host's memory, at least a terabyte, under the pool's cap of 2^30 blocks (tiny: 8 KiB
+  // a block of 16): never a pool the host could hold.
+  const double mb =
+      std::min(8e6, std::max(1e6, 2.0 * static_cast<double>(physical_memory_bytes()) / 1e6));
   for (const char* chapter :
        {"ch03_paged_blocks", "ch04_cow_prefix_sharing", "ch05_batched_scheduler"}) {
-    const auto r = run_program(chapter, tiny({"--prompt-ids", "1,2", "--kv-budget-mb", "1000000"}));
+    const auto r = run_program(
+        chapter, tiny({"--prompt-ids", "1,2", "--kv-budget-mb", fmt::format("{:.0f}", mb)}));
     EXPECT_EQ(r.exit_code, 1) << chapter;
-    expect_one_line_error(r, "needs 1000000 MB, more than this host's available memory (");
+    expect_one_line_error(r, "MB, more than this host's available memory (");
   }
 }
 
@@ -149,7 +164,7 @@ TEST(Cli, TokenIdsOutOfRangeExitAlikeAndNameTheirFileLine) {
     EXPECT_EQ(r.exit_code, 2) << ids;
     expect_one_line_error(r, "is out of range: the model's vocabulary has 128 tokens (ids 0..127)");
   }
-  const std::string path = testing::TempDir() + "/ids.txt";
+  const std::string path = scratch().file("ids.txt");
   std::ofstream(path) << "1,2\n1,2147483648\n";
   const auto r = run_program("ch01_cpu_reference", tiny({"--prompts", path}));
   EXPECT_EQ(r.exit_code, 1);
@@ -159,13 +174,13 @@ TEST(Cli, TokenIdsOutOfRangeExitAlikeAndNameTheirFileLine) {
 // A --prompts line that cannot be ids: words get a hint about the tokenizer, and a huge or binary
 // line is quoted short and escaped (a 10 MB line once gave a 10 MB message, and a NUL cut it).
 TEST(Cli, BadPromptsLinesAreQuotedShortWithAHint) {
-  const std::string words = testing::TempDir() + "/words.txt";
+  const std::string words = scratch().file("words.txt");
   std::ofstream(words) << "Once upon a time\n";
   const auto r = run_program("ch01_cpu_reference", tiny({"--prompts", words}));
   EXPECT_EQ(r.exit_code, 1);
   expect_one_line_error(r, "line 1: element 1 ('Once upon a time') is not an integer");
   expect_one_line_error(r, "a line of text needs a tokenizer: --tokenizer");
-  const std::string junk = testing::TempDir() + "/junk.txt";
+  const std::string junk = scratch().file("junk.txt");
   std::string line(1 << 20, 'x');
   line[3] = '\0';
   line[4] = '\x1b';
@@ -190,6 +205,32 @@ TEST(Cli, NonFiniteWeightIsNamedAtLoad) {
   expect_one_line_error(r,
                         "nan.bin': weight tensor layers.1.wk [32 x 64] holds NaN at row 2, "
                         "column 5");
+}
+
+// A config.json without model_type is refused rather than read as llama's; a tokenizer.json that
+// opens with a byte-order mark, or holds JSON that is not an object, is answered by the JSON
+// reader (both were read as a llama2.c tokenizer.bin).
+TEST(Cli, FilesThatSayWhatTheyAreAreReadAsThat) {
+  const test::TempDir tmp;
+  ModelConfig c = preset("tiny");
+  c.rope_style = RopeStyle::Halves;
+  const std::string dir = tmp.file("tiny-hf");
+  test::write_safetensors(test::random_weights(c, 4), dir);
+  test::edit_json_file(dir + "/config.json", [](nlohmann::json& j) { j.erase("model_type"); });
+  const auto untyped = run_program("ch01_cpu_reference", tiny({"--prompt-ids", "1"}, dir));
+  EXPECT_EQ(untyped.exit_code, 1);
+  expect_one_line_error(untyped, "config.json' has no model_type; expected one of llama");
+
+  const std::string array = tmp.file("tokenizer.json");
+  std::ofstream(array) << "[1, 2]";
+  const auto r = run_program("ch01_cpu_reference", tiny({"--tokenizer", array, "--prompt", "hi"}));
+  EXPECT_EQ(r.exit_code, 1);
+  expect_one_line_error(r, "tokenizer.json '" + array + "' must hold a JSON object, got array");
+  const std::string bom = tmp.file("tokenizer-with-bom");  // no .json: the mark decides
+  std::ofstream(bom) << "\xEF\xBB\xBF{\"model\": ";
+  const auto b = run_program("ch01_cpu_reference", tiny({"--tokenizer", bom, "--prompt", "hi"}));
+  EXPECT_EQ(b.exit_code, 1);
+  expect_one_line_error(b, "tokenizer.json '" + bom + "' is not valid JSON");
 }
 
 // Messages that say what to do: a flag given twice, a budget below one block, a memory size

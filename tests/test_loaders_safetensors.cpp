@@ -190,8 +190,8 @@ TEST(SafetensorsLoader, UnknownRopeScalingTypeIsNamed) {
 TEST(SafetensorsLoader, ConfigDefaultsFollowTransformers) {
   const Folder f;
   test::edit_json_file(f.file("config.json"), [](json& j) {
-    for (const char* k : {"num_key_value_heads", "head_dim", "rope_theta", "tie_word_embeddings",
-                          "rope_scaling", "model_type"})
+    for (const char* k :
+         {"num_key_value_heads", "head_dim", "rope_theta", "tie_word_embeddings", "rope_scaling"})
       j.erase(k);
     j["eos_token_id"] = {2, 5};
   });
@@ -247,7 +247,22 @@ TEST(SafetensorsLoader, DataOffsetsOutsideTheFileOrDisagreeingWithTheShape) {
   test::edit_safetensors_header(st, [](json& h) {
     h["model.norm.weight"]["data_offsets"] = {0, std::uint64_t{1} << 40};
   });
-  EXPECT_THAT(f.error(), AllOf(HasSubstr("'model.norm.weight'"), HasSubstr("outside the")));
+  EXPECT_THAT(f.error(), AllOf(HasSubstr("'model.norm.weight'"), HasSubstr("past the"),
+                               HasSubstr("the file is truncated, or its "
+                                         "header is wrong")));
+  // Reversed: a range that ends before it begins is named as that, not as outside the data.
+  const Folder r;
+  test::edit_safetensors_header(r.file("model.safetensors"), [](json& h) {
+    h["model.norm.weight"]["data_offsets"] = {8, 4};
+  });
+  EXPECT_THAT(r.error(), AllOf(HasSubstr("'model.norm.weight'"),
+                               HasSubstr("data_offsets [8, 4], which end before they begin")));
+  // A file cut short: its last tensor's range now runs past the data, and the message says so.
+  const Folder t;
+  const std::string cut = t.file("model.safetensors");
+  const std::string whole = test::read_bytes(cut);
+  test::write_bytes(cut, whole.substr(0, whole.size() - 100));
+  EXPECT_THAT(t.error(), HasSubstr("the file is truncated, or its header is wrong"));
   // The same bytes declared F16: the range is twice what the shape needs. (Shrinking the range
   // instead would leave a gap, which the data-region check reports first.)
   const Folder g;

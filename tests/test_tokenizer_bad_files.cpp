@@ -61,6 +61,19 @@ TEST(TokenizerFiles, TheSmallTokenizerJsonIsValid) {
   EXPECT_EQ(tok.vocab_size(), 259);
 }
 
+// An id past the tokenizer's vocabulary (a padded embedding row, or another model's tokenizer)
+// is named with the tokenizer and both likely causes, not only "not in the vocabulary".
+TEST(TokenizerFiles, AnIdPastTheTokenizerNamesTheLikelyCause) {
+  const BpeTokenizer tok(parse_tokenizer_json(small_byte_level().dump(), "PATH/tokenizer.json"));
+  const std::vector<int> ids = {257, 300};
+  const std::string why = test::input_error_of([&] { return tok.decode(ids); });
+  EXPECT_NE(why.find("token id 300 is not in the vocabulary of tokenizer.json "
+                     "'PATH/tokenizer.json' (ids 0..258); a model whose ids go past its "
+                     "tokenizer's was given a tokenizer of another model, or pads its embedding"),
+            std::string::npos)
+      << why;
+}
+
 std::string base64(std::string_view bytes) {
   static constexpr char kDigits[] =
       "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
