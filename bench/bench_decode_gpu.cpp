@@ -170,6 +170,7 @@ int main(int argc, char** argv) {
     if (!json_out.empty()) {
       std::ofstream f(json_out);
       f << report.dump(2) << "\n";
+      f.close();  // a full disk shows only when the buffer is flushed
       if (!f) throw ResourceError("cannot write " + json_out);
     }
   });

@@ -124,12 +124,14 @@ inline bool write_sweep(const std::string& prefix, const std::string& heading,
   bool ok = true;
   for (const auto& [ext, text] : {std::pair{".md", &md}, std::pair{".csv", &csv}}) {
     const std::string path = prefix + ext;
+    // The close too: a full disk shows only when the buffer is flushed.
     std::FILE* f = std::fopen(path.c_str(), "w");
-    if (f == nullptr || std::fputs(text->c_str(), f) < 0) {
+    const bool written = f != nullptr && std::fputs(text->c_str(), f) >= 0;
+    const bool closed = f != nullptr && std::fclose(f) == 0;
+    if (!written || !closed) {
       fmt::print(stderr, "cannot write {}\n", path);
       ok = false;
     }
-    if (f != nullptr) std::fclose(f);
   }
   if (ok) fmt::print("sweep written to {}.md and {}.csv\n", prefix, prefix);
   return ok;

@@ -20,8 +20,10 @@ HostBuffer::HostBuffer(std::size_t bytes, PageSize pages) : size_(bytes) {
   const std::size_t rounded = (bytes + align - 1) / align * align;
   data_.reset(static_cast<unsigned char*>(std::aligned_alloc(align, rounded)));
   if (!data_)
-    throw ResourceError(fmt::format("cannot allocate {:.1f} MiB of host memory for the KV cache",
-                                    static_cast<double>(bytes) / (1 << 20)));
+    throw ResourceError(fmt::format(
+        "cannot allocate {:.6g} MB of host memory, one of the KV cache's two buffers (K and V: "
+        "{:.6g} MB in all)",
+        static_cast<double>(bytes) / 1e6, 2.0 * static_cast<double>(bytes) / 1e6));
 #ifdef MADV_HUGEPAGE
   if (pages == PageSize::kHuge) (void)madvise(data_.get(), rounded, MADV_HUGEPAGE);  // a hint
 #endif
