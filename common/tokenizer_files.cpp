@@ -42,6 +42,9 @@ bool is_file(const fs::path& p) {
   return fs::is_regular_file(p, ec);
 }
 
+/// Most embedding rows a checkpoint pads past its tokenizer's ids.
+constexpr int kMaxPaddingIds = 1024;
+
 }  // namespace
 
 std::string find_tokenizer_file(const std::string& dir) {
@@ -91,6 +94,15 @@ std::unique_ptr<Tokenizer> load_tokenizer_file(const std::string& path, int mode
         "{} can produce token ids up to {}, but the model's embedding has {} rows (vocab_size); "
         "the tokenizer belongs to a different model",
         tok->describe(), tok->vocab_size() - 1, model_rows));
+  // Fewer ids than rows is padding (Qwen pads 151,669 ids to 151,936 rows); a gap of a thousand
+  // ids or an eighth of the rows is another model's tokenizer, refused before it writes text.
+  const int missing = model_rows - tok->vocab_size();
+  if (missing >= kMaxPaddingIds || missing * 8 >= model_rows)
+    throw InputError(fmt::format(
+        "{} has {} token ids, but the model's embedding has {} rows (vocab_size): {} ids would "
+        "have no text, more than padding explains (under {} and under an eighth of the rows); "
+        "the tokenizer belongs to a different model; pass the model's own with --tokenizer",
+        tok->describe(), tok->vocab_size(), model_rows, missing, kMaxPaddingIds));
   return tok;
 }
 

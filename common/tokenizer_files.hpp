@@ -21,8 +21,9 @@ namespace kvheap {
 /// a llama2.c tokenizer.bin (which must hold exactly `model_rows` tokens, as before).
 ///
 /// Throws InputError for a path that is not a regular file or folder, a folder without a
-/// tokenizer, a malformed file, and a tokenizer that can produce an id at or past `model_rows`.
-/// Fewer ids than rows is normal: Qwen checkpoints pad their embeddings.
+/// tokenizer, a malformed file, a tokenizer that can produce an id at or past `model_rows`, and one
+/// with 1024 or more fewer ids than rows, or an eighth of the rows fewer: that is another model's
+/// tokenizer. A smaller gap is padding, which Qwen checkpoints ship.
 [[nodiscard]] std::unique_ptr<Tokenizer> load_tokenizer_file(const std::string& path,
                                                              int model_rows);
 

@@ -24,9 +24,7 @@ namespace {
 using test::expect_one_line_error;
 using test::run_program;
 
-const std::vector<std::string> kChapters = {"ch01_cpu_reference", "ch02_contiguous_gpu",
-                                            "ch03_paged_blocks", "ch04_cow_prefix_sharing",
-                                            "ch05_batched_scheduler"};
+const std::vector<std::string>& kChapters = test::kChapterPrograms;
 
 /// A folder of this test program's own, removed when it ends: concurrent runs do not collide.
 const test::TempDir& scratch() {
@@ -36,10 +34,7 @@ const test::TempDir& scratch() {
 
 /// Writes `lines` to a workload file in scratch() and returns its path.
 std::string workload(const std::string& name, const std::vector<std::string>& lines) {
-  const std::string path = scratch().file(name + ".jsonl");
-  std::ofstream f(path);
-  for (const std::string& line : lines) f << line << "\n";
-  return path;
+  return test::write_lines(scratch().file(name + ".jsonl"), lines);
 }
 
 std::vector<std::string> tiny(std::vector<std::string> args, const std::string& model = "tiny") {

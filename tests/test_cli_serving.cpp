@@ -19,9 +19,7 @@ namespace {
 using test::expect_one_line_error;
 using test::run_program;
 
-const std::vector<std::string> kChapters = {"ch01_cpu_reference", "ch02_contiguous_gpu",
-                                            "ch03_paged_blocks", "ch04_cow_prefix_sharing",
-                                            "ch05_batched_scheduler"};
+const std::vector<std::string>& kChapters = test::kChapterPrograms;
 const std::vector<std::string> kGreedy = {
     "--model", "tiny",      "--max-new-tokens", "10", "--temperature", "0", "--ignore-eos",
     "--json",  "--no-peak", "--device",         "cpu"};
@@ -141,10 +139,7 @@ TEST(Cli, SelfCheckRefusesTheRequestFlagsItSetsItself) {
 
 /// Writes `lines` to a workload file in the test's temporary folder and returns its path.
 std::string workload(const std::string& name, const std::vector<std::string>& lines) {
-  const std::string path = testing::TempDir() + "/" + name + ".jsonl";
-  std::ofstream f(path);
-  for (const std::string& line : lines) f << line << "\n";
-  return path;
+  return test::write_lines(testing::TempDir() + "/" + name + ".jsonl", lines);
 }
 
 // The timeline's KV samples are the pool, whole, at every pass: held by running requests, cached

@@ -210,13 +210,17 @@ TEST(TokenizerFiles, MalformedTiktokenFilesNameTheLine) {
       {"no token for byte 0x00"});
 }
 
-// A tokenizer that can produce an id at or past the model's embedding rows is refused; fewer ids
-// than rows is what Qwen checkpoints ship.
+// A tokenizer that can produce an id at or past the model's embedding rows is refused, and so is
+// one that leaves more rows without text than padding does; a few rows fewer is what Qwen ships.
 TEST(TokenizerFiles, TokenizersWithIdsPastTheEmbeddingRowsAreRefused) {
   const std::string path = test::tokenizer_data("qwen16k.tokenizer.json");
   const std::unique_ptr<Tokenizer> fits = load_tokenizer_file(path, 16389);  // 16384 + 5 added
   EXPECT_EQ(fits->vocab_size(), 16389);
-  EXPECT_NE(load_tokenizer_file(path, 20000), nullptr);
+  EXPECT_NE(load_tokenizer_file(path, 16389 + 1023), nullptr);  // padding
+  // A thousand ids without text, or an eighth of the rows, is another model's tokenizer.
+  expect_mentions(test::input_error_of([&] { return load_tokenizer_file(path, 16389 + 1024); }),
+                  {path, "has 16389 token ids", "17413 rows", "1024 ids would have no text",
+                   "belongs to a different model"});
   expect_mentions(test::input_error_of([&] { return load_tokenizer_file(path, 16388); }),
                   {path, "can produce token ids up to 16388", "embedding has 16388 rows"});
   const std::string tiktoken = test::tokenizer_data("qwen16k.tiktoken");

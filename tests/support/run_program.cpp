@@ -83,4 +83,12 @@ ProgramResult run_program(const std::string& program, const std::vector<std::str
   return r;
 }
 
+std::string write_lines(const std::string& path, const std::vector<std::string>& lines) {
+  std::ofstream f(path);
+  for (const std::string& line : lines) f << line << "\n";
+  f.close();
+  if (!f) throw std::runtime_error("cannot write " + path);
+  return path;
+}
+
 }  // namespace kvheap::test

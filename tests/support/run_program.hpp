@@ -6,6 +6,15 @@
 
 namespace kvheap::test {
 
+/// \brief The five chapter programs, in ladder order.
+inline const std::vector<std::string> kChapterPrograms = {
+    "ch01_cpu_reference", "ch02_contiguous_gpu", "ch03_paged_blocks", "ch04_cow_prefix_sharing",
+    "ch05_batched_scheduler"};
+
+/// \brief Writes `lines`, one a line, to `path` (a workload or prompts file) and returns the path.
+/// Throws when the file cannot be written.
+std::string write_lines(const std::string& path, const std::vector<std::string>& lines);
+
 /// \brief What a program printed and how it exited.
 struct ProgramResult {
   int exit_code = -1;  ///< exit status, or 128 + signal when it was killed
