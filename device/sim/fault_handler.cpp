@@ -81,6 +81,8 @@ int describe(const void* addr, char* buf, std::size_t size) {
 }
 
 void on_segv(int sig, siginfo_t* info, void* context) {
+  // During a launch, a kernel's first touch of a device block opens it; the access is retried.
+  if (DeviceMemory::instance().open_on_fault(info->si_addr)) return;
   char msg[1024];
   const int n = describe(info->si_addr, msg, sizeof msg);
   if (n > 0) {

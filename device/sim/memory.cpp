@@ -81,12 +81,11 @@ cudaError_t DeviceMemory::allocate(void** out, std::size_t bytes, MemoryKind kin
   }
   if (kind == MemoryKind::Device) {
     used_ += bytes;
-    a.open_count = global_open_;
     // cudaMalloc leaves memory unspecified; all-ones bytes (NaN floats) make a kernel that reads
     // what it never wrote (say, an accumulator nobody zeroed) fail here rather than on a GPU.
     if (kProtects) protect(a, true);
     if (bytes <= kPoisonLimit) std::memset(a.user, 0xff, bytes);
-    if (kProtects && a.open_count == 0) protect(a, false);
+    if (kProtects) protect(a, false);  // a running launch opens it on its first access
   }
   blocks_.emplace(reinterpret_cast<std::uintptr_t>(a.map_base), a);
   *out = a.user;
@@ -208,11 +207,7 @@ void DeviceMemory::close(const void* p) {
 
 void DeviceMemory::open_all() {
   if (!kProtects) return;
-  std::lock_guard lock(mutex_);
   ++global_open_;
-  for (auto& [start, a] : blocks_) {
-    if (a.kind == MemoryKind::Device && !a.freed && a.open_count++ == 0) protect(a, true);
-  }
 }
 
 void DeviceMemory::close_all() {
@@ -220,10 +215,31 @@ void DeviceMemory::close_all() {
   std::lock_guard lock(mutex_);
   --global_open_;
   for (auto& [start, a] : blocks_) {
-    if (a.kind == MemoryKind::Device && !a.freed && a.open_count > 0 && --a.open_count == 0) {
-      protect(a, false);
-    }
+    if (!a.opened_by_launch) continue;
+    a.opened_by_launch = false;
+    if (--a.open_count == 0) protect(a, false);
   }
+}
+
+bool DeviceMemory::open_on_fault(const void* addr) {
+  if (!kProtects || global_open_ == 0) return false;
+  std::unique_lock lock(mutex_, std::try_to_lock);
+  if (!lock.owns_lock()) return true;  // an allocation on another thread: fault again soon
+  const auto p = reinterpret_cast<std::uintptr_t>(addr);
+  auto it = blocks_.upper_bound(p);
+  if (it == blocks_.begin()) return false;
+  --it;
+  Allocation& a = it->second;
+  const std::size_t page = page_size();
+  const auto first = reinterpret_cast<std::uintptr_t>(a.map_base) + page;
+  const auto end = reinterpret_cast<std::uintptr_t>(a.map_base) + a.map_bytes - page;
+  if (a.kind != MemoryKind::Device || a.freed || p < first || p >= end) return false;
+  if (a.open_count == 0) protect(a, true);  // else another thread opened it meanwhile
+  if (!a.opened_by_launch) {
+    a.opened_by_launch = true;
+    ++a.open_count;
+  }
+  return true;
 }
 
 std::size_t DeviceMemory::used() const {

@@ -64,7 +64,8 @@ int worker_threads();
 /// \brief Overrides worker_threads() for later launches (tests use it); n is clamped to [1, 64].
 void set_worker_threads(int n);
 
-/// \brief Makes all device memory readable and writable by host code for its lifetime.
+/// \brief Lets host code touch any device memory for its lifetime: each block opens on its first
+/// access (see DeviceMemory::open_on_fault) and closes when the scope ends.
 ///
 /// Device allocations are PROT_NONE outside launches and copies so that stray host accesses
 /// crash; simulator-side code that plays the device's part (the Eigen GEMM) opens them with this.
