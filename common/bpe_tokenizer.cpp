@@ -81,7 +81,7 @@ BpeTokenizer::BpeTokenizer(BpeParts parts) : parts_(std::move(parts)) {
   for (int b = 0; b < 256; ++b) {
     if (parts_.byte_level) {
       byte_token_[b] = find(std::string(1, static_cast<char>(b)));
-      if (byte_token_[b] < 0)
+      if (byte_token_[b] < 0 && !parts_.drop_missing_bytes)
         throw InputError(fmt::format(
             "{} '{}': the byte-level vocabulary has no token for byte 0x{:02X}; byte-level BPE "
             "needs one for each of the 256 bytes",
@@ -167,6 +167,7 @@ std::vector<int> BpeTokenizer::encode(std::string_view text, bool add_bos) const
       text, added_raw_,
       [&](std::string_view raw, std::size_t offset) { encode_segment(raw, offset == 0, out); },
       out);
+  if (add_bos && parts_.eos_id >= 0) out.push_back(parts_.eos_id);
   return out;
 }
 
@@ -275,9 +276,26 @@ void BpeTokenizer::encode_word(std::string_view piece, std::vector<int>& out) co
       return;
     }
   }
-  const std::size_t first = out.size();
+  std::size_t first = out.size();
+  thread_local BpeMerger merger;
+  const auto merge = [&] {
+    merger.run(out, first, [this](int left, int right) -> std::optional<PairMerge> {
+      const PairMerge* m = pairs_.find(pair_key(left, right));
+      if (m == nullptr) return std::nullopt;
+      return *m;
+    });
+  };
   if (parts_.byte_level) {
-    for (const char c : piece) out.push_back(byte_token_[static_cast<unsigned char>(c)]);
+    for (const char c : piece) {
+      const int id = byte_token_[static_cast<unsigned char>(c)];
+      if (id >= 0) {
+        out.push_back(id);
+        continue;
+      }
+      // A byte the vocabulary lacks (drop_missing_bytes) is left out, and no merge crosses it.
+      merge();
+      first = out.size();
+    }
   } else {
     bool last_unk = false;
     for (std::size_t i = 0; i < piece.size();) {
@@ -307,12 +325,7 @@ void BpeTokenizer::encode_word(std::string_view piece, std::vector<int>& out) co
       }
     }
   }
-  thread_local BpeMerger merger;
-  merger.run(out, first, [this](int left, int right) -> std::optional<PairMerge> {
-    const PairMerge* m = pairs_.find(pair_key(left, right));
-    if (m == nullptr) return std::nullopt;
-    return *m;
-  });
+  merge();
 }
 
 void BpeTokenizer::check_id(int id) const {

@@ -75,12 +75,16 @@ struct BpeParts {
   bool byte_level = false;     ///< BPE starts from bytes, not characters
   bool byte_fallback = false;  ///< characters without a token become <0xNN> tokens
   bool ignore_merges = false;  ///< a piece that is a whole token stays one (Llama 3, tiktoken)
-  int unk_id = -1;             ///< token of a character no token covers (-1: none)
-  bool fuse_unk = false;       ///< adjacent unknown characters become one unk
+  /// Byte-level: a byte without a token is left out of the ids (as llama.cpp does; GGUF
+  /// vocabularies lack some control bytes) instead of refusing the vocabulary at load.
+  bool drop_missing_bytes = false;
+  int unk_id = -1;                             ///< token of a character no token covers (-1: none)
+  bool fuse_unk = false;                       ///< adjacent unknown characters become one unk
   std::vector<NormalizeStep> normalizer;       ///< in order
   std::vector<PreTokenizeStep> pre_tokenizer;  ///< in order
   std::vector<AddedToken> added;               ///< matched before everything else
   int bos_id = -1;                             ///< what encode(add_bos) puts first (-1: nothing)
+  int eos_id = -1;                             ///< what encode(add_bos) puts last (-1: nothing)
   // Decoding. Byte-level tokens are their bytes. SentencePiece-style ones turn `space_marker`
   // into a space and, with `decode_byte_tokens`, <0xNN> into its byte; the text then loses up to
   // `strip_leading_spaces` leading spaces.

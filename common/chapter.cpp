@@ -140,6 +140,9 @@ void print_run(const Chapter& chapter, const ServingPolicy& policy, const RunRep
       fmt::print(os, "request {}: {} prompt tokens, {} generated ({}){}\n", i,
                  requests[i].prompt.size(), res.requests[i].generated.size(),
                  res.requests[i].status, policy.describe_request(static_cast<int>(i)));
+    // One request with a tokenizer (--prompt, --chat): its answer, as the flat chapters print it.
+    if (requests.size() == 1 && tok != nullptr)
+      os << "text: " << tok->decode(res.requests[0].generated) << "\n";
   }
   for (const std::string& why : res.refusals) os << why << "\n";
   print_report(report, os);

@@ -10,13 +10,16 @@
 
 #include "base/error.hpp"
 #include "common/file_checks.hpp"
+#include "common/gguf_file.hpp"
+#include "common/gguf_loader.hpp"
 
 namespace kvheap {
 
 namespace {
 
-constexpr std::array<ChatFormat, 4> kFormats = {ChatFormat::Llama3, ChatFormat::Qwen2,
-                                                ChatFormat::Qwen3, ChatFormat::Mistral};
+constexpr std::array<ChatFormat, 5> kFormats = {ChatFormat::Llama3, ChatFormat::Qwen2,
+                                                ChatFormat::Qwen3, ChatFormat::Mistral,
+                                                ChatFormat::ChatML};
 
 std::string known_names() {
   std::string s;
@@ -33,6 +36,7 @@ std::vector<std::string_view> specials_of(ChatFormat f) {
     case ChatFormat::Qwen2: return {"<|im_start|>", "<|im_end|>"};
     case ChatFormat::Qwen3: return {"<|im_start|>", "<think>", "</think>", "<|im_end|>"};
     case ChatFormat::Mistral: return {"<s>", "</s>"};
+    case ChatFormat::ChatML: return {"<|im_start|>", "<|im_end|>"};
   }
   return {};
 }
@@ -65,6 +69,7 @@ std::string_view chat_format_name(ChatFormat f) {
     case ChatFormat::Qwen2: return "qwen2";
     case ChatFormat::Qwen3: return "qwen3";
     case ChatFormat::Mistral: return "mistral";
+    case ChatFormat::ChatML: return "chatml";
   }
   return "?";
 }
@@ -94,6 +99,59 @@ ChatFormat detect_chat_format(const std::string& model, const Tokenizer& tok) {
       "--chat: no known chat format fits: {}. kvheap knows {} (docs/pages/chat_formats.md) and "
       "does not interpret a chat_template; give --chat-format, or the prompt text with --prompt",
       what, known_names()));
+}
+
+std::optional<ChatSetup> chat_setup_of_template(std::string_view t) {
+  const auto has = [&](std::string_view s) { return t.find(s) != std::string_view::npos; };
+  if (has("<|start_header_id|>") && has("<|eot_id|>")) return ChatSetup{ChatFormat::Llama3, ""};
+  if (has("[INST]") && has("[/INST]")) return ChatSetup{ChatFormat::Mistral, ""};
+  if (!has("<|im_start|>") || !has("<|im_end|>")) return std::nullopt;
+  if (has("<think>")) return ChatSetup{ChatFormat::Qwen3, ""};
+  if (has("You are Qwen, created by Alibaba Cloud.")) return ChatSetup{ChatFormat::Qwen2, ""};
+  // A system message written as a literal, "<|im_start|>system\n...<|im_end|>", is the one the
+  // template inserts when the conversation has none; one built from a message's content has
+  // Jinja between the two markers instead.
+  ChatSetup setup{ChatFormat::ChatML, ""};
+  for (const std::string_view open :
+       {std::string_view("<|im_start|>system\n"), std::string_view("<|im_start|>system\\n")}) {
+    const std::size_t at = t.find(open);
+    if (at == std::string_view::npos) continue;
+    const std::size_t begin = at + open.size();
+    const std::size_t end = t.find("<|im_end|>", begin);
+    if (end == std::string_view::npos) continue;
+    const std::string_view body = t.substr(begin, end - begin);
+    if (body.find_first_of("'\"{}+") != std::string_view::npos) continue;
+    std::string text;
+    for (std::size_t i = 0; i < body.size(); ++i) {  // Jinja's \n escape inside a literal
+      if (body[i] == '\\' && i + 1 < body.size() && body[i + 1] == 'n') {
+        text += '\n';
+        ++i;
+      } else {
+        text += body[i];
+      }
+    }
+    setup.default_system = text;
+    break;
+  }
+  return setup;
+}
+
+ChatSetup detect_chat_setup(const std::string& model, const Tokenizer& tok) {
+  if (!is_gguf_file(model)) return {detect_chat_format(model, tok), ""};
+  const std::string chat_template = GgufFile(model).string_or("tokenizer.chat_template");
+  if (chat_template.empty())
+    throw InputError(fmt::format(
+        "--chat: GGUF file '{}' has no tokenizer.chat_template; give --chat-format ({}), or the "
+        "prompt text with --prompt",
+        model, known_names()));
+  std::optional<ChatSetup> setup = chat_setup_of_template(chat_template);
+  if (!setup)
+    throw InputError(fmt::format(
+        "--chat: the tokenizer.chat_template of GGUF file '{}' is none of the formats kvheap "
+        "writes ({}; docs/pages/chat_formats.md), and kvheap does not interpret Jinja; give "
+        "--chat-format, or the prompt text with --prompt",
+        model, known_names()));
+  return *setup;
 }
 
 std::string chat_prompt(ChatFormat f, std::string_view system, std::string_view message) {
@@ -127,6 +185,11 @@ std::string chat_prompt(ChatFormat f, std::string_view system, std::string_view 
     case ChatFormat::Mistral:
       return has_system ? fmt::format("<s>[INST] {}\n\n{} [/INST]", system, message)
                         : fmt::format("<s>[INST] {} [/INST]", message);
+    case ChatFormat::ChatML: {
+      std::string s;
+      if (has_system) s = fmt::format("<|im_start|>system\n{}<|im_end|>\n", system);
+      return s + fmt::format("<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n", message);
+    }
   }
   return "";
 }

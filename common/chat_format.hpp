@@ -3,6 +3,7 @@
 // Jinja chat_template files are not interpreted.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -16,9 +17,17 @@ enum class ChatFormat {
   Qwen2,    ///< ChatML with Qwen2.5's default system message
   Qwen3,    ///< ChatML with an empty think block (thinking off)
   Mistral,  ///< mistral-common's v1 [INST] format
+  ChatML,   ///< plain ChatML: a system turn only when there is a system message (SmolLM2)
 };
 
-/// \brief "llama3", "qwen2", "qwen3" or "mistral".
+/// \brief A chat format and the system message a model's template writes when the user gives
+/// none ("" for no system turn; Qwen2's own default is part of its format).
+struct ChatSetup {
+  ChatFormat format = ChatFormat::ChatML;  ///< how a conversation is written
+  std::string default_system;              ///< the template's system message, if any
+};
+
+/// \brief "llama3", "qwen2", "qwen3", "mistral" or "chatml".
 [[nodiscard]] std::string_view chat_format_name(ChatFormat f);
 
 /// \brief The format named `name`; throws UsageError listing the known names for another.
@@ -30,6 +39,17 @@ enum class ChatFormat {
 /// formats when none fits (Llama 2, TinyLlama, a preset or a llama2.c file), and saying that a
 /// chat_template is not interpreted.
 [[nodiscard]] ChatFormat detect_chat_format(const std::string& model, const Tokenizer& tok);
+
+/// \brief The chat setup of `model`: a GGUF file's by its tokenizer.chat_template, recognised
+/// without interpreting it (Llama 3's header tokens; ChatML, as Qwen2.5's with its default system
+/// message, Qwen3's with its think block, or plain with the system message a template writes
+/// when the conversation has none; Mistral's [INST]); anything else as detect_chat_format.
+/// Throws InputError naming the file for a GGUF template it does not recognise, or none.
+[[nodiscard]] ChatSetup detect_chat_setup(const std::string& model, const Tokenizer& tok);
+
+/// \brief The chat setup a GGUF chat_template (the text of the key) describes, or nullopt when
+/// it is none that kvheap writes.
+[[nodiscard]] std::optional<ChatSetup> chat_setup_of_template(std::string_view chat_template);
 
 /// \brief The prompt text of format `f` for `message`, after `system` when it is not empty.
 [[nodiscard]] std::string chat_prompt(ChatFormat f, std::string_view system,

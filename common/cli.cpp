@@ -143,13 +143,15 @@ void CommandLine::parse(int argc, const char* const* argv) {
 
 void add_common_options(CommandLine& cli, CommonOptions& o, const std::string& num_seqs_help) {
   cli.option("--model", o.model,
-             "Preset name (synthetic weights), llama2.c .bin file, or safetensors folder")
+             "Preset name (synthetic weights), llama2.c .bin file, GGUF file, or safetensors "
+             "folder")
       .show_default();
   // Empty values are refused (see empty_value); for --prompt-ids the BOS-only default would
   // otherwise stand in for an explicitly empty list.
   cli.option("--tokenizer", o.tokenizer,
              "Tokenizer for --prompt and text output: a tokenizer.json, a tiktoken file, a "
-             "llama2.c tokenizer.bin, or a model folder (default: the --model folder's own)")
+             "llama2.c tokenizer.bin, a GGUF file, or a model folder (default: the --model "
+             "folder's or GGUF file's own)")
       .cli11()
       ->check(not_empty(false, "value", "a tokenizer file or folder"));
   cli.option("--prompt", o.prompt, "Prompt text (needs a tokenizer)")
@@ -162,8 +164,8 @@ void add_common_options(CommandLine& cli, CommonOptions& o, const std::string& n
   chat.excludes(cli.get("--prompt"));
   cli.option("--system", o.system, "System message of --chat").needs(chat);
   cli.option("--chat-format", o.chat_format,
-             "Chat format of --chat: llama3, qwen2, qwen3 or mistral (default: from the model "
-             "folder's config.json and tokenizer)")
+             "Chat format of --chat: llama3, qwen2, qwen3, mistral or chatml (default: from the "
+             "model folder's config.json and tokenizer, or a GGUF file's chat template)")
       .needs(chat);
   cli.option("--prompt-ids", o.prompt_ids, "Prompt as comma-separated token ids, e.g. 1,403,407")
       .excludes(chat)
@@ -264,15 +266,15 @@ std::unique_ptr<Tokenizer> load_tokenizer(const CommonOptions& o, const ModelCon
 }
 
 namespace {
-ChatFormat chat_format_of(const CommonOptions& o, const Tokenizer& tok) {
-  return o.chat_format.empty() ? detect_chat_format(o.model, tok)
-                               : parse_chat_format(o.chat_format);
+ChatSetup chat_setup_of(const CommonOptions& o, const Tokenizer& tok) {
+  return o.chat_format.empty() ? detect_chat_setup(o.model, tok)
+                               : ChatSetup{parse_chat_format(o.chat_format), ""};
 }
 }  // namespace
 
 std::vector<int> chat_stop_ids(const CommonOptions& o, const Tokenizer* tok) {
   if (o.chat.empty() || tok == nullptr) return {};
-  return {chat_end_of_turn(chat_format_of(o, *tok), *tok)};
+  return {chat_end_of_turn(chat_setup_of(o, *tok).format, *tok)};
 }
 
 std::vector<int> resolve_prompt(const CommonOptions& o, const ModelConfig& c,
@@ -287,10 +289,12 @@ std::vector<int> resolve_prompt(const CommonOptions& o, const ModelConfig& c,
           "tokenizer.bin) or a --model folder that ships one; or give token ids with --prompt-ids",
           o.prompt.empty() ? "--chat" : "--prompt"));
     if (!o.prompt.empty()) return tok->encode(o.prompt, /*add_bos=*/true);
-    const ChatFormat format = chat_format_of(o, *tok);
-    (void)chat_end_of_turn(format, *tok);  // the tokenizer has the format's special tokens
+    const ChatSetup setup = chat_setup_of(o, *tok);
+    (void)chat_end_of_turn(setup.format, *tok);  // the tokenizer has the format's special tokens
     // The format writes its own BOS, as apply_chat_template's text does.
-    return tok->encode(chat_prompt(format, o.system, o.chat), /*add_bos=*/false);
+    return tok->encode(
+        chat_prompt(setup.format, o.system.empty() ? setup.default_system : o.system, o.chat),
+        /*add_bos=*/false);
   }
   return {c.bos_id};
 }

@@ -9,6 +9,7 @@
 
 #include "base/error.hpp"
 #include "common/file_checks.hpp"
+#include "common/gguf_loader.hpp"
 #include "common/llama2c_loader.hpp"
 #include "common/safetensors_loader.hpp"
 #include "common/synthetic_weights.hpp"
@@ -78,17 +79,20 @@ ModelWeights load_model(const std::string& spec, std::uint64_t seed) {
   std::error_code ec;
   const fs::file_status st = fs::status(spec, ec);
   if (fs::is_directory(st) || fs::is_regular_file(st)) {
-    ModelWeights w = fs::is_directory(st) ? load_safetensors(spec) : load_llama2c(spec);
+    ModelWeights w = fs::is_directory(st) ? load_safetensors(spec)
+                     : is_gguf_file(spec) ? load_gguf(spec)
+                                          : load_llama2c(spec);
     check_weights_finite(w, fmt::format("--model '{}'", spec));
     return w;
   }
   // Something exists there but is neither: say what, rather than "not an existing file".
   if (fs::exists(st))
-    require_regular_file(spec, "--model",
-                         "a preset name, a llama2.c .bin file or a safetensors folder");
+    require_regular_file(
+        spec, "--model",
+        "a preset name, a llama2.c .bin file, a GGUF file or a safetensors folder");
   throw InputError(fmt::format(
-      "--model '{}' is neither a preset ({}) nor an existing llama2.c .bin file nor a safetensors "
-      "folder",
+      "--model '{}' is neither a preset ({}) nor an existing llama2.c .bin file, GGUF file or "
+      "safetensors folder",
       spec, fmt::join(preset_names(), ", ")));
 }
 

@@ -20,8 +20,9 @@ class Tokenizer {
   virtual ~Tokenizer() = default;
 
   /// \brief Token ids for `text`, with the vocabulary's beginning-of-sequence token first when
-  /// `add_bos` and the vocabulary adds one (Qwen's does not). Special tokens written in the text
-  /// ("<|im_start|>") become their ids.
+  /// `add_bos` and the vocabulary adds one (Qwen's does not), and its end-of-sequence token last
+  /// when the vocabulary also adds that (a GGUF file's add_eos_token). Special tokens written in
+  /// the text ("<|im_start|>") become their ids.
   [[nodiscard]] virtual std::vector<int> encode(std::string_view text, bool add_bos) const = 0;
 
   /// \brief The text of `ids`, as printed for a reader: special tokens (BOS, end of turn) are left

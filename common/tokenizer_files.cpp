@@ -12,6 +12,8 @@
 #include "common/file_checks.hpp"
 #include "common/llama2c_tokenizer.hpp"
 #include "common/tiktoken_file.hpp"
+#include "common/gguf_loader.hpp"
+#include "common/gguf_tokenizer.hpp"
 #include "common/tokenizer_json.hpp"
 
 namespace kvheap {
@@ -20,7 +22,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr const char* kExpected = "a llama2.c tokenizer.bin, a tokenizer.json or a tiktoken file";
+constexpr const char* kExpected =
+    "a llama2.c tokenizer.bin, a tokenizer.json, a tiktoken file or a GGUF file";
 
 // The first bytes of a regular file, enough to tell the formats apart.
 std::string head_of(const std::string& path) {
@@ -82,7 +85,10 @@ std::unique_ptr<Tokenizer> load_tokenizer_file(const std::string& path, int mode
   const std::size_t bom = head.rfind("\xEF\xBB\xBF", 0) == 0 ? 3 : 0;
   const std::size_t first = head.find_first_not_of(" \t\r\n", bom);
   std::unique_ptr<Tokenizer> tok;
-  if (fs::path(file).extension() == ".json" || (first != std::string::npos && head[first] == '{')) {
+  if (head.rfind("GGUF", 0) == 0) {
+    tok = load_gguf_tokenizer(file);
+  } else if (fs::path(file).extension() == ".json" ||
+             (first != std::string::npos && head[first] == '{')) {
     tok = load_tokenizer_json(file);
   } else if (looks_like_tiktoken(head)) {
     tok = load_tiktoken(file);
@@ -107,6 +113,10 @@ std::unique_ptr<Tokenizer> load_tokenizer_file(const std::string& path, int mode
 }
 
 std::unique_ptr<Tokenizer> model_folder_tokenizer(const std::string& model, int model_rows) {
+  if (is_gguf_file(model))  // a GGUF file may carry no tokenizer: then there is none
+    return GgufFile(model).find("tokenizer.ggml.model") == nullptr
+               ? nullptr
+               : load_tokenizer_file(model, model_rows);
   std::error_code ec;
   if (!fs::is_directory(model, ec)) return nullptr;
   const std::string file = find_tokenizer_file(model);

@@ -16,9 +16,10 @@ namespace kvheap {
 [[nodiscard]] std::string find_tokenizer_file(const std::string& dir);
 
 /// \brief Reads `path` for a model whose embedding has `model_rows` rows (its vocab_size): a
-/// folder is searched with find_tokenizer_file; a file is read by its content, as a
-/// tokenizer.json (a JSON object), a tiktoken file (base64 and a rank on the first line) or else
-/// a llama2.c tokenizer.bin (which must hold exactly `model_rows` tokens, as before).
+/// folder is searched with find_tokenizer_file; a file is read by its content, as a GGUF file's
+/// tokenizer (the GGUF magic), a tokenizer.json (a JSON object), a tiktoken file (base64 and a
+/// rank on the first line) or else a llama2.c tokenizer.bin (which must hold exactly
+/// `model_rows` tokens, as before).
 ///
 /// Throws InputError for a path that is not a regular file or folder, a folder without a
 /// tokenizer, a malformed file, a tokenizer that can produce an id at or past `model_rows`, and one
@@ -27,8 +28,9 @@ namespace kvheap {
 [[nodiscard]] std::unique_ptr<Tokenizer> load_tokenizer_file(const std::string& path,
                                                              int model_rows);
 
-/// \brief The tokenizer a model folder ships, for a run without --tokenizer: nullptr when
-/// `model` is not a folder or holds no tokenizer. Throws as load_tokenizer_file.
+/// \brief The tokenizer a model folder ships, or a GGUF model file carries, for a run without
+/// --tokenizer: nullptr when `model` is neither or holds no tokenizer. Throws as
+/// load_tokenizer_file.
 [[nodiscard]] std::unique_ptr<Tokenizer> model_folder_tokenizer(const std::string& model,
                                                                 int model_rows);
 

@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -256,32 +258,10 @@ void read_decoder(const json& j, const Where& w, BpeParts& parts) {
 
 // The byte-level vocabulary's text of a token -> its raw bytes.
 std::string from_byte_level(const std::string& token, const Where& w) {
-  static const std::unordered_map<char32_t, char> kByteOf = [] {
-    std::unordered_map<char32_t, char> m;
-    const auto& alphabet = byte_level_alphabet();
-    for (int b = 0; b < 256; ++b) m[alphabet[b]] = static_cast<char>(b);
-    return m;
-  }();
-  std::string out;
-  for (std::size_t i = 0; i < token.size();) {
-    const std::size_t n = utf8_char_length(token, i);
-    if (n == 0) w.fail(fmt::format("token {:?} is not UTF-8", token));
-    char32_t cp = static_cast<unsigned char>(token[i]) & (n == 1   ? 0x7F
-                                                          : n == 2 ? 0x1F
-                                                          : n == 3 ? 0x0F
-                                                                   : 0x07);
-    for (std::size_t k = 1; k < n; ++k)
-      cp = (cp << 6) | (static_cast<unsigned char>(token[i + k]) & 0x3F);
-    const auto it = kByteOf.find(cp);
-    if (it == kByteOf.end())
-      w.fail(
-          fmt::format("token {:?} has the character U+{:04X}, which is not in the byte-level "
-                      "alphabet",
-                      token, static_cast<std::uint32_t>(cp)));
-    out += it->second;
-    i += n;
-  }
-  return out;
+  std::string why;
+  std::optional<std::string> bytes = bytes_of_byte_level(token, &why);
+  if (!bytes) w.fail(why);
+  return std::move(*bytes);
 }
 
 void read_model(const json& root, const Where& top, BpeParts& parts) {
@@ -407,6 +387,39 @@ void read_added_tokens(const json& root, const Where& top, BpeParts& parts) {
 }
 
 }  // namespace
+
+std::optional<std::string> bytes_of_byte_level(std::string_view token, std::string* why) {
+  static const std::unordered_map<char32_t, char> kByteOf = [] {
+    std::unordered_map<char32_t, char> m;
+    const auto& alphabet = byte_level_alphabet();
+    for (int b = 0; b < 256; ++b) m[alphabet[b]] = static_cast<char>(b);
+    return m;
+  }();
+  std::string out;
+  for (std::size_t i = 0; i < token.size();) {
+    const std::size_t n = utf8_char_length(token, i);
+    if (n == 0) {
+      *why = fmt::format("token {:?} is not UTF-8", token);
+      return std::nullopt;
+    }
+    char32_t cp = static_cast<unsigned char>(token[i]) & (n == 1   ? 0x7F
+                                                          : n == 2 ? 0x1F
+                                                          : n == 3 ? 0x0F
+                                                                   : 0x07);
+    for (std::size_t k = 1; k < n; ++k)
+      cp = (cp << 6) | (static_cast<unsigned char>(token[i + k]) & 0x3F);
+    const auto it = kByteOf.find(cp);
+    if (it == kByteOf.end()) {
+      *why = fmt::format(
+          "token {:?} has the character U+{:04X}, which is not in the byte-level alphabet", token,
+          static_cast<std::uint32_t>(cp));
+      return std::nullopt;
+    }
+    out += it->second;
+    i += n;
+  }
+  return out;
+}
 
 const std::array<char32_t, 256>& byte_level_alphabet() {
   static const std::array<char32_t, 256> table = [] {

@@ -10,7 +10,9 @@
 // field named rather than read as something it is not.
 #pragma once
 
+#include <array>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -31,5 +33,10 @@ namespace kvheap {
 /// \brief GPT-2's table from a byte to the printable character a byte-level vocabulary writes
 /// for it ("Ġ" for a space), indexed by byte.
 [[nodiscard]] const std::array<char32_t, 256>& byte_level_alphabet();
+
+/// \brief The raw bytes of a byte-level vocabulary's token text ("Ġthe" -> " the"), or nullopt
+/// with `why` set when the text is not UTF-8 or has a character outside the alphabet.
+[[nodiscard]] std::optional<std::string> bytes_of_byte_level(std::string_view token,
+                                                             std::string* why);
 
 }  // namespace kvheap

@@ -82,7 +82,7 @@ TEST(ChatFormat, FamiliesWithoutAKnownFormatAreRefusedByName) {
               return detect_chat_format("tiny", *tok);
             }).find("not a Hugging Face folder"),
             std::string::npos);
-  EXPECT_THROW((void)parse_chat_format("chatml"), UsageError);
+  EXPECT_THROW((void)parse_chat_format("vicuna"), UsageError);
   // A format whose special tokens the tokenizer lacks would encode them as plain text.
   const std::string lacks =
       test::input_error_of([&] { return chat_end_of_turn(ChatFormat::Qwen2, *tok); });

@@ -118,9 +118,9 @@ TEST(Cli, BadTokenizersAndChatFlagsExitWithTheProblemNamed) {
     EXPECT_EQ(run_program(kCh01, all).exit_code, 2) << args.front();
   }
   const std::string dir = tiny_folder(tmp, 16448, true, "qwen2");
-  r = run_program(kCh01, {"--model", dir, "--chat", "hi", "--chat-format", "chatml", "--no-peak"});
+  r = run_program(kCh01, {"--model", dir, "--chat", "hi", "--chat-format", "vicuna", "--no-peak"});
   EXPECT_EQ(r.exit_code, 2);
-  expect_one_line_error(r, "--chat-format \"chatml\" is not a chat format kvheap knows");
+  expect_one_line_error(r, "--chat-format \"vicuna\" is not a chat format kvheap knows");
 }
 
 }  // namespace
