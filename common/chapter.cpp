@@ -199,6 +199,7 @@ int run_chapter(const Chapter& chapter, int argc, char** argv) {
       status = kSkipped;
       return;
     }
+    o.model = resolve_model_name(o.model);  // a fetched model's name -> its file
     const ModelWeights weights = load_model(o.model, o.model_seed);
     const ModelConfig& c = weights.config;
     const std::unique_ptr<Tokenizer> tok = load_tokenizer(o, c);

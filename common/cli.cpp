@@ -143,8 +143,8 @@ void CommandLine::parse(int argc, const char* const* argv) {
 
 void add_common_options(CommandLine& cli, CommonOptions& o, const std::string& num_seqs_help) {
   cli.option("--model", o.model,
-             "Preset name (synthetic weights), llama2.c .bin file, GGUF file, or safetensors "
-             "folder")
+             "Preset name (synthetic weights), fetched model (smollm2: scripts/fetch-model.sh), "
+             "llama2.c .bin file, GGUF file, or safetensors folder")
       .show_default();
   // Empty values are refused (see empty_value); for --prompt-ids the BOS-only default would
   // otherwise stand in for an explicitly empty list.

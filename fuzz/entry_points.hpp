@@ -48,6 +48,11 @@ FuzzOutcome fuzz_llama2c_loader(std::span<const std::uint8_t> input, std::string
 /// to a fixed, valid config.json of a tiny model.
 FuzzOutcome fuzz_safetensors(std::span<const std::uint8_t> input, std::string* why = nullptr);
 
+/// \brief Input: the bytes of a GGUF file. Parses it (every tensor's data must lie in the
+/// input); builds and runs its tokenizer when it has one (ids in range); loads it as a model
+/// when it names an architecture (every tensor present).
+FuzzOutcome fuzz_gguf(std::span<const std::uint8_t> input, std::string* why = nullptr);
+
 /// \brief Input: the whole input is encoded and decoded with a small built-in vocabulary (the
 /// round trip must be exact). When it holds a separator, the part before it is one selector byte
 /// plus a tokenizer.bin, loaded with a vocab_size derived from its record count, and the part
@@ -111,6 +116,8 @@ int fuzz_bpe_encode_one(const std::uint8_t* data, std::size_t size);
 int fuzz_llama2c_loader_one(const std::uint8_t* data, std::size_t size);
 /// \brief libFuzzer-shaped wrapper of fuzz_safetensors; always returns 0.
 int fuzz_safetensors_one(const std::uint8_t* data, std::size_t size);
+/// \brief libFuzzer-shaped wrapper of fuzz_gguf; always returns 0.
+int fuzz_gguf_one(const std::uint8_t* data, std::size_t size);
 /// \brief libFuzzer-shaped wrapper of fuzz_tokenizer; always returns 0.
 int fuzz_tokenizer_one(const std::uint8_t* data, std::size_t size);
 /// \brief libFuzzer-shaped wrapper of fuzz_cli; always returns 0.

@@ -183,7 +183,7 @@ std::span<const FuzzTarget> fuzz_targets() {
       {"fuzz_block_pool", fuzz_block_pool},         {"fuzz_shared_blocks", fuzz_shared_blocks},
       {"fuzz_scheduler", fuzz_scheduler},           {"fuzz_workload", fuzz_workload},
       {"fuzz_tokenizer_json", fuzz_tokenizer_json}, {"fuzz_tiktoken", fuzz_tiktoken},
-      {"fuzz_bpe_encode", fuzz_bpe_encode},
+      {"fuzz_bpe_encode", fuzz_bpe_encode},         {"fuzz_gguf", fuzz_gguf},
   };
   return kTargets;
 }
@@ -194,6 +194,10 @@ int fuzz_llama2c_loader_one(const std::uint8_t* data, std::size_t size) {
 }
 int fuzz_safetensors_one(const std::uint8_t* data, std::size_t size) {
   (void)fuzz_safetensors({data, size}, nullptr);
+  return 0;
+}
+int fuzz_gguf_one(const std::uint8_t* data, std::size_t size) {
+  (void)fuzz_gguf({data, size}, nullptr);
   return 0;
 }
 int fuzz_tokenizer_one(const std::uint8_t* data, std::size_t size) {

@@ -15,6 +15,7 @@
 #include "fuzz/entry_points.hpp"
 #include "fuzz/fuzz_support.hpp"
 #include "tests/support/checkpoint_writers.hpp"
+#include "tests/support/gguf_writer.hpp"
 
 namespace fs = std::filesystem;
 using namespace kvheap;
@@ -109,6 +110,24 @@ void safetensors_seeds() {
   seed("fuzz_safetensors", "valid_index.folder", folder_input(hf, DType::F32, true));
   static constexpr char kLong[] = "\xff\xff\0\0\0\0\0\0{}";  // 65535-byte header, 2 present
   seed("fuzz_safetensors", "header_too_long.safetensors", std::string(kLong, sizeof kLong - 1));
+}
+
+void gguf_seeds() {
+  seed("fuzz_gguf", "valid_tiny_llama.gguf", test::tiny_llama_gguf().bytes());
+  // Every tensor type, quantized blocks next to their values (tests/data/gguf/quants.gguf).
+  seed("fuzz_gguf", "every_tensor_type.gguf",  // architecture kvheap-quant-test: refused
+       test::read_bytes(std::string(KVHEAP_SOURCE_DIR) + "/tests/data/gguf/quants.gguf"));
+  test::GgufWriter spm;
+  spm.string("tokenizer.ggml.model", "llama");
+  spm.strings("tokenizer.ggml.tokens",
+              {"<unk>", "<s>", "</s>", "<0x41>", "\u2581", "a", "b", "\u2581a", "ab"});
+  spm.f32s("tokenizer.ggml.scores", {0, 0, 0, 0, -1, -2, -3, -0.5f, -0.25f});
+  spm.i32s("tokenizer.ggml.token_type", {2, 3, 3, 6, 1, 1, 1, 1, 1});
+  seed("fuzz_gguf", "valid_spm_vocab.gguf", spm.bytes());
+  test::GgufWriter qwen = test::tiny_llama_gguf();
+  qwen.string("tokenizer.ggml.pre", "qwen2");  // a repeated key: refused
+  seed("fuzz_gguf", "repeated_key.gguf", qwen.bytes());
+  seed("fuzz_gguf", "version_1.gguf", test::tiny_llama_gguf().bytes(1));
 }
 
 void tokenizer_seeds() {
@@ -240,6 +259,7 @@ int main(int argc, char** argv) {
   fs::create_directories(g_tmp);
   llama2c_seeds();
   safetensors_seeds();
+  gguf_seeds();
   tokenizer_seeds();
   bpe_seeds();
   cli_seeds();

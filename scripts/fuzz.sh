@@ -19,7 +19,7 @@ if ! [[ "$seconds" =~ ^[0-9]+$ ]] || [ "$seconds" -eq 0 ]; then
   exit 2
 fi
 targets=(fuzz_llama2c_loader fuzz_safetensors fuzz_tokenizer fuzz_cli fuzz_block_pool fuzz_shared_blocks
-  fuzz_scheduler fuzz_workload fuzz_tokenizer_json fuzz_tiktoken fuzz_bpe_encode)
+  fuzz_scheduler fuzz_workload fuzz_tokenizer_json fuzz_tiktoken fuzz_bpe_encode fuzz_gguf)
 jobs="${KVHEAP_JOBS:-$(nproc)}"
 
 bash scripts/install-deps.sh
@@ -43,8 +43,8 @@ run_target() {
     > "build/fuzz/$t.log" 2>&1
 }
 
-# Each fuzzer runs on one core, so as many run at once as there are jobs: on two cores the eleven
-# targets take six rounds instead of eleven. Their reports follow in the targets' order.
+# Each fuzzer runs on one core, so as many run at once as there are jobs: on two cores the twelve
+# targets take six rounds instead of twelve. Their reports follow in the targets' order.
 printf '\n== %s targets, %s s each, %s at a time ==\n' "${#targets[@]}" "$seconds" "$jobs"
 declare -A pid_of
 running=0

@@ -20,7 +20,7 @@
 #
 # KVHEAP_MODELS_DIR points the tests at a folder holding stories260K.bin and tokenizer.bin; tests
 # that need them skip without it (and fail instead when CI=true). KVHEAP_FUZZ_SECONDS sets the
-# time per fuzz target (default 12: eleven targets, two at a time, six rounds, and CI is kept under
+# time per fuzz target (default 12: twelve targets, two at a time, six rounds, and CI is kept under
 # 30 minutes; `scripts/fuzz.sh 600` fuzzes for longer).
 set -euo pipefail
 cd "$(dirname "$0")/.."

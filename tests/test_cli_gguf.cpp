@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "tests/support/checkpoint_writers.hpp"
+#include "tests/support/gguf_writer.hpp"
 #include "tests/support/run_program.hpp"
 #include "tests/support/test_support.hpp"
 
@@ -139,6 +140,28 @@ TEST(Cli, SmolLM2GivesLlamaCppsIdsInEveryChapter) {
                 << "\n";
     }
   }
+}
+
+// A malformed GGUF file ends the program with one line naming the problem, exit status 1.
+TEST(Cli, ABadGgufFileExitsOneWithTheProblemNamed) {
+  const std::string good = test::tiny_llama_gguf().bytes();
+  const std::string dir = testing::TempDir();
+  test::write_bytes(dir + "/cut.gguf", good.substr(0, good.size() / 2));
+  test::ProgramResult r = run_program("ch01_cpu_reference", {"--model", dir + "/cut.gguf"});
+  EXPECT_EQ(r.exit_code, 1);
+  test::expect_one_line_error(r, "truncated");
+  test::GgufWriter other = test::tiny_llama_gguf();
+  other.tensor("blk.0.ffn_extra.weight", {8}, 0, std::string(32, '\0'));
+  test::write_bytes(dir + "/extra.gguf", other.bytes());
+  r = run_program("ch05_batched_scheduler", {"--model", dir + "/extra.gguf", "--no-peak"});
+  EXPECT_EQ(r.exit_code, 1);
+  test::expect_one_line_error(r, "holds tensor 'blk.0.ffn_extra.weight'");
+  // The tiny model itself runs, its tokenizer read from the file.
+  test::write_bytes(dir + "/tiny.gguf", good);
+  r = run_program("ch01_cpu_reference", {"--model", dir + "/tiny.gguf", "--prompt", "abc",
+                                         "--max-new-tokens", "3", "--no-peak"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("text: "), std::string::npos) << r.out;
 }
 
 }  // namespace

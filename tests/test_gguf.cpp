@@ -4,10 +4,12 @@
 // GGUF tokenizer against llama.cpp's; and every malformed file refused with the problem named.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -130,6 +132,40 @@ TEST(Gguf, ChatPromptsAreTheTemplatesRendering) {
     equal += text == c.at("text").get<std::string>();
   }
   EXPECT_EQ(equal, 5);
+}
+
+/// Sets an environment variable for a scope and puts the old value back.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    if (old_) {
+      setenv(name_, old_->c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+TEST(Gguf, AFetchedModelIsFoundByNameOrTheFetchCommandNamed) {
+  KVHEAP_REQUIRE_MODEL(path, kSmolLM2);
+  EXPECT_EQ(resolve_model_name("smollm2"), path);  // KVHEAP_MODELS_DIR holds it
+  EXPECT_EQ(resolve_model_name("tiny"), "tiny");
+  const test::TempDir tmp;
+  const ScopedEnv models("KVHEAP_MODELS_DIR", tmp.file("models"));
+  const ScopedEnv cache("XDG_CACHE_HOME", tmp.file("cache"));
+  expect_mentions(test::input_error_of([] { return resolve_model_name("smollm2"); }),
+                  {"SmolLM2-135M-Instruct.Q4_1.gguf is not in", "/models' nor '",
+                   "/cache/kvheap/models'", "scripts/fetch-model.sh smollm2"});
 }
 
 TEST(Gguf, ChatTemplatesAreRecognisedOrRefused) {

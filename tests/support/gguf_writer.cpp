@@ -90,7 +90,7 @@ GgufWriter tiny_llama_gguf() {
     for (const std::uint64_t d : dims) n *= d;
     std::string data;
     for (std::uint64_t i = 0; i < n; ++i)
-      data += le_bytes(static_cast<float>((i * 7 % 13) - 6) / 16.0f);
+      data += le_bytes(static_cast<float>(static_cast<int>(i * 7 % 13) - 6) / 16.0f);
     w.tensor(name, std::move(dims), 0, std::move(data));
   };
   f32_tensor("token_embd.weight", {8, 8});
