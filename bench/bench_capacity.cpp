@@ -95,7 +95,9 @@ int main(int argc, char** argv) {
   double sigma = 1.0;
   int max_len = 0;
   std::uint64_t seed = 2024;
-  cli.option("--model", model, "Preset name, llama2.c .bin file or safetensors folder")
+  cli.option("--model", model,
+             "Preset name, fetched model (smollm2), llama2.c .bin file, GGUF file or safetensors "
+             "folder")
       .show_default();
   cli.option("--kv-dtype", kv_dtype, "fp32, fp16 or bf16").show_default();
   cli.option("--budget-gib", budget_gib, "KV budget in GiB").show_default();

@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import platform
+import random
 import re
 import subprocess
 import sys
@@ -36,6 +37,49 @@ def workload_text(model, rate, overrides=None):
     args = SimpleNamespace(vocab=model["vocab_size"], max_seq_len=model["max_seq_len"], rate=rate,
                            **params)
     return "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in make_workload.make(args))
+
+
+# The real model's workload: chat questions, each wrapped in SmolLM2's chat template (ChatML with
+# the default system message its template writes, which every request shares: 21 tokens), with
+# up to CHAT_MAX_NEW tokens of answer, ending where the model ends its turn.
+CHAT_MODELS = {"smollm2": "You are a helpful AI assistant named SmolLM, trained by Hugging Face"}
+CHAT_MAX_NEW = 64
+CHAT_QUESTIONS = [
+    "What is the capital of France?", "Write a haiku about the sea.",
+    "Explain what a KV cache is in one sentence.", "List three primary colors.",
+    "How many legs does a spider have?", "What is the boiling point of water?",
+    "Name a planet in our solar system.", "What does a bee make?",
+    "Give me a synonym for happy.", "What is 12 times 12?",
+    "Why is the sky blue?", "Suggest a name for a pet cat.",
+    "What language is spoken in Brazil?", "Write one sentence about autumn.",
+    "What is the largest ocean on Earth?", "How do plants make food?",
+    "Tell me a fun fact about octopuses.", "What is a prime number?",
+    "Translate 'good morning' into Spanish.", "What is the opposite of cold?",
+    "Who wrote Romeo and Juliet?", "What do you call a baby dog?",
+    "Describe a rainbow in a few words.", "What is the freezing point of water in Fahrenheit?",
+    "Name two fruits that are red.", "What is photosynthesis?",
+    "How many days are in a leap year?", "What is the tallest animal?",
+    "Give a tip for sleeping well.", "What is the chemical symbol for gold?",
+    "Write a short greeting for a birthday card.", "What is gravity?",
+]
+
+
+def chat_workload_text(model, requests, rate, seed):
+    """`requests` chat questions (cycling through CHAT_QUESTIONS) in `model`'s chat format, as
+    JSONL text of prompts, arriving at `rate` requests per second (0: all at once)."""
+    system = CHAT_MODELS[model]
+    rng = random.Random(seed)
+    out, t = [], 0.0
+    for i in range(requests):
+        question = CHAT_QUESTIONS[i % len(CHAT_QUESTIONS)]
+        prompt = (f"<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{question}"
+                  "<|im_end|>\n<|im_start|>assistant\n")
+        request = {"prompt": prompt, "max_new_tokens": CHAT_MAX_NEW}
+        if rate > 0:
+            t += rng.expovariate(rate)
+            request["arrival_s"] = round(t, 6)
+        out.append(json.dumps(request, separators=(",", ":")) + "\n")
+    return "".join(out)
 
 
 def write_temp(text, folder, name):

@@ -16,9 +16,10 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from kvheap_runs import (BUDGET_RESERVATIONS, CHAPTERS, WORKLOAD, compare_ids,  # noqa: E402
-                         cpu_name, machine_line, model_config, results_path, run_chapter,
-                         workload_text, write_temp)
+from kvheap_runs import (BUDGET_RESERVATIONS, CHAPTERS, CHAT_MAX_NEW, CHAT_MODELS,  # noqa: E402
+                         CHAT_QUESTIONS, WORKLOAD, chat_workload_text, compare_ids, cpu_name,
+                         machine_line, model_config, results_path, run_chapter, workload_text,
+                         write_temp)
 
 IDEAS = {
     "01_cpu_reference": "reserve max_seq_len per request",
@@ -31,8 +32,10 @@ IDEAS = {
 
 def chapter_flags(chapter, args, workload, budget_mb, device):
     flags = ["--model", args.model, "--workload", workload, "--kv-budget-mb", f"{budget_mb:.6f}",
-             "--ignore-eos", "--temperature", "0", "--device",
-             "cpu" if chapter == CHAPTERS[0] else device, "--kv-dtype", args.kv_dtype]
+             "--temperature", "0", "--device", "cpu" if chapter == CHAPTERS[0] else device,
+             "--kv-dtype", args.kv_dtype]
+    if args.model not in CHAT_MODELS:  # synthetic ids: every output runs to its length
+        flags.append("--ignore-eos")
     if chapter != CHAPTERS[0]:  # the CPU computes with fp32 weights: chapter 1 is the fp32 oracle
         flags += ["--weight-dtype", args.weight_dtype]
     if chapter == "04_cow_prefix_sharing":
@@ -190,7 +193,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bin", default="build/cpu/bin", help="folder with the chapter programs")
-    ap.add_argument("--model", default="stories15m", help="preset name, .bin file or safetensors folder")
+    ap.add_argument("--model", default="stories15m",
+                    help="preset name, .bin file or safetensors folder; or smollm2, the real chat "
+                         "model (scripts/fetch-model.sh smollm2), served real chat questions")
     ap.add_argument("--device", default="cpu", help="cpu or cuda (chapter 1 always runs on the cpu)")
     ap.add_argument("--weight-dtype", default="fp32",
                     help="weights of chapters 2-5 (fp16 and bf16 need --device cuda; chapter 1, "
@@ -199,8 +204,9 @@ def main():
     ap.add_argument("--oracle-requests", type=int, default=0,
                     help="chapter 1 serves only the first N requests, and the ids are compared on "
                          "those; its row leaves the table (for a model the CPU serves slowly)")
-    ap.add_argument("--requests", type=int, default=WORKLOAD["requests"],
-                    help=f"requests in the workload (default {WORKLOAD['requests']})")
+    ap.add_argument("--requests", type=int, default=0,
+                    help=f"requests in the workload (default {WORKLOAD['requests']}; "
+                         f"{len(CHAT_QUESTIONS)} for smollm2)")
     ap.add_argument("--rate", type=float, default=0,
                     help="arrival rate of the latency run, requests/s (default: half of chapter "
                          "3's saturated request rate)")
@@ -215,8 +221,11 @@ def main():
                     help="change one id of chapter NN's output before the check (to show that "
                          "the check fails)")
     args = ap.parse_args()
+    chat = args.model in CHAT_MODELS
+    if not args.requests:
+        args.requests = len(CHAT_QUESTIONS) if chat else WORKLOAD["requests"]
     machine = machine_line()
-    path = args.out or results_path(args.results, machine)
+    path = args.out or results_path(args.results, machine, f"ladder-{args.model}" if chat else "ladder")
     slug = re.sub(r"^ladder-|\.md$", "", os.path.basename(path))
     missing = [c for c in CHAPTERS if not os.path.exists(os.path.join(args.bin, "ch" + c))]
     if missing:
@@ -230,12 +239,14 @@ def main():
     oracle = 0 < args.oracle_requests < args.requests
     first = lambda text: "".join(text.splitlines(True)[:args.oracle_requests])  # noqa: E731
     with tempfile.TemporaryDirectory() as tmp:
-        text = workload_text(model, 0, overrides)
+        make = (lambda r: chat_workload_text(args.model, args.requests, r, WORKLOAD["seed"])) if chat \
+            else (lambda r: workload_text(model, r, overrides))
+        text = make(0)
         saturating = write_temp(text, tmp, "saturating.jsonl")
         few = write_temp(first(text), tmp, "oracle.jsonl") if oracle else None
         runs = serve_all(args, saturating, budget_mb, args.device, "all at once", few)
         rate = args.rate or float(f"{runs['03_paged_blocks']['serving']['requests_per_s'] / 2:.2g}")
-        text = workload_text(model, rate, overrides)
+        text = make(rate)
         rated_path = write_temp(text, tmp, "rated.jsonl")
         few = write_temp(first(text), tmp, "oracle-rated.jsonl") if oracle else None
         rated = serve_all(args, rated_path, budget_mb, args.device, f"{rate:g} requests/s", few)
@@ -251,13 +262,17 @@ def main():
              f"{device}{' (chapter 1 on the cpu, fp32 weights)' if args.device != 'cpu' else ''}. "
              f"KV budget {budget_mb:.3f} MB: {BUDGET_RESERVATIONS} max_seq_len reservations.",
              "",
-             f"Workload (`scripts/kvheap_runs.py`, `scripts/make_workload.py`, seed {w['seed']}): "
-             f"{w['requests']} requests, each [BOS] + a {w['system_tokens']}-token system prompt "
-             f"they all share + (for {w['document_share']:.0%}) one of {w['documents']} "
-             f"{w['document_tokens']}-token documents + a question of lognormal length (median "
-             f"{w['question_median']}, sigma {w['question_sigma']}); max_new_tokens lognormal "
-             f"(median {w['output_median']}, sigma {w['output_sigma']}), generated in full "
-             "(--ignore-eos).",
+             (f"Workload (`scripts/kvheap_runs.py`): {args.requests} real chat questions, each in "
+              "the model's chat template with the default system message it writes, which every "
+              f"request shares; at most {CHAT_MAX_NEW} tokens of answer, ending where the model "
+              "ends its turn." if chat else
+              f"Workload (`scripts/kvheap_runs.py`, `scripts/make_workload.py`, seed {w['seed']}): "
+              f"{w['requests']} requests, each [BOS] + a {w['system_tokens']}-token system prompt "
+              f"they all share + (for {w['document_share']:.0%}) one of {w['documents']} "
+              f"{w['document_tokens']}-token documents + a question of lognormal length (median "
+              f"{w['question_median']}, sigma {w['question_sigma']}); max_new_tokens lognormal "
+              f"(median {w['output_median']}, sigma {w['output_sigma']}), generated in full "
+              "(--ignore-eos)."),
              "",
              "Requests at once (the most at one pass); KV held per request (the bytes held over "
              "the requests running, at the pass that held the most); waste (the share of what was "

@@ -7,6 +7,9 @@
 #   scripts/tour.sh [--model NAME_OR_PATH] [--requests N] [--rate R] [--out FILE] [--no-peak]
 #                   [--weight-dtype T] [--kv-dtype T] [--oracle-requests N]
 #
+# --model smollm2 runs the ladder on a real chat model, SmolLM2-135M-Instruct (fetched first with
+# scripts/fetch-model.sh), serving real chat questions.
+#
 # On a GPU machine that cannot reach a package mirror, bring .gpu-bundle/ (scripts/gpu-bundle.sh
 # packs it elsewhere): its libraries are used in place of the Debian packages.
 set -euo pipefail
@@ -39,4 +42,11 @@ cmake --build --preset "$preset" -j "$(nproc)" --target "${programs[@]}"
 # installation found first on PATH may lack it.
 py=python3
 if ! python3 -c "import matplotlib" 2>/dev/null && [ -x /usr/bin/python3 ]; then py=/usr/bin/python3; fi
+# A model kvheap fetches by name is fetched first (once; the programs find it in the cache).
+args=("$@")
+for ((i = 0; i + 1 < ${#args[@]}; i++)); do
+  if [ "${args[i]}" = --model ] && [ "${args[i + 1]}" = smollm2 ]; then
+    bash scripts/fetch-model.sh smollm2 >/dev/null
+  fi
+done
 "$py" scripts/tour.py --bin "build/$preset/bin" --device "$device" "$@"

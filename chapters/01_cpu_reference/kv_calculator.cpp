@@ -48,7 +48,9 @@ int main(int argc, char** argv) {
   long context = 0;
   double memory_gb = 80.0;
   bool list = false;
-  cli.option("--model", model, "Preset name, llama2.c .bin file or safetensors folder")
+  cli.option("--model", model,
+             "Preset name, fetched model (smollm2), llama2.c .bin file, GGUF file or safetensors "
+             "folder")
       .show_default();
   cli.option("--kv-dtype", kv_dtype, "fp32, fp16 or bf16").show_default();
   cli.option("--weight-dtype", weight_dtype, "fp32, fp16 or bf16").show_default();
