@@ -58,12 +58,8 @@ class Tensors {
     for (const GgufTensor& t : file_.tensors())
       if (used_.count(t.name) == 0)
         throw InputError(fmt::format(
-            "GGUF file '{}' holds tensor '{}', which a {} model of this config does not have{}",
-            file_.source(), t.name, file_.require_string("general.architecture"),
-            t.name == "rope_freqs.weight"
-                ? ": per-frequency RoPE factors (Llama 3.1's long-context scaling) are not "
-                  "applied by kvheap"
-                : ""));
+            "GGUF file '{}' holds tensor '{}', which a {} model of this config does not have",
+            file_.source(), t.name, file_.require_string("general.architecture")));
   }
 
   /// Widens every queued tensor, in chunks of rows spread over the OpenMP threads.
@@ -224,8 +220,20 @@ ModelWeights load_gguf(const std::string& path) {
     L.w2 = t.take(w, n("ffn_down.weight"), {hidden, dim}, heads);
     L.w3 = t.take(w, n("ffn_up.weight"), {dim, hidden}, heads);
   }
+  // Llama 3.1's long-context scaling, as its converter stores it: a divisor per frequency.
+  const float* factors = f.tensor("rope_freqs.weight") == nullptr
+                             ? nullptr
+                             : t.take(w, "rope_freqs.weight", {hd / 2}, "a divisor per frequency");
   t.check_all_used();
   t.run();
+  if (factors != nullptr) {
+    w.config.rope_freq_factors.assign(factors, factors + hd / 2);
+    try {
+      w.config.validate();
+    } catch (const InputError& e) {
+      throw InputError(fmt::format("GGUF file '{}': {}", f.source(), e.what()));
+    }
+  }
   return w;
 }
 

@@ -23,9 +23,10 @@ namespace kvheap {
 /// a config that validate() refuses.
 [[nodiscard]] ModelConfig gguf_config(const GgufFile& file);
 
-/// \brief Loads a GGUF model file as fp32 weights. Throws as gguf_config, and for a missing
-/// tensor, one whose shape does not match the config (both named with the expected shape), and a
-/// tensor the model does not use.
+/// \brief Loads a GGUF model file as fp32 weights, with rope_freqs.weight (Llama 3.1's RoPE
+/// scaling) as the config's rope_freq_factors. Throws as gguf_config, and for a missing tensor,
+/// one whose shape does not match the config (both named with the expected shape), a tensor the
+/// model does not use, and factors that are not finite and positive.
 [[nodiscard]] ModelWeights load_gguf(const std::string& path);
 
 /// \brief True when `path` is a regular file that starts with the GGUF magic.

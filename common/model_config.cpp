@@ -157,6 +157,15 @@ void ModelConfig::validate() const {
     require(s >= 0 && s < vocab_size,
             fmt::format("stop token id must be in [0, vocab_size={}), got {}", vocab_size, s));
   if (rope_scaling.enabled) validate_rope_scaling(rope_scaling);
+  require(rope_freq_factors.empty() ||
+              rope_freq_factors.size() == static_cast<std::size_t>(head_dim / 2),
+          fmt::format("rope_freq_factors must hold head_dim/2 = {} values, got {}", head_dim / 2,
+                      rope_freq_factors.size()));
+  for (const float f : rope_freq_factors)
+    require(std::isfinite(f) && f > 0.0f,
+            fmt::format("rope_freq_factors must be finite and positive, got {}", f));
+  require(rope_freq_factors.empty() || !rope_scaling.enabled,
+          "rope_freq_factors and rope_scaling are two ways to scale RoPE; give one");
 }
 
 std::vector<std::string> preset_names() {

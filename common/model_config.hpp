@@ -45,8 +45,11 @@ struct ModelConfig {
   bool qk_norm = false;          ///< per-head RMSNorm of q and k before RoPE (Qwen3)
   RopeStyle rope_style = RopeStyle::Interleaved;  ///< which dimensions RoPE pairs
   RopeScaling rope_scaling;                       ///< llama3 frequency scaling, if any
-  int bos_id = 1;                                 ///< beginning-of-sequence token
-  std::vector<int> stop_ids = {1};                ///< token ids that end generation (llama2.c: BOS)
+  /// Per-frequency divisors of RoPE's inverse frequencies, [head_dim/2], as a GGUF file of Llama
+  /// 3.1 stores its long-context scaling (rope_freqs.weight); empty for none.
+  std::vector<float> rope_freq_factors;
+  int bos_id = 1;                   ///< beginning-of-sequence token
+  std::vector<int> stop_ids = {1};  ///< token ids that end generation (llama2.c: BOS)
 
   /// \brief Query width: n_heads * head_dim.
   [[nodiscard]] int q_dim() const { return n_heads * head_dim; }

@@ -11,6 +11,9 @@ std::vector<float> rope_inv_freq(const ModelConfig& c) {
   for (int i = 0; i < half; ++i)
     inv[i] =
         1.0f / std::pow(c.rope_theta, static_cast<float>(2 * i) / static_cast<float>(c.head_dim));
+  // A GGUF file's per-frequency factors (Llama 3.1's scaling, computed by its converter).
+  for (std::size_t i = 0; i < c.rope_freq_factors.size() && i < inv.size(); ++i)
+    inv[i] /= c.rope_freq_factors[i];
   if (!c.rope_scaling.enabled) return inv;
   // Llama 3: leave short wavelengths (local detail) alone, stretch long ones by `factor`, and blend
   // smoothly in between, so the model reaches past the context it was trained on.

@@ -7,7 +7,8 @@
 
 namespace kvheap {
 
-/// \brief inv_freq[head_dim/2]: theta^(-2i/head_dim), stretched per llama3 rope_scaling if set.
+/// \brief inv_freq[head_dim/2]: theta^(-2i/head_dim), divided by rope_freq_factors when the
+/// config has them, stretched per llama3 rope_scaling if set.
 std::vector<float> rope_inv_freq(const ModelConfig& c);
 
 }  // namespace kvheap

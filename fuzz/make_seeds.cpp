@@ -113,7 +113,7 @@ void safetensors_seeds() {
 }
 
 void gguf_seeds() {
-  seed("fuzz_gguf", "valid_tiny_llama.gguf", test::tiny_llama_gguf().bytes());
+  seed("fuzz_gguf", "valid_tiny_llama.gguf", test::tiny_model_gguf().bytes());
   // Every tensor type, quantized blocks next to their values (tests/data/gguf/quants.gguf).
   seed("fuzz_gguf", "every_tensor_type.gguf",  // architecture kvheap-quant-test: refused
        test::read_bytes(std::string(KVHEAP_SOURCE_DIR) + "/tests/data/gguf/quants.gguf"));
@@ -124,10 +124,10 @@ void gguf_seeds() {
   spm.f32s("tokenizer.ggml.scores", {0, 0, 0, 0, -1, -2, -3, -0.5f, -0.25f});
   spm.i32s("tokenizer.ggml.token_type", {2, 3, 3, 6, 1, 1, 1, 1, 1});
   seed("fuzz_gguf", "valid_spm_vocab.gguf", spm.bytes());
-  test::GgufWriter qwen = test::tiny_llama_gguf();
+  test::GgufWriter qwen = test::tiny_model_gguf();
   qwen.string("tokenizer.ggml.pre", "qwen2");  // a repeated key: refused
   seed("fuzz_gguf", "repeated_key.gguf", qwen.bytes());
-  seed("fuzz_gguf", "version_1.gguf", test::tiny_llama_gguf().bytes(1));
+  seed("fuzz_gguf", "version_1.gguf", test::tiny_model_gguf().bytes(1));
 }
 
 void tokenizer_seeds() {

@@ -144,13 +144,13 @@ TEST(Cli, SmolLM2GivesLlamaCppsIdsInEveryChapter) {
 
 // A malformed GGUF file ends the program with one line naming the problem, exit status 1.
 TEST(Cli, ABadGgufFileExitsOneWithTheProblemNamed) {
-  const std::string good = test::tiny_llama_gguf().bytes();
+  const std::string good = test::tiny_model_gguf().bytes();
   const std::string dir = testing::TempDir();
   test::write_bytes(dir + "/cut.gguf", good.substr(0, good.size() / 2));
   test::ProgramResult r = run_program("ch01_cpu_reference", {"--model", dir + "/cut.gguf"});
   EXPECT_EQ(r.exit_code, 1);
   test::expect_one_line_error(r, "truncated");
-  test::GgufWriter other = test::tiny_llama_gguf();
+  test::GgufWriter other = test::tiny_model_gguf();
   other.tensor("blk.0.ffn_extra.weight", {8}, 0, std::string(32, '\0'));
   test::write_bytes(dir + "/extra.gguf", other.bytes());
   r = run_program("ch05_batched_scheduler", {"--model", dir + "/extra.gguf", "--no-peak"});

@@ -20,6 +20,7 @@
 #include "common/gguf_loader.hpp"
 #include "common/gguf_tokenizer.hpp"
 #include "common/model_loader.hpp"
+#include "common/rope_freqs.hpp"
 #include "common/tokenizer_files.hpp"
 #include "tests/support/checkpoint_writers.hpp"
 #include "tests/support/gguf_writer.hpp"
@@ -241,7 +242,7 @@ TEST(Gguf, ASentencePieceVocabularyGivesLlamaCppsIds) {
 }
 
 TEST(Gguf, ATinyModelLoadsAndEveryPrefixOfItIsRefused) {
-  const std::string bytes = test::tiny_llama_gguf().bytes();
+  const std::string bytes = test::tiny_model_gguf().bytes();
   const test::TempDir tmp;
   const std::string path = tmp.file("tiny.gguf");
   test::write_bytes(path, bytes);
@@ -259,35 +260,76 @@ TEST(Gguf, ATinyModelLoadsAndEveryPrefixOfItIsRefused) {
   }
 }
 
+// Qwen2's biases and Qwen3's q/k norms are read, both rotate halves; a llama file's
+// rope_freqs.weight (Llama 3.1's scaling) divides RoPE's inverse frequencies.
+TEST(Gguf, QwenFilesAndRopeFactorsAreRead) {
+  const test::TempDir tmp;
+  const auto load = [&](test::GgufWriter w, const std::string& name) {
+    test::write_bytes(tmp.file(name), w.bytes());
+    return load_model(tmp.file(name));
+  };
+  const ModelWeights qwen2 = load(test::tiny_model_gguf("qwen2"), "qwen2.gguf");
+  EXPECT_TRUE(qwen2.config.attention_bias);
+  EXPECT_FALSE(qwen2.config.qk_norm);
+  EXPECT_EQ(qwen2.config.rope_style, RopeStyle::Halves);
+  ASSERT_NE(qwen2.layers[0].bk, nullptr);
+  EXPECT_EQ(qwen2.layers[0].bk[3], 2.0f / 16.0f);  // the writer's value 3: 3 * 7 % 13 - 6 = 2
+  const ModelWeights qwen3 = load(test::tiny_model_gguf("qwen3"), "qwen3.gguf");
+  EXPECT_TRUE(qwen3.config.qk_norm);
+  EXPECT_FALSE(qwen3.config.attention_bias);
+  EXPECT_EQ(qwen3.config.rope_style, RopeStyle::Halves);
+  EXPECT_NE(qwen3.layers[0].k_norm, nullptr);
+  // A qwen3 file without its norms is missing a tensor, named with its shape.
+  test::GgufWriter no_norms = test::tiny_model_gguf("qwen3");
+  no_norms.drop_tensor("blk.0.attn_k_norm.weight");
+  expect_mentions(test::input_error_of([&] { return load(no_norms, "no_norms.gguf"); }),
+                  {"has no tensor 'blk.0.attn_k_norm.weight'", "[4]"});
+  const ModelWeights llama = load(test::tiny_model_gguf(), "llama.gguf");
+  EXPECT_EQ(llama.config.rope_style, RopeStyle::Interleaved);
+  EXPECT_TRUE(llama.config.rope_freq_factors.empty());
+  test::GgufWriter scaled = test::tiny_model_gguf();
+  scaled.tensor("rope_freqs.weight", {2}, 0, test::le_bytes(1.0f) + test::le_bytes(4.0f));
+  const ModelWeights l31 = load(scaled, "scaled.gguf");
+  EXPECT_EQ(l31.config.rope_freq_factors, (std::vector<float>{1.0f, 4.0f}));
+  const std::vector<float> plain = rope_inv_freq(llama.config);
+  const std::vector<float> divided = rope_inv_freq(l31.config);
+  EXPECT_EQ(divided[0], plain[0]);
+  EXPECT_EQ(divided[1], plain[1] / 4.0f);
+  test::GgufWriter zero = test::tiny_model_gguf();
+  zero.tensor("rope_freqs.weight", {2}, 0, test::le_bytes(1.0f) + test::le_bytes(0.0f));
+  expect_mentions(test::input_error_of([&] { return load(zero, "zero.gguf"); }),
+                  {"rope_freq_factors must be finite and positive, got 0"});
+}
+
 // Each malformed file is refused with the problem named, never read past its end.
 TEST(Gguf, BadFilesAreRefusedByName) {
-  const std::string good = test::tiny_llama_gguf().bytes();
+  const std::string good = test::tiny_model_gguf().bytes();
   std::string wrong_magic = good;
   wrong_magic[0] = 'X';
   expect_mentions(parse_error(wrong_magic), {"\"XGUF\"", "magic \"GGUF\""});
-  expect_mentions(parse_error(test::tiny_llama_gguf().bytes(1)), {"version 1", "2 and 3"});
-  expect_mentions(parse_error(test::tiny_llama_gguf().bytes(4)), {"version 4"});
+  expect_mentions(parse_error(test::tiny_model_gguf().bytes(1)), {"version 1", "2 and 3"});
+  expect_mentions(parse_error(test::tiny_model_gguf().bytes(4)), {"version 4"});
   // A header that counts more keys than the file can hold.
   std::string many_keys = good;
   const std::string huge = test::le_bytes<std::uint64_t>(1ull << 60);
   many_keys.replace(16, 8, huge);
   expect_mentions(parse_error(many_keys), {"truncated", "metadata keys"});
   // A string length past the end of the file.
-  test::GgufWriter long_string = test::tiny_llama_gguf();
+  test::GgufWriter long_string = test::tiny_model_gguf();
   long_string.raw("general.description", 8, test::le_bytes<std::uint64_t>(1ull << 40) + "x");
   expect_mentions(parse_error(long_string.bytes()), {"truncated", "general.description"});
   // An array count past the end of the file.
-  test::GgufWriter long_array = test::tiny_llama_gguf();
+  test::GgufWriter long_array = test::tiny_model_gguf();
   long_array.raw("general.tags", 9,
                  test::le_bytes<std::uint32_t>(4) + test::le_bytes<std::uint64_t>(1ull << 50));
   expect_mentions(parse_error(long_array.bytes()), {"truncated", "general.tags", "array of"});
-  test::GgufWriter bad_type = test::tiny_llama_gguf();
+  test::GgufWriter bad_type = test::tiny_model_gguf();
   bad_type.raw("general.x", 13, "");
   expect_mentions(parse_error(bad_type.bytes()), {"general.x", "value type 13"});
   // Tensor types: one ggml has and kvheap does not read, one nobody defined.
   for (const auto& [type, words] :
        {std::pair<std::uint32_t, const char*>{16, "IQ2_XXS"}, {99, "id 99"}}) {
-    test::GgufWriter w = test::tiny_llama_gguf();
+    test::GgufWriter w = test::tiny_model_gguf();
     w.tensor("extra", {256}, type, std::string(256, '\0'));
     expect_mentions(parse_error(w.bytes()), {"extra", words});
   }
@@ -295,7 +337,7 @@ TEST(Gguf, BadFilesAreRefusedByName) {
   std::string cut = good.substr(0, good.size() - 4);
   expect_mentions(parse_error(cut), {"truncated", "blk.0.ffn_up.weight", "runs past"});
   {
-    test::GgufWriter w = test::tiny_llama_gguf();
+    test::GgufWriter w = test::tiny_model_gguf();
     w.tensor("late", {8}, 0, std::string(32, '\0'));
     std::string bytes = w.bytes();
     // The last tensor info's offset is the 8 bytes before the padding to the data region; point
@@ -313,7 +355,7 @@ TEST(Gguf, BadFilesAreRefusedByName) {
     test::write_bytes(path, w.bytes());
     return test::input_error_of([&] { return load_model(path); });
   };
-  test::GgufWriter twice = test::tiny_llama_gguf();
+  test::GgufWriter twice = test::tiny_model_gguf();
   twice.string("general.architecture", "gemma");  // a second key of that name
   expect_mentions(load_error(twice, "twice.gguf"), {"general.architecture", "twice"});
   {
@@ -329,7 +371,7 @@ TEST(Gguf, BadFilesAreRefusedByName) {
   }
   {
     // Keys of one config, tensors of another: two KV heads of 4 need blk.0.attn_k [8, 8].
-    std::string bytes = test::tiny_llama_gguf().bytes();
+    std::string bytes = test::tiny_model_gguf().bytes();
     const std::string key = test::gguf_string("llama.attention.head_count_kv");
     const std::size_t at = bytes.find(key);
     ASSERT_NE(at, std::string::npos);
@@ -339,7 +381,7 @@ TEST(Gguf, BadFilesAreRefusedByName) {
     expect_mentions(test::input_error_of([&] { return load_model(path); }),
                     {"blk.0.attn_k.weight", "[8, 4]", "needs [8, 8]"});
   }
-  test::GgufWriter vocab = test::tiny_llama_gguf();
+  test::GgufWriter vocab = test::tiny_model_gguf();
   vocab.u32("llama.vocab_size", 9);  // the embedding has 8 rows, the tokenizer 8 tokens
   expect_mentions(load_error(vocab, "vocab.gguf"), {"vocabulary disagrees", "8 rows", "is 9"});
   {

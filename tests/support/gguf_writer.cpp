@@ -1,6 +1,7 @@
 #include "tests/support/gguf_writer.hpp"
 
 #include <cstring>
+#include <vector>
 
 namespace kvheap::test {
 
@@ -50,6 +51,10 @@ void GgufWriter::tensor(const std::string& name, std::vector<std::uint64_t> dims
   tensors_.push_back({name, std::move(dims), type, std::move(data)});
 }
 
+void GgufWriter::drop_tensor(const std::string& name) {
+  std::erase_if(tensors_, [&](const Tensor& t) { return t.name == name; });
+}
+
 std::string GgufWriter::bytes(std::uint32_t version, std::uint64_t alignment) const {
   std::string out = "GGUF" + le_bytes(version) + le_bytes<std::uint64_t>(tensors_.size()) +
                     le_bytes<std::uint64_t>(kv_.size());
@@ -66,18 +71,18 @@ std::string GgufWriter::bytes(std::uint32_t version, std::uint64_t alignment) co
   return out + data;
 }
 
-GgufWriter tiny_llama_gguf() {
+GgufWriter tiny_model_gguf(const std::string& arch) {
   GgufWriter w;
-  w.string("general.architecture", "llama");
+  w.string("general.architecture", arch);
   w.string("general.name", "tiny");
-  w.u32("llama.block_count", 1);
-  w.u32("llama.context_length", 16);
-  w.u32("llama.embedding_length", 8);
-  w.u32("llama.feed_forward_length", 16);
-  w.u32("llama.attention.head_count", 2);
-  w.u32("llama.attention.head_count_kv", 1);
-  w.f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
-  w.f32("llama.rope.freq_base", 10000.0f);
+  w.u32(arch + ".block_count", 1);
+  w.u32(arch + ".context_length", 16);
+  w.u32(arch + ".embedding_length", 8);
+  w.u32(arch + ".feed_forward_length", 16);
+  w.u32(arch + ".attention.head_count", 2);
+  w.u32(arch + ".attention.head_count_kv", 1);
+  w.f32(arch + ".attention.layer_norm_rms_epsilon", 1e-5f);
+  w.f32(arch + ".rope.freq_base", 10000.0f);
   w.string("tokenizer.ggml.model", "gpt2");
   w.string("tokenizer.ggml.pre", "default");
   w.strings("tokenizer.ggml.tokens", {"a", "b", "c", "d", "e", "f", "g", "h"});
@@ -104,6 +109,15 @@ GgufWriter tiny_llama_gguf() {
   f32_tensor("blk.0.ffn_gate.weight", {8, 16});
   f32_tensor("blk.0.ffn_down.weight", {16, 8});
   f32_tensor("blk.0.ffn_up.weight", {8, 16});
+  if (arch == "qwen2") {
+    f32_tensor("blk.0.attn_q.bias", {8});
+    f32_tensor("blk.0.attn_k.bias", {4});
+    f32_tensor("blk.0.attn_v.bias", {4});
+  }
+  if (arch == "qwen3") {
+    f32_tensor("blk.0.attn_q_norm.weight", {4});
+    f32_tensor("blk.0.attn_k_norm.weight", {4});
+  }
   return w;
 }
 

@@ -30,6 +30,8 @@ class GgufWriter {
   /// \brief A tensor of ggml type `type` and shape `dims` (fastest first) holding `data`.
   void tensor(const std::string& name, std::vector<std::uint64_t> dims, std::uint32_t type,
               std::string data);
+  /// \brief Removes the tensor `name` (a test's way to make a file lack one).
+  void drop_tensor(const std::string& name);
   /// \brief The file: header, metadata, tensor infos (offsets packed at `alignment`) and data.
   [[nodiscard]] std::string bytes(std::uint32_t version = 3, std::uint64_t alignment = 32) const;
 
@@ -53,9 +55,10 @@ std::string le_bytes(T v) {
 /// \brief A GGUF string: its u64 length, then its bytes.
 std::string gguf_string(const std::string& s);
 
-/// \brief A valid GGUF file of a tiny llama model (dim 8, FFN 16, one layer, two heads of 4 and
-/// one KV head, vocabulary 8, context 16), F32 tensors of small values, a gpt2 tokenizer of the
-/// bytes 'a' to 'h' and no merges. Tests add keys and tensors to it before taking the bytes.
-[[nodiscard]] GgufWriter tiny_llama_gguf();
+/// \brief A valid GGUF file of a tiny model of architecture `arch` (llama, qwen2 with q/k/v
+/// biases, or qwen3 with q/k norms): dim 8, FFN 16, one layer, two heads of 4 and one KV head,
+/// vocabulary 8, context 16, F32 tensors of small values, a gpt2 tokenizer of the bytes 'a' to
+/// 'h' and no merges. Tests add keys and tensors to it before taking the bytes.
+[[nodiscard]] GgufWriter tiny_model_gguf(const std::string& arch = "llama");
 
 }  // namespace kvheap::test
