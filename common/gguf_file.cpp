@@ -93,7 +93,11 @@ GgufValue read_value(Reader& r, GgufType type, std::string_view key, int depth) 
   const std::string what = fmt::format("the value of key '{}'", key);
   switch (type) {
     case GgufType::U8: v.i = r.get<std::uint8_t>(what); break;
-    case GgufType::I8: v.i = r.get<std::int8_t>(what); break;
+    case GgufType::I8: {  // two's complement, read as a byte
+      const int b = r.get<std::uint8_t>(what);
+      v.i = b < 128 ? b : b - 256;
+      break;
+    }
     case GgufType::U16: v.i = r.get<std::uint16_t>(what); break;
     case GgufType::I16: v.i = r.get<std::int16_t>(what); break;
     case GgufType::U32: v.i = r.get<std::uint32_t>(what); break;

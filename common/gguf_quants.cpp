@@ -197,7 +197,7 @@ bool ggml_type_supported(std::uint32_t type) {
 GgmlTypeLayout ggml_type_layout(GgmlType type) {
   switch (type) {
     case GgmlType::F32: return {1, 4};
-    case GgmlType::F16: return {1, 2};
+    case GgmlType::F16:
     case GgmlType::BF16: return {1, 2};
     case GgmlType::Q4_0: return {kQK, 2 + kQK / 2};
     case GgmlType::Q4_1: return {kQK, 4 + kQK / 2};
