@@ -17,6 +17,7 @@
 #include "common/weights.hpp"
 #include "tests/support/checkpoint_writers.hpp"
 #include "tests/support/run_program.hpp"
+#include "tests/support/test_support.hpp"
 
 namespace kvheap {
 namespace {
@@ -103,6 +104,21 @@ TEST(Cli, PoolPastTheHostsAvailableMemoryExitsOne) {
         chapter, tiny({"--prompt-ids", "1,2", "--kv-budget-mb", fmt::format("{:.0f}", mb)}));
     EXPECT_EQ(r.exit_code, 1) << chapter;
     expect_one_line_error(r, "MB, more than this host's available memory (");
+  }
+}
+
+// On the device a pool is checked against cudaMemGetInfo before it is allocated: here the
+// simulator's device, made 16 MB for the test (KVHEAP_SIM_DEVICE_MEMORY_MB), and the budget's pool
+// of chapters 3-5 (chapter 2 allocates a reservation per request, not the budget).
+TEST(Cli, PoolPastTheDevicesFreeMemoryExitsOne) {
+  if (std::string(KVHEAP_CUDA_MODE) != "sim") GTEST_SKIP() << "the simulator's device memory";
+  const test::ScopedEnv small("KVHEAP_SIM_DEVICE_MEMORY_MB", "16");
+  for (const char* chapter :
+       {"ch03_paged_blocks", "ch04_cow_prefix_sharing", "ch05_batched_scheduler"}) {
+    const auto r = run_program(chapter, {"--model", "tiny", "--no-peak", "--device", "cuda",
+                                         "--prompt-ids", "1,2", "--kv-budget-mb", "64"});
+    EXPECT_EQ(r.exit_code, 1) << chapter;
+    expect_one_line_error(r, "exceeds the device's free memory (");
   }
 }
 

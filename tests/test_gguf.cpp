@@ -135,35 +135,13 @@ TEST(Gguf, ChatPromptsAreTheTemplatesRendering) {
   EXPECT_EQ(equal, 5);
 }
 
-/// Sets an environment variable for a scope and puts the old value back.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      setenv(name_, old_->c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
-
 TEST(Gguf, AFetchedModelIsFoundByNameOrTheFetchCommandNamed) {
   KVHEAP_REQUIRE_MODEL(path, kSmolLM2);
   EXPECT_EQ(resolve_model_name("smollm2"), path);  // KVHEAP_MODELS_DIR holds it
   EXPECT_EQ(resolve_model_name("tiny"), "tiny");
   const test::TempDir tmp;
-  const ScopedEnv models("KVHEAP_MODELS_DIR", tmp.file("models"));
-  const ScopedEnv cache("XDG_CACHE_HOME", tmp.file("cache"));
+  const test::ScopedEnv models("KVHEAP_MODELS_DIR", tmp.file("models"));
+  const test::ScopedEnv cache("XDG_CACHE_HOME", tmp.file("cache"));
   expect_mentions(test::input_error_of([] { return resolve_model_name("smollm2"); }),
                   {"SmolLM2-135M-Instruct.Q4_1.gguf is not in", "/models' nor '",
                    "/cache/kvheap/models'", "scripts/fetch-model.sh smollm2"});

@@ -40,4 +40,17 @@ double rel_inf_error(std::span<const float> a, std::span<const float> b) {
   return scale > 0.0 ? diff / scale : diff;
 }
 
+ScopedEnv::ScopedEnv(const char* name, const std::string& value) : name_(name) {
+  if (const char* old = std::getenv(name)) old_ = old;
+  setenv(name, value.c_str(), 1);
+}
+
+ScopedEnv::~ScopedEnv() {
+  if (old_) {
+    setenv(name_, old_->c_str(), 1);
+  } else {
+    unsetenv(name_);
+  }
+}
+
 }  // namespace kvheap::test

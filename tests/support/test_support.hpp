@@ -42,4 +42,19 @@ double rel_inf_error(std::span<const float> a, std::span<const float> b);
 namespace kvheap::test {
 /// \brief True when the CI environment variable is set to a true value.
 bool running_in_ci();
+
+/// \brief Sets an environment variable for a scope (and for the programs a test runs meanwhile)
+/// and puts the old value back.
+class ScopedEnv {
+ public:
+  /// \brief Sets `name` to `value` until destruction.
+  ScopedEnv(const char* name, const std::string& value);
+  ~ScopedEnv();
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
 }  // namespace kvheap::test
