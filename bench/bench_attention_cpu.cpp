@@ -28,10 +28,10 @@
 
 #include "bench/command.hpp"
 #include "bench/cpu_caches.hpp"
-#include "common/bandwidth.hpp"
-#include "common/fma_peak.hpp"
-#include "common/host_buffer.hpp"
-#include "common/model_config.hpp"
+#include "common/measure/bandwidth.hpp"
+#include "common/measure/fma_peak.hpp"
+#include "common/util/host_buffer.hpp"
+#include "common/model/model_config.hpp"
 #include "kernels/decode_attention_cpu.hpp"
 
 namespace kvheap {

@@ -15,8 +15,8 @@
 
 #include "base/error.hpp"
 #include "chapters/03_paged_blocks/capacity.hpp"
-#include "common/cli.hpp"
-#include "common/model_loader.hpp"
+#include "common/program/cli.hpp"
+#include "common/model/model_loader.hpp"
 
 using namespace kvheap;
 

@@ -19,11 +19,11 @@
 
 #include "bench/command.hpp"
 #include "chapters/01_cpu_reference/reserved_cache.hpp"
-#include "common/bandwidth.hpp"
-#include "common/forward_cpu.hpp"
-#include "common/llama2c_loader.hpp"
-#include "common/report.hpp"
-#include "common/synthetic_weights.hpp"
+#include "common/measure/bandwidth.hpp"
+#include "common/forward/forward_cpu.hpp"
+#include "common/model/llama2c_loader.hpp"
+#include "common/serving/report.hpp"
+#include "common/model/synthetic_weights.hpp"
 
 namespace kvheap {
 namespace {

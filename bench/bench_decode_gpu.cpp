@@ -20,11 +20,11 @@
 #include "base/error.hpp"
 #include "bench/roofline_model.hpp"
 #include "chapters/02_contiguous_gpu/contiguous_cache.hpp"
-#include "common/cli.hpp"
-#include "common/gpu/device_bandwidth.hpp"
-#include "common/gpu/forward_gpu.hpp"
-#include "common/report.hpp"
-#include "common/synthetic_weights.hpp"
+#include "common/program/cli.hpp"
+#include "common/measure/cuda/device_bandwidth.hpp"
+#include "common/forward/cuda/forward_gpu.hpp"
+#include "common/serving/report.hpp"
+#include "common/model/synthetic_weights.hpp"
 #include "device/device.hpp"
 
 namespace {

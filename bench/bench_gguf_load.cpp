@@ -13,8 +13,8 @@
 #include <filesystem>
 #include <string>
 
-#include "common/gguf_tokenizer.hpp"
-#include "common/model_loader.hpp"
+#include "common/tokenizer/gguf_tokenizer.hpp"
+#include "common/model/model_loader.hpp"
 
 namespace {
 

@@ -19,7 +19,7 @@
 // most 512 MiB, to share the machine (or twice that floor where the LLC is larger than 64 MiB:
 // bench/cpu_caches.hpp).
 // Both layouts are allocated as the chapters' CPU caches are, on transparent huge pages
-// (common/host_buffer.hpp); --huge-pages=0 gives both 4 KiB pages, to show what the TLB costs.
+// (common/util/host_buffer.hpp); --huge-pages=0 gives both 4 KiB pages, to show what the TLB costs.
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 #include <omp.h>
@@ -38,9 +38,9 @@
 #include "bench/cpu_caches.hpp"
 #include "bench/failures.hpp"
 #include "chapters/03_paged_blocks/block_manager.hpp"
-#include "common/bandwidth.hpp"
-#include "common/host_buffer.hpp"
-#include "common/model_config.hpp"
+#include "common/measure/bandwidth.hpp"
+#include "common/util/host_buffer.hpp"
+#include "common/model/model_config.hpp"
 #include "kernels/decode_attention_cpu.hpp"
 #include "kernels/paged_attention.hpp"
 
@@ -57,7 +57,7 @@ double g_peak_gbps = 0.0;
 bool g_huge_pages = true;  // --huge-pages=0: back both layouts with 4 KiB pages instead
 
 /// Host storage for `count` elements, allocated as the chapters' CPU caches allocate theirs
-/// (common/host_buffer.hpp): huge pages unless --huge-pages=0 asks for 4 KiB pages.
+/// (common/util/host_buffer.hpp): huge pages unless --huge-pages=0 asks for 4 KiB pages.
 struct HostArray {
   HostBuffer buf;
   T* get() { return buf.as<T>(); }

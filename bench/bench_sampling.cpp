@@ -23,9 +23,9 @@
 
 #include "base/error.hpp"
 #include "chapters/01_cpu_reference/reserved_cache.hpp"
-#include "common/cli.hpp"
-#include "common/forward_cpu.hpp"
-#include "common/synthetic_weights.hpp"
+#include "common/program/cli.hpp"
+#include "common/forward/forward_cpu.hpp"
+#include "common/model/synthetic_weights.hpp"
 #include "kernels/sample.hpp"
 
 namespace kvheap {

@@ -31,12 +31,12 @@
 #include "base/error.hpp"
 #include "chapters/04_cow_prefix_sharing/shared_cache.hpp"
 #include "chapters/05_batched_scheduler/continuous_batching.hpp"
-#include "common/backend.hpp"
-#include "common/cli.hpp"
-#include "common/model_loader.hpp"
-#include "common/report.hpp"
-#include "common/sampler.hpp"
-#include "common/serve.hpp"
+#include "common/forward/backend.hpp"
+#include "common/program/cli.hpp"
+#include "common/model/model_loader.hpp"
+#include "common/serving/report.hpp"
+#include "common/serving/sampler.hpp"
+#include "common/serving/serve.hpp"
 
 namespace kvheap {
 namespace {

@@ -21,9 +21,9 @@
 #include <string>
 #include <vector>
 
-#include "common/bpe_tokenizer.hpp"
-#include "common/tiktoken_file.hpp"
-#include "common/tokenizer_json.hpp"
+#include "common/tokenizer/bpe_tokenizer.hpp"
+#include "common/tokenizer/tiktoken_file.hpp"
+#include "common/tokenizer/tokenizer_json.hpp"
 
 namespace {
 

@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <cstddef>
 
-#include "common/bandwidth.hpp"
-#include "common/working_set.hpp"
+#include "common/measure/bandwidth.hpp"
+#include "common/measure/working_set.hpp"
 
 namespace kvheap::bench {
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "bench/block_sweep.hpp"
-#include "common/gpu/l2_flush.hpp"
+#include "common/measure/cuda/l2_flush.hpp"
 #include "device/device.hpp"
 
 namespace kvheap::bench {

@@ -16,8 +16,8 @@
 #include <string>
 #include <string_view>
 
-#include "common/model_config.hpp"
-#include "common/report.hpp"
+#include "common/model/model_config.hpp"
+#include "common/serving/report.hpp"
 
 namespace kvheap::bench {
 

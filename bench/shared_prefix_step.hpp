@@ -8,7 +8,7 @@
 
 #include "chapters/04_cow_prefix_sharing/shared_cache.hpp"
 #include "chapters/04_cow_prefix_sharing/shared_block_manager.hpp"
-#include "common/batch.hpp"
+#include "common/cache/batch.hpp"
 
 namespace kvheap::bench {
 

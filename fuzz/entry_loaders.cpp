@@ -7,11 +7,11 @@
 #include <vector>
 
 #include "base/error.hpp"
-#include "common/gguf_file.hpp"
-#include "common/gguf_loader.hpp"
-#include "common/gguf_tokenizer.hpp"
-#include "common/llama2c_loader.hpp"
-#include "common/safetensors_loader.hpp"
+#include "common/model/gguf_file.hpp"
+#include "common/model/gguf_loader.hpp"
+#include "common/tokenizer/gguf_tokenizer.hpp"
+#include "common/model/llama2c_loader.hpp"
+#include "common/model/safetensors_loader.hpp"
 #include "fuzz/entry_points.hpp"
 #include "fuzz/fuzz_support.hpp"
 

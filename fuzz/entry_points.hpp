@@ -86,7 +86,7 @@ int fuzz_shared_blocks_one(const std::uint8_t* data, std::size_t size);
 FuzzOutcome fuzz_scheduler(std::span<const std::uint8_t> input, std::string* why = nullptr);
 /// \brief libFuzzer-shaped wrapper of fuzz_scheduler; always returns 0.
 int fuzz_scheduler_one(const std::uint8_t* data, std::size_t size);
-/// \brief Input: a workload file (common/workload.hpp), read against a small config and the
+/// \brief Input: a workload file (common/program/workload.hpp), read against a small config and the
 /// built-in vocabulary. What it accepts must be servable (ids in range, generations inside the
 /// context, arrivals that never decrease), and written back with workload_line it must read the
 /// same.

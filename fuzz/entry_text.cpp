@@ -10,11 +10,11 @@
 #include <vector>
 
 #include "base/error.hpp"
-#include "common/cli.hpp"
-#include "common/sampler.hpp"
-#include "common/serve.hpp"
-#include "common/llama2c_tokenizer.hpp"
-#include "common/workload.hpp"
+#include "common/program/cli.hpp"
+#include "common/serving/sampler.hpp"
+#include "common/serving/serve.hpp"
+#include "common/tokenizer/llama2c_tokenizer.hpp"
+#include "common/program/workload.hpp"
 #include "fuzz/entry_points.hpp"
 #include "fuzz/fuzz_support.hpp"
 

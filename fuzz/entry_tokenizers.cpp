@@ -8,11 +8,11 @@
 #include <vector>
 
 #include "base/error.hpp"
-#include "common/bpe_tokenizer.hpp"
-#include "common/split_pattern.hpp"
-#include "common/tiktoken_file.hpp"
-#include "common/tokenizer_json.hpp"
-#include "common/utf8.hpp"
+#include "common/tokenizer/bpe_tokenizer.hpp"
+#include "common/tokenizer/split_pattern.hpp"
+#include "common/tokenizer/tiktoken_file.hpp"
+#include "common/tokenizer/tokenizer_json.hpp"
+#include "common/tokenizer/utf8.hpp"
 #include "fuzz/entry_points.hpp"
 #include "fuzz/fuzz_support.hpp"
 

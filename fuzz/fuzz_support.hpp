@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "common/llama2c_tokenizer.hpp"
+#include "common/tokenizer/llama2c_tokenizer.hpp"
 #include "fuzz/entry_points.hpp"
 
 namespace kvheap::fuzz {

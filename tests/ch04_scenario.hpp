@@ -8,9 +8,9 @@
 #include <span>
 #include <vector>
 
-#include "common/batch.hpp"
-#include "common/model_config.hpp"
-#include "common/sampler.hpp"
+#include "common/cache/batch.hpp"
+#include "common/model/model_config.hpp"
+#include "common/serving/sampler.hpp"
 #include "tests/support/test_support.hpp"
 
 namespace kvheap::test {

@@ -12,7 +12,7 @@
 #include <random>
 #include <vector>
 
-#include "common/model_config.hpp"
+#include "common/model/model_config.hpp"
 #include "kernels/decode_attention_cpu.hpp"
 
 namespace kvheap {

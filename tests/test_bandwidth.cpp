@@ -7,7 +7,7 @@
 #include <cmath>
 #include <cstddef>
 
-#include "common/bandwidth.hpp"
+#include "common/measure/bandwidth.hpp"
 
 namespace kvheap {
 namespace {

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "bench/roofline_model.hpp"
-#include "common/model_config.hpp"
-#include "common/report.hpp"
+#include "common/model/model_config.hpp"
+#include "common/serving/report.hpp"
 
 namespace kvheap {
 namespace {

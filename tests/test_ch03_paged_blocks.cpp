@@ -15,12 +15,12 @@
 #include "chapters/03_paged_blocks/block_manager.hpp"
 #include "chapters/03_paged_blocks/capacity.hpp"
 #include "chapters/03_paged_blocks/paged_cache.hpp"
-#include "common/forward_cpu.hpp"
-#include "common/llama2c_loader.hpp"
-#include "common/pool.hpp"
-#include "common/sampler.hpp"
-#include "common/serve.hpp"
-#include "common/synthetic_weights.hpp"
+#include "common/forward/forward_cpu.hpp"
+#include "common/model/llama2c_loader.hpp"
+#include "common/program/kv_budget.hpp"
+#include "common/serving/sampler.hpp"
+#include "common/serving/serve.hpp"
+#include "common/model/synthetic_weights.hpp"
 #include "tests/support/test_support.hpp"
 
 namespace kvheap {

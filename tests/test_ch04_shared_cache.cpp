@@ -8,11 +8,11 @@
 
 #include "chapters/03_paged_blocks/paged_cache.hpp"
 #include "chapters/04_cow_prefix_sharing/shared_cache.hpp"
-#include "common/forward_cpu.hpp"
-#include "common/llama2c_loader.hpp"
-#include "common/sampler.hpp"
-#include "common/serve.hpp"
-#include "common/synthetic_weights.hpp"
+#include "common/forward/forward_cpu.hpp"
+#include "common/model/llama2c_loader.hpp"
+#include "common/serving/sampler.hpp"
+#include "common/serving/serve.hpp"
+#include "common/model/synthetic_weights.hpp"
 #include "tests/ch04_scenario.hpp"
 #include "tests/support/test_support.hpp"
 

@@ -13,9 +13,9 @@
 
 #include "chapters/03_paged_blocks/paged_cache.hpp"
 #include "chapters/04_cow_prefix_sharing/shared_cache.hpp"
-#include "common/gpu/forward_gpu.hpp"
-#include "common/llama2c_loader.hpp"
-#include "common/synthetic_weights.hpp"
+#include "common/forward/cuda/forward_gpu.hpp"
+#include "common/model/llama2c_loader.hpp"
+#include "common/model/synthetic_weights.hpp"
 #include "device/buffers.hpp"
 #include "device/device.hpp"
 #include "kernels/decode_attention.hpp"

@@ -10,9 +10,9 @@
 
 #include "chapters/04_cow_prefix_sharing/shared_cache.hpp"
 #include "chapters/05_batched_scheduler/scheduler.hpp"
-#include "common/backend.hpp"
-#include "common/llama2c_loader.hpp"
-#include "common/synthetic_weights.hpp"
+#include "common/forward/backend.hpp"
+#include "common/model/llama2c_loader.hpp"
+#include "common/model/synthetic_weights.hpp"
 #include "tests/support/test_support.hpp"
 
 #if KVHEAP_HAS_CUDA

@@ -9,9 +9,9 @@
 
 #include "chapters/04_cow_prefix_sharing/shared_cache.hpp"
 #include "chapters/05_batched_scheduler/continuous_batching.hpp"
-#include "common/backend.hpp"
-#include "common/serve.hpp"
-#include "common/synthetic_weights.hpp"
+#include "common/forward/backend.hpp"
+#include "common/serving/serve.hpp"
+#include "common/model/synthetic_weights.hpp"
 #include "kernels/sample.hpp"
 
 #if defined(KVHEAP_SIM)

@@ -6,7 +6,7 @@
 #include <filesystem>
 
 #include "base/error.hpp"
-#include "common/chat_format.hpp"
+#include "common/tokenizer/chat_format.hpp"
 #include "tests/support/checkpoint_writers.hpp"
 #include "tests/support/tokenizer_data.hpp"
 

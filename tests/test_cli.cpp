@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "common/reference_forward.hpp"
-#include "common/report.hpp"
-#include "common/sampler.hpp"
-#include "common/synthetic_weights.hpp"
+#include "common/forward/reference_forward.hpp"
+#include "common/serving/report.hpp"
+#include "common/serving/sampler.hpp"
+#include "common/model/synthetic_weights.hpp"
 #include "tests/support/checkpoint_writers.hpp"
 #include "tests/support/run_program.hpp"
 #include "tests/support/test_support.hpp"

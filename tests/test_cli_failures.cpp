@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "common/bandwidth.hpp"
-#include "common/model_config.hpp"
-#include "common/weights.hpp"
+#include "common/measure/bandwidth.hpp"
+#include "common/model/model_config.hpp"
+#include "common/model/weights.hpp"
 #include "tests/support/checkpoint_writers.hpp"
 #include "tests/support/run_program.hpp"
 #include "tests/support/test_support.hpp"

@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "common/chat_format.hpp"
+#include "common/tokenizer/chat_format.hpp"
 #include "tests/support/checkpoint_writers.hpp"
 #include "tests/support/run_program.hpp"
 #include "tests/support/tokenizer_data.hpp"

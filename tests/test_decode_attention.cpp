@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "base/error.hpp"
-#include "common/model_config.hpp"
+#include "common/model/model_config.hpp"
 #include "device/buffers.hpp"
 #include "device/device.hpp"
 #include "kernels/decode_attention.hpp"

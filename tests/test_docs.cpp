@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "common/model_config.hpp"
+#include "common/model/model_config.hpp"
 
 #ifndef KVHEAP_SOURCE_DIR
 #error "KVHEAP_SOURCE_DIR must point at the repository root"

@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "base/half.hpp"
-#include "common/gpu/l2_flush.hpp"
-#include "common/rope_freqs.hpp"
-#include "common/sampler.hpp"
+#include "common/measure/cuda/l2_flush.hpp"
+#include "common/model/rope_freqs.hpp"
+#include "common/serving/sampler.hpp"
 #include "kernels/sample.hpp"
 #include "kernels/cast.hpp"
 #include "kernels/embedding.hpp"

@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "base/error.hpp"
-#include "common/host_buffer.hpp"
+#include "common/util/host_buffer.hpp"
 
 namespace kvheap {
 namespace {

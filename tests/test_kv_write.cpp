@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "common/model_config.hpp"
+#include "common/model/model_config.hpp"
 #include "kernels/kv_write.hpp"
 #include "tests/support/device_test_support.hpp"
 

@@ -1,11 +1,11 @@
-// Serving latencies (common/latency.hpp) on hand-made traces whose answers are known: the
+// Serving latencies (common/serving/latency.hpp) on hand-made traces whose answers are known: the
 // percentile interpolation, and TTFT, TPOT, inter-token and queueing times of requests whose
 // every token time is given.
 #include <gtest/gtest.h>
 
 #include <vector>
 
-#include "common/latency.hpp"
+#include "common/serving/latency.hpp"
 
 namespace kvheap {
 namespace {

@@ -2,8 +2,10 @@
 // and a planted upward include or link is caught.
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -37,17 +39,47 @@ TEST(Layering, NoIncludeOrLinkOfTheTreePointsUp) {
 
 TEST(Layering, FoldersAreRankedBottomUpAndChaptersInOrder) {
   EXPECT_EQ(layers::folder_of("kernels/rope.hpp"), "kernels");
-  EXPECT_EQ(layers::folder_of("common/gpu/forward_gpu.cpp"), "common");
+  EXPECT_EQ(layers::folder_of("common/forward/cuda/forward_gpu.cpp"), "common/forward");
+  EXPECT_EQ(layers::folder_of("common/CMakeLists.txt"), "common");
+  EXPECT_EQ(layers::folder_of("common/misc/x.hpp"), "");
   EXPECT_EQ(layers::folder_of("chapters/03_paged_blocks/main.cpp"), "chapters/03_paged_blocks");
   EXPECT_EQ(layers::folder_of("docs/pages/bad_inputs.md"), "");
   EXPECT_LT(layers::rank_of("base"), layers::rank_of("device"));
   EXPECT_LT(layers::rank_of("device"), layers::rank_of("kernels"));
-  EXPECT_LT(layers::rank_of("kernels"), layers::rank_of("common"));
+  EXPECT_LT(layers::rank_of("kernels"), layers::rank_of("common/util"));
+  const char* const common[] = {"common/util",    "common/model",  "common/tokenizer",
+                                "common/measure", "common/cache",  "common/forward",
+                                "common/serving", "common/program"};
+  for (std::size_t i = 1; i < std::size(common); ++i)
+    EXPECT_LT(layers::rank_of(common[i - 1]), layers::rank_of(common[i])) << common[i];
+  EXPECT_EQ(layers::rank_of("common"), layers::rank_of("common/program"));
   EXPECT_LT(layers::rank_of("common"), layers::rank_of("chapters/01_cpu_reference"));
   EXPECT_LT(layers::rank_of("chapters/03_paged_blocks"),
             layers::rank_of("chapters/04_cow_prefix_sharing"));
   EXPECT_LT(layers::rank_of("chapters/05_batched_scheduler"), layers::rank_of("tests"));
   EXPECT_EQ(layers::rank_of("tests"), layers::rank_of("fuzz"));
+}
+
+// common/ holds its CMakeLists.txt and its layers' folders, nothing else: a new folder must take
+// its place in the order (tests/support/layers.cpp), and a new file a folder.
+TEST(Layering, CommonHoldsOnlyItsLayers) {
+  const fs::path common = fs::path(KVHEAP_SOURCE_DIR) / "common";
+  int folders = 0;
+  for (const auto& e : fs::directory_iterator(common)) {
+    const std::string name = e.path().filename().string();
+    if (e.is_directory()) {
+      ++folders;
+      EXPECT_NE(layers::rank_of(layers::folder_of("common/" + name + "/x.hpp")), -1)
+          << "common/" << name << "/ is not one of common/'s layers";
+      for (const auto& f : fs::recursive_directory_iterator(e.path()))
+        if (f.is_directory())
+          EXPECT_EQ(f.path().filename(), "cuda") << fs::relative(f.path(), common).generic_string()
+                                                 << ": a layer's only sub-folder is cuda/";
+    } else {
+      EXPECT_EQ(name, "CMakeLists.txt") << "common/" << name << " belongs in one of its layers";
+    }
+  }
+  EXPECT_EQ(folders, 8);
 }
 
 void write(const fs::path& p, const std::string& text) {
@@ -62,8 +94,8 @@ TEST(Layering, PlantedUpwardIncludesAndLinksAreCaught) {
   const fs::path root = tmp.path();
   write(root / "base/error.hpp", "#pragma once\n");
   write(root / "kernels/rope.hpp",
-        "#pragma once\n#include \"base/error.hpp\"\n  # include \"common/cli.hpp\"\n");
-  write(root / "common/cli.hpp", "#pragma once\n#include \"kernels/rope.hpp\"\n");
+        "#pragma once\n#include \"base/error.hpp\"\n  # include \"common/program/cli.hpp\"\n");
+  write(root / "common/program/cli.hpp", "#pragma once\n#include \"kernels/rope.hpp\"\n");
   write(root / "chapters/03_paged/pool.hpp", "#include \"chapters/04_shared/index.hpp\"\n");
   write(root / "chapters/04_shared/index.hpp", "#include \"chapters/03_paged/pool.hpp\"\n");
   write(root / "tests/test_all.cpp",
@@ -79,7 +111,7 @@ TEST(Layering, PlantedUpwardIncludesAndLinksAreCaught) {
   ASSERT_EQ(up_includes.size(), 2u) << describe(up_includes);
   EXPECT_EQ(up_includes[0].where,
             "chapters/03_paged/pool.hpp:1 includes chapters/04_shared/index.hpp");
-  EXPECT_EQ(up_includes[1].where, "kernels/rope.hpp:3 includes common/cli.hpp");
+  EXPECT_EQ(up_includes[1].where, "kernels/rope.hpp:3 includes common/program/cli.hpp");
   const std::vector<layers::Edge> up_links = layers::upward(layers::link_edges(root));
   ASSERT_EQ(up_links.size(), 1u) << describe(up_links);
   EXPECT_EQ(up_links[0].where, "device/CMakeLists.txt: dev links common_lib");

@@ -12,8 +12,8 @@
 #include <filesystem>
 
 #include "base/error.hpp"
-#include "common/llama2c_loader.hpp"
-#include "common/mapped_file.hpp"
+#include "common/model/llama2c_loader.hpp"
+#include "common/util/mapped_file.hpp"
 #include "tests/support/checkpoint_writers.hpp"
 #include "tests/support/test_support.hpp"
 

@@ -15,8 +15,8 @@
 #include <tuple>
 
 #include "base/error.hpp"
-#include "common/hf_config.hpp"
-#include "common/safetensors_loader.hpp"
+#include "common/model/hf_config.hpp"
+#include "common/model/safetensors_loader.hpp"
 #include "tests/support/checkpoint_writers.hpp"
 
 namespace kvheap {

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "base/error.hpp"
-#include "common/model_config.hpp"
+#include "common/model/model_config.hpp"
 
 namespace kvheap {
 namespace {

@@ -7,8 +7,8 @@
 #include <sstream>
 #include <string>
 
-#include "common/bandwidth.hpp"
-#include "common/report.hpp"
+#include "common/measure/bandwidth.hpp"
+#include "common/serving/report.hpp"
 
 namespace kvheap {
 namespace {

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "base/error.hpp"
-#include "common/sampler.hpp"
+#include "common/serving/sampler.hpp"
 
 namespace kvheap {
 namespace {

@@ -8,7 +8,7 @@
 
 #include "chapters/03_paged_blocks/paged_cache.hpp"
 #include "chapters/04_cow_prefix_sharing/shared_cache.hpp"
-#include "common/model_config.hpp"
+#include "common/model/model_config.hpp"
 #include "kernels/decode_attention_cpu.hpp"
 #include "kernels/paged_attention.hpp"
 #include "kernels/shared_prefix_attention_cpu.hpp"

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "base/error.hpp"
-#include "common/token_ids.hpp"
+#include "common/program/token_ids.hpp"
 
 namespace kvheap {
 namespace {

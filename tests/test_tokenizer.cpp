@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "base/error.hpp"
-#include "common/llama2c_tokenizer.hpp"
+#include "common/tokenizer/llama2c_tokenizer.hpp"
 #include "tests/support/test_support.hpp"
 
 namespace kvheap {

@@ -5,9 +5,9 @@
 #include <string>
 
 #include "base/error.hpp"
-#include "common/tiktoken_file.hpp"
-#include "common/tokenizer_files.hpp"
-#include "common/tokenizer_json.hpp"
+#include "common/tokenizer/tiktoken_file.hpp"
+#include "common/tokenizer/tokenizer_files.hpp"
+#include "common/tokenizer/tokenizer_json.hpp"
 #include "tests/support/checkpoint_writers.hpp"
 #include "tests/support/tokenizer_data.hpp"
 

@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "base/error.hpp"
-#include "common/llama2c_tokenizer.hpp"
+#include "common/tokenizer/llama2c_tokenizer.hpp"
 
 namespace kvheap {
 namespace {

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "common/split_pattern.hpp"
-#include "common/utf8.hpp"
+#include "common/tokenizer/split_pattern.hpp"
+#include "common/tokenizer/utf8.hpp"
 #include "tests/support/tokenizer_data.hpp"
 
 namespace kvheap {

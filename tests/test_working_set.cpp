@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <string>
 
-#include "common/working_set.hpp"
+#include "common/measure/working_set.hpp"
 
 namespace kvheap {
 namespace {

@@ -1,14 +1,14 @@
-// The workload format (common/workload.hpp): what it reads, that what it writes reads back the
-// same, and that every malformed line is refused with its line number and the field at fault.
+// The workload format (common/program/workload.hpp): what it reads, that what it writes reads back
+// the same, and that every malformed line is refused with its line number and the field at fault.
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
 #include "base/error.hpp"
-#include "common/model_config.hpp"
-#include "common/llama2c_tokenizer.hpp"
-#include "common/workload.hpp"
+#include "common/model/model_config.hpp"
+#include "common/tokenizer/llama2c_tokenizer.hpp"
+#include "common/program/workload.hpp"
 #include "tests/support/test_support.hpp"
 
 namespace kvheap {

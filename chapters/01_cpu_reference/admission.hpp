@@ -12,7 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "common/static_batches.hpp"
+#include "common/serving/static_batches.hpp"
 
 namespace kvheap::ch01 {
 

@@ -10,8 +10,8 @@
 #include <iostream>
 
 #include "base/error.hpp"
-#include "common/cli.hpp"
-#include "common/model_loader.hpp"
+#include "common/program/cli.hpp"
+#include "common/model/model_loader.hpp"
 
 using namespace kvheap;
 

@@ -3,7 +3,7 @@
     naive max_seq_len reservation.
 
     What is new in this chapter:
-      1. the decoder itself, batch-first (common/forward_cpu.cpp), and the CPU twin of the
+      1. the decoder itself, batch-first (common/forward/forward_cpu.cpp), and the CPU twin of the
          attention kernel every later chapter reads its cache through;
       2. ReservedCache: each admitted request reserves max_seq_len positions, and the report
          shows how much of that reservation holds no token;
@@ -19,8 +19,8 @@
 #include "base/error.hpp"
 #include "chapters/01_cpu_reference/admission.hpp"
 #include "chapters/01_cpu_reference/reserved_cache.hpp"
-#include "common/bandwidth.hpp"
-#include "common/chapter.hpp"
+#include "common/measure/bandwidth.hpp"
+#include "common/program/chapter.hpp"
 
 using namespace kvheap;
 

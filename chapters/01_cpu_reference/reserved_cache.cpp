@@ -6,8 +6,8 @@
 #include <algorithm>
 
 #include "base/error.hpp"
-#include "common/bandwidth.hpp"
-#include "common/host_buffer.hpp"
+#include "common/measure/bandwidth.hpp"
+#include "common/util/host_buffer.hpp"
 #include "kernels/decode_attention_cpu.hpp"
 #include "kernels/kv_write.hpp"
 
@@ -15,7 +15,7 @@ namespace kvheap::ch01 {
 
 /// One sequence's reservation: K and V as raw bytes, [n_layers, max_seq_len, kv_dim] elements.
 struct ReservedCache::Reservation {
-  HostBuffer k;  // huge pages: see common/host_buffer.hpp
+  HostBuffer k;  // huge pages: see common/util/host_buffer.hpp
   HostBuffer v;
   int length = 0;
 };

@@ -10,8 +10,8 @@
 #include <memory>
 #include <vector>
 
-#include "common/kv_cache.hpp"
-#include "common/model_config.hpp"
+#include "common/cache/kv_cache.hpp"
+#include "common/model/model_config.hpp"
 
 namespace kvheap::ch01 {
 

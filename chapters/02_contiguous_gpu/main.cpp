@@ -5,7 +5,7 @@
 
     What is new in this chapter:
       1. the decode attention kernel, grouped-query aware with split-K (kernels/decode_attention.*),
-         and the forward pass on the device (common/gpu/forward_gpu.cpp);
+         and the forward pass on the device (common/forward/cuda/forward_gpu.cpp);
       2. ContiguousCache: every reservation made up front, as a GPU server does when it starts;
       3. the achieved bandwidth against the device's copy peak: decoding is a bandwidth problem.
 
@@ -17,7 +17,7 @@
 
 #include "chapters/01_cpu_reference/admission.hpp"
 #include "chapters/02_contiguous_gpu/contiguous_cache.hpp"
-#include "common/chapter.hpp"
+#include "common/program/chapter.hpp"
 
 using namespace kvheap;
 

@@ -12,8 +12,8 @@
 
 #include "chapters/03_paged_blocks/paged_cache.hpp"
 #include "chapters/03_paged_blocks/pool_report.hpp"
-#include "common/pool.hpp"
-#include "common/static_batches.hpp"
+#include "common/program/kv_budget.hpp"
+#include "common/serving/static_batches.hpp"
 
 namespace kvheap::ch03 {
 

@@ -8,7 +8,7 @@
 
 #include "base/error.hpp"
 #include "chapters/03_paged_blocks/block_manager.hpp"
-#include "common/pool.hpp"
+#include "common/program/kv_budget.hpp"
 
 namespace kvheap::ch03 {
 

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "common/model_config.hpp"
+#include "common/model/model_config.hpp"
 
 namespace kvheap::ch03 {
 

@@ -21,8 +21,8 @@
 #include "chapters/03_paged_blocks/admission.hpp"
 #include "chapters/03_paged_blocks/paged_cache.hpp"
 #include "chapters/03_paged_blocks/pool_report.hpp"
-#include "common/chapter.hpp"
-#include "common/pool.hpp"
+#include "common/program/chapter.hpp"
+#include "common/program/kv_budget.hpp"
 
 using namespace kvheap;
 

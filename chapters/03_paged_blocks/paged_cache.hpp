@@ -11,9 +11,9 @@
 #include <memory>
 
 #include "chapters/03_paged_blocks/block_manager.hpp"
-#include "common/kv_cache.hpp"
-#include "common/kv_storage.hpp"
-#include "common/model_config.hpp"
+#include "common/cache/kv_cache.hpp"
+#include "common/cache/kv_storage.hpp"
+#include "common/model/model_config.hpp"
 
 namespace kvheap::ch03 {
 

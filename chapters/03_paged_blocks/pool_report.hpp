@@ -8,7 +8,7 @@
 #include <string>
 
 #include "chapters/03_paged_blocks/block_manager.hpp"
-#include "common/model_config.hpp"
+#include "common/model/model_config.hpp"
 
 namespace kvheap::ch03 {
 

@@ -9,7 +9,7 @@
 #include <stdexcept>
 
 #include "base/error.hpp"
-#include "common/prompts.hpp"
+#include "common/program/prompts.hpp"
 
 namespace kvheap::ch04 {
 

@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "chapters/04_cow_prefix_sharing/shared_cache.hpp"
-#include "common/pool.hpp"
-#include "common/static_batches.hpp"
+#include "common/program/kv_budget.hpp"
+#include "common/serving/static_batches.hpp"
 
 namespace kvheap::ch04 {
 

@@ -18,8 +18,8 @@
 
 #include "chapters/04_cow_prefix_sharing/admission.hpp"
 #include "chapters/04_cow_prefix_sharing/shared_cache.hpp"
-#include "common/chapter.hpp"
-#include "common/pool.hpp"
+#include "common/program/chapter.hpp"
+#include "common/program/kv_budget.hpp"
 
 using namespace kvheap;
 

@@ -8,11 +8,11 @@
 #include <vector>
 
 #include "chapters/04_cow_prefix_sharing/shared_block_manager.hpp"
-#include "common/chapter.hpp"
-#include "common/kv_cache.hpp"
-#include "common/kv_storage.hpp"
-#include "common/model_config.hpp"
-#include "common/pool.hpp"
+#include "common/program/chapter.hpp"
+#include "common/cache/kv_cache.hpp"
+#include "common/cache/kv_storage.hpp"
+#include "common/model/model_config.hpp"
+#include "common/program/kv_budget.hpp"
 
 namespace kvheap::ch04 {
 

@@ -8,8 +8,8 @@
 
 #include "chapters/04_cow_prefix_sharing/shared_cache.hpp"
 #include "chapters/05_batched_scheduler/scheduler.hpp"
-#include "common/pool.hpp"
-#include "common/serve.hpp"
+#include "common/program/kv_budget.hpp"
+#include "common/serving/serve.hpp"
 
 namespace kvheap::ch05 {
 

@@ -19,8 +19,8 @@
 #include "base/error.hpp"
 #include "chapters/04_cow_prefix_sharing/shared_cache.hpp"
 #include "chapters/05_batched_scheduler/continuous_batching.hpp"
-#include "common/chapter.hpp"
-#include "common/pool.hpp"
+#include "common/program/chapter.hpp"
+#include "common/program/kv_budget.hpp"
 
 using namespace kvheap;
 

@@ -27,8 +27,8 @@
 #include <vector>
 
 #include "chapters/04_cow_prefix_sharing/shared_block_manager.hpp"
-#include "common/batch.hpp"
-#include "common/serve.hpp"
+#include "common/cache/batch.hpp"
+#include "common/serving/serve.hpp"
 
 namespace kvheap::ch05 {
 

@@ -15,7 +15,7 @@
 #include <stdexcept>
 
 #include "base/half.hpp"
-#include "common/llama2c_loader.hpp"
+#include "common/model/llama2c_loader.hpp"
 
 namespace kvheap::test {
 

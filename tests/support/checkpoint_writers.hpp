@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "base/error.hpp"
-#include "common/model_config.hpp"
-#include "common/weights.hpp"
+#include "common/model/model_config.hpp"
+#include "common/model/weights.hpp"
 
 namespace kvheap::test {
 

@@ -14,8 +14,14 @@ namespace {
 
 // The rule, stated once: the layers bottom up, then the chapters in their order, then the folders
 // that may use everything.
-const std::vector<std::string> kLayers = {"base", "device", "kernels", "common"};
-constexpr int kFirstChapterRank = 10;
+// common/ is itself layered: its sub-folders bottom up (each with its CUDA host code in a cuda/
+// sub-folder of its own). A file directly in common/ (its CMakeLists.txt, which builds the one
+// library of them all) ranks with the top one.
+const std::vector<std::string> kLayers = {"base",           "device",        "kernels",
+                                          "common/util",    "common/model",  "common/tokenizer",
+                                          "common/measure", "common/cache",  "common/forward",
+                                          "common/serving", "common/program"};
+constexpr int kFirstChapterRank = 100;
 const std::vector<std::string> kTop = {"tests", "bench", "fuzz"};
 constexpr int kTopRank = 1000;
 
@@ -134,6 +140,12 @@ std::string folder_of(const std::string& tree_path) {
     if (second == std::string::npos) return "";
     return tree_path.substr(0, second);
   }
+  if (top == "common") {
+    const std::size_t second = tree_path.find('/', slash + 1);
+    if (second == std::string::npos) return top;
+    const std::string sub = tree_path.substr(0, second);
+    return std::find(kLayers.begin(), kLayers.end(), sub) != kLayers.end() ? sub : "";
+  }
   if (std::find(kLayers.begin(), kLayers.end(), top) != kLayers.end()) return top;
   if (std::find(kTop.begin(), kTop.end(), top) != kTop.end()) return top;
   return "";
@@ -142,6 +154,7 @@ std::string folder_of(const std::string& tree_path) {
 int rank_of(const std::string& folder) {
   const auto layer = std::find(kLayers.begin(), kLayers.end(), folder);
   if (layer != kLayers.end()) return static_cast<int>(layer - kLayers.begin());
+  if (folder == "common") return static_cast<int>(kLayers.size()) - 1;
   if (std::find(kTop.begin(), kTop.end(), folder) != kTop.end()) return kTopRank;
   static const std::regex chapter(R"(chapters/(\d+)_.*)");
   std::smatch m;

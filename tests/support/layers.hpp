@@ -4,6 +4,11 @@
 //
 //   base -> device -> kernels -> common -> chapters/01_... -> chapters/02_... -> ...
 //
+// and common/ in its own layers, bottom up:
+//
+//   util -> model -> tokenizer -> measure -> cache -> forward -> serving -> program
+//
+// (each sub-folder's CUDA host code sits in its cuda/ sub-folder and ranks with it).
 // A file may include, and a target may link, only what sits in its own folder or below it: a later
 // chapter may use an earlier one, never the reverse. tests/, bench/ and fuzz/ sit on top and may
 // use anything. The edges come from the tree itself: the #include lines of every .hpp, .cpp, .cu
@@ -20,8 +25,10 @@
 namespace kvheap::layers {
 
 /// \brief The folder a tree path belongs to, as the rule sees it: "base", "device", "kernels",
-/// "common", "chapters/03_paged_blocks", "tests", "bench" or "fuzz"; "" for anything else
-/// (cmake/, docs/, scripts/, top-level files), which the rule does not cover.
+/// "common/cache" (common/cache/cuda/ included), "chapters/03_paged_blocks", "tests", "bench" or
+/// "fuzz"; "common" for a file directly in common/; "" for anything else (cmake/, docs/, scripts/,
+/// top-level files, a sub-folder of common/ that is not one of its layers), which the rule does
+/// not cover.
 [[nodiscard]] std::string folder_of(const std::string& tree_path);
 
 /// \brief The folder's height in the layering: a folder may use folders of the same or a lower
@@ -32,7 +39,7 @@ namespace kvheap::layers {
 struct Edge {
   std::string from;   ///< folder of the including file or linking target
   std::string to;     ///< folder of the included file or linked target
-  std::string where;  ///< "kernels/rope.hpp:4 includes common/cli.hpp", or the CMake link
+  std::string where;  ///< "kernels/rope.hpp:4 includes common/program/cli.hpp", or the CMake link
 };
 
 /// \brief Every #include "..." edge between two different covered folders.

@@ -5,8 +5,8 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "common/tiktoken_file.hpp"
-#include "common/tokenizer_json.hpp"
+#include "common/tokenizer/tiktoken_file.hpp"
+#include "common/tokenizer/tokenizer_json.hpp"
 
 namespace kvheap::test {
 

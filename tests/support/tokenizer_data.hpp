@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "common/bpe_tokenizer.hpp"
+#include "common/tokenizer/bpe_tokenizer.hpp"
 
 namespace kvheap::test {
 

@@ -1,0 +1,73 @@
+#include "common/forward/backend.hpp"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <vector>
+
+#include "base/error.hpp"
+#include "common/forward/forward_cpu.hpp"
+
+namespace kvheap {
+namespace {
+
+/// Chapter 1's forward pass (Eigen and the CPU twins) over host-memory caches.
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend(const ModelWeights& weights, const BackendConfig& config)
+      : Backend(fmt::format("cpu ({} threads)", config.threads),
+                config.measure_peak ? cpu_read_peak() : MeasuredPeak{}, DType::F32),
+        forward_(weights) {}
+
+  std::span<const SampledToken> forward(const Batch& batch, KVCache& cache,
+                                        std::span<const SamplingJob> jobs) override {
+    using Clock = std::chrono::steady_clock;
+    const auto seconds = [](Clock::time_point a, Clock::time_point b) {
+      return std::chrono::duration<double>(b - a).count();
+    };
+    const Clock::time_point t0 = Clock::now();
+    logits_ = forward_.forward(batch, cache);
+    const Clock::time_point t1 = Clock::now();
+    const int vocab = forward_.weights().config.vocab_size;
+    picks_.resize(jobs.size());
+    cpu::sample_rows(picks_.data(), logits_.data(), static_cast<int>(logits_.size() / vocab), vocab,
+                     jobs.data(), static_cast<int>(jobs.size()));
+    times_.prepare = forward_.prepare_seconds();
+    times_.forward = seconds(t0, t1) - times_.prepare;
+    times_.sample = seconds(t1, Clock::now());
+    return picks_;
+  }
+
+  std::span<const float> logits() override { return logits_; }
+  [[nodiscard]] PassTimes last_times() const override { return times_; }
+  [[nodiscard]] Memory memory() const override { return Memory::kHost; }
+
+ private:
+  CpuForward forward_;
+  std::span<const float> logits_;
+  std::vector<SampledToken> picks_;
+  PassTimes times_;
+};
+
+}  // namespace
+
+std::string resolve_device(const std::string& requested) {
+  if (requested != "auto" && requested != "cpu" && requested != "cuda")
+    throw UsageError(fmt::format("--device {}: expected auto, cpu or cuda", requested));
+  if (requested == "auto") return cuda_device_available() ? "cuda" : "cpu";
+  return requested;
+}
+
+std::unique_ptr<Backend> make_backend(const ModelWeights& weights, const BackendConfig& config) {
+  if (config.device == "cuda") return make_cuda_backend(weights, config);
+  if (config.device != "cpu")
+    throw UsageError(fmt::format("--device {}: expected cpu or cuda", config.device));
+  if (config.weights != DType::F32)
+    throw UsageError(
+        fmt::format("--weight-dtype {} needs --device cuda: the CPU backend computes "
+                    "with fp32 weights",
+                    dtype_name(config.weights)));
+  return std::make_unique<CpuBackend>(weights, config);
+}
+
+}  // namespace kvheap

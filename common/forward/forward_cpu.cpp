@@ -1,0 +1,132 @@
+// The CPU forward pass, top to bottom: embed, then per layer attention and MLP, then classifier.
+#include "common/forward/forward_cpu.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "base/error.hpp"
+#include "common/model/rope_freqs.hpp"
+#include "kernels/matmul.hpp"
+#include "kernels/qk_norm.hpp"
+#include "kernels/rmsnorm.hpp"
+#include "kernels/rope.hpp"
+#include "kernels/swiglu.hpp"
+
+namespace kvheap {
+
+void validate_batch(const Batch& batch, const ModelConfig& c) {
+  for (int i = 0; i < batch.size(); ++i) {
+    const BatchRow& r = batch.rows[i];
+    if (r.token < 0 || r.token >= c.vocab_size)
+      throw InputError(
+          fmt::format("token id {} (batch row {}) is out of range: the model's "
+                      "vocabulary has {} tokens (ids 0..{})",
+                      r.token, i, c.vocab_size, c.vocab_size - 1));
+    if (r.pos < 0 || r.pos >= c.max_seq_len)
+      throw InputError(
+          fmt::format("position {} (batch row {}) is outside the model's context of "
+                      "{} tokens",
+                      r.pos, i, c.max_seq_len));
+  }
+}
+
+void check_qk_norm_gains(const ModelWeights& w) {
+  if (!w.config.qk_norm) return;
+  for (std::size_t l = 0; l < w.layers.size(); ++l)
+    if (w.layers[l].q_norm == nullptr || w.layers[l].k_norm == nullptr)
+      throw InputError(fmt::format(
+          "weights: layer {} has no q_norm/k_norm gains ([head_dim = {}] each), but the "
+          "config asks for per-head q/k RMSNorm (Qwen3)",
+          l, w.config.head_dim));
+}
+
+CpuForward::CpuForward(const ModelWeights& weights)
+    : w_(weights), inv_freq_(rope_inv_freq(weights.config)) {
+  check_qk_norm_gains(weights);
+}
+
+void CpuForward::resize(int n) {
+  const ModelConfig& c = w_.config;
+  const auto rows = static_cast<std::size_t>(n);
+  x_.resize(rows * c.dim);
+  xn_.resize(rows * c.dim);
+  q_.resize(rows * c.q_dim());
+  k_.resize(rows * c.kv_dim());
+  v_.resize(rows * c.kv_dim());
+  att_.resize(rows * c.q_dim());
+  proj_.resize(rows * c.dim);
+  gate_.resize(rows * c.hidden_dim);
+  up_.resize(rows * c.hidden_dim);
+  pos_.resize(rows);
+}
+
+std::span<const float> CpuForward::forward(const Batch& batch, KVCache& cache) {
+  const ModelConfig& c = w_.config;
+  validate_batch(batch, c);
+  const auto t0 = std::chrono::steady_clock::now();
+  cache.prepare(batch);
+  prepare_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const int n = batch.size();
+  resize(n);
+  const bool interleaved = c.rope_style == RopeStyle::Interleaved;
+
+  for (int r = 0; r < n; ++r) {
+    std::memcpy(&x_[static_cast<std::size_t>(r) * c.dim],
+                w_.token_embedding + static_cast<std::size_t>(batch.rows[r].token) * c.dim,
+                sizeof(float) * c.dim);
+    pos_[r] = batch.rows[r].pos;
+  }
+
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& L = w_.layers[l];
+    // Attention block: x += Wo * attend(rope(Wq xn), cache <- (rope(Wk xn), Wv xn)), with Qwen3's
+    // per-head norm of q and k between the projection and RoPE.
+    cpu::rmsnorm(xn_.data(), x_.data(), L.attn_norm, n, c.dim, c.norm_eps);
+    cpu::matmul(q_.data(), xn_.data(), L.wq, n, c.dim, c.q_dim());
+    cpu::matmul(k_.data(), xn_.data(), L.wk, n, c.dim, c.kv_dim());
+    cpu::matmul(v_.data(), xn_.data(), L.wv, n, c.dim, c.kv_dim());
+    cpu::add_bias(q_.data(), L.bq, n, c.q_dim());
+    cpu::add_bias(k_.data(), L.bk, n, c.kv_dim());
+    cpu::add_bias(v_.data(), L.bv, n, c.kv_dim());
+    if (c.qk_norm)
+      cpu::qk_norm(q_.data(), k_.data(), L.q_norm, L.k_norm, n, c.n_heads, c.n_kv_heads, c.head_dim,
+                   c.norm_eps);
+    cpu::rope(q_.data(), pos_.data(), n, c.n_heads, c.head_dim, inv_freq_.data(), interleaved);
+    cpu::rope(k_.data(), pos_.data(), n, c.n_kv_heads, c.head_dim, inv_freq_.data(), interleaved);
+    cache.write(l, batch, k_.data(), v_.data());
+    cache.attend(l, batch, q_.data(), att_.data());
+    cpu::matmul(proj_.data(), att_.data(), L.wo, n, c.q_dim(), c.dim);
+    cpu::residual_add(x_.data(), proj_.data(), static_cast<long>(n) * c.dim);
+
+    // MLP block: x += W2 (silu(W1 xn) * W3 xn).
+    cpu::rmsnorm(xn_.data(), x_.data(), L.ffn_norm, n, c.dim, c.norm_eps);
+    cpu::matmul(gate_.data(), xn_.data(), L.w1, n, c.dim, c.hidden_dim);
+    cpu::matmul(up_.data(), xn_.data(), L.w3, n, c.dim, c.hidden_dim);
+    cpu::swiglu(gate_.data(), up_.data(), static_cast<long>(n) * c.hidden_dim);
+    cpu::matmul(proj_.data(), gate_.data(), L.w2, n, c.hidden_dim, c.dim);
+    cpu::residual_add(x_.data(), proj_.data(), static_cast<long>(n) * c.dim);
+  }
+
+  // Classifier only for rows that want logits: in a prompt that is just the last row, which saves
+  // the largest matrix product of a prefill.
+  const int m = batch.num_logit_rows();
+  last_.resize(static_cast<std::size_t>(m) * c.dim);
+  logits_.resize(static_cast<std::size_t>(m) * c.vocab_size);
+  int j = 0;
+  for (int r = 0; r < n; ++r) {
+    if (!batch.rows[r].wants_logits) continue;
+    std::memcpy(&last_[static_cast<std::size_t>(j) * c.dim],
+                &x_[static_cast<std::size_t>(r) * c.dim], sizeof(float) * c.dim);
+    ++j;
+  }
+  if (m > 0) {
+    cpu::rmsnorm(last_.data(), last_.data(), w_.final_norm, m, c.dim, c.norm_eps);
+    cpu::matmul(logits_.data(), last_.data(), w_.classifier, m, c.dim, c.vocab_size);
+  }
+  return {logits_.data(), logits_.size()};
+}
+
+}  // namespace kvheap

@@ -1,0 +1,61 @@
+// The CPU forward pass: a Llama-family decoder over a flattened batch, behind the KVCache
+// interface.
+#pragma once
+
+#include <span>
+#include <vector>
+
+#include "common/cache/batch.hpp"
+#include "common/cache/kv_cache.hpp"
+#include "common/model/weights.hpp"
+
+namespace kvheap {
+
+/// \brief Runs batches through the model on the CPU (Eigen + OpenMP), reading and extending a
+/// KVCache. Holds only scratch activations; all model state lives in the weights and the cache.
+class CpuForward {
+ public:
+  /// \brief Keeps a reference to `weights`, which must outlive this object. Throws InputError
+  /// as check_qk_norm_gains does.
+  explicit CpuForward(const ModelWeights& weights);
+
+  /// \brief One forward pass; returns logits [batch.num_logit_rows(), vocab_size] in row order.
+  ///
+  /// Throws InputError for a token id outside the vocabulary or a position past max_seq_len.
+  std::span<const float> forward(const Batch& batch, KVCache& cache);
+
+  /// \brief The model this pass runs.
+  [[nodiscard]] const ModelWeights& weights() const { return w_; }
+  /// \brief Seconds the last forward() spent in the cache's prepare().
+  [[nodiscard]] double prepare_seconds() const { return prepare_seconds_; }
+
+ private:
+  void resize(int n);
+
+  const ModelWeights& w_;
+  std::vector<float> inv_freq_;  // [head_dim/2]
+  // Activations of the current batch (n rows).
+  std::vector<float> x_;       // [n, dim] residual stream
+  std::vector<float> xn_;      // [n, dim] normalised input of a sub-block
+  std::vector<float> q_;       // [n, q_dim]
+  std::vector<float> k_;       // [n, kv_dim]
+  std::vector<float> v_;       // [n, kv_dim]
+  std::vector<float> att_;     // [n, q_dim]
+  std::vector<float> proj_;    // [n, dim]
+  std::vector<float> gate_;    // [n, hidden_dim]
+  std::vector<float> up_;      // [n, hidden_dim]
+  std::vector<float> last_;    // [n_logit_rows, dim]
+  std::vector<float> logits_;  // [n_logit_rows, vocab_size]
+  std::vector<int> pos_;       // [n]
+  double prepare_seconds_ = 0;
+};
+
+/// \brief Throws InputError when the config asks for Qwen3's q/k norms and a layer of `w` lacks
+/// their gains: running without them would be a silent wrong answer.
+void check_qk_norm_gains(const ModelWeights& w);
+
+/// \brief Checks every row of `batch` against the model: token in the vocabulary, position
+/// inside the context. Throws InputError naming the row.
+void validate_batch(const Batch& batch, const ModelConfig& c);
+
+}  // namespace kvheap
