@@ -71,15 +71,16 @@ int SharedBlockManager::fork(int parent) {
   return id;
 }
 
-long SharedBlockManager::blocks_to_append(int seq) const {
-  const Sequence& s = seqs_.at(seq, "blocks_to_append");
-  const bool full =
-      s.tokens.size() == s.blocks.size() * static_cast<std::size_t>(pool_.block_size());
-  return full || pool_.ref_count(s.blocks.back()) > 1 ? 1 : 0;
+long SharedBlockManager::blocks_to_grow(int seq, long rows) const {
+  const Sequence& s = seqs_.at(seq, "blocks_to_grow");
+  const long len = static_cast<long>(s.tokens.size());
+  long need = blocks_for(len + rows) - static_cast<long>(s.blocks.size());
+  if (len % pool_.block_size() != 0 && pool_.ref_count(s.blocks.back()) > 1) ++need;
+  return need;
 }
 
 bool SharedBlockManager::can_append(int seq) const {
-  return blocks_to_append(seq) <= num_available();
+  return blocks_to_grow(seq, 1) <= num_available();
 }
 
 std::int64_t SharedBlockManager::append_slot(int seq, int token) {

@@ -70,8 +70,11 @@ class SharedBlockManager {
   /// \brief True when `seq` can take one more token: its last block has room and is its alone,
   /// or a block is available.
   [[nodiscard]] bool can_append(int seq) const;
-  /// \brief Extra blocks appending one token to `seq` takes: 1 for a new block or a copy, else 0.
-  [[nodiscard]] long blocks_to_append(int seq) const;
+  /// \brief Blocks `seq` takes to grow by `rows` positions: the new blocks past its page table,
+  /// plus a private copy of its last block when that block is partly filled and shared. The one
+  /// statement of the rule: can_append, the batch check of SharedCache and chapter 5's scheduler
+  /// all count with it.
+  [[nodiscard]] long blocks_to_grow(int seq, long rows) const;
   /// \brief Appends `token` to `seq` and returns the physical slot of its position. A full last
   /// block gets a new block after it; a shared last block is first replaced by a private copy
   /// (listed for take_copies). A block that this fills is indexed under its prefix. Throws

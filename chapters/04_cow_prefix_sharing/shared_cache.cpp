@@ -25,19 +25,20 @@ SharedView shared_view(SharedBlockManager& blocks, const Batch& batch, bool read
           i, r.pos, r.slot, it->second));
     ++it->second;
   }
-  // New blocks past each sequence's table, plus copies of shared last blocks. A shared last
-  // block is copied for each sequence that appends to it, except that when every holder appends,
-  // the last of them finds it unshared and writes in place.
+  // Each sequence's blocks to grow (new blocks, and a copy of a shared last block), except that
+  // when every holder of a shared last block appends to it, the last of them finds it unshared
+  // and writes in place: one copy fewer.
   long need = 0;
   const int bs = blocks.pool().block_size();
   std::unordered_map<int, int> appenders;  // shared, partly filled last block -> its appenders
   for (const auto& [seq, end] : next) {
+    need += blocks.blocks_to_grow(seq, end - blocks.length(seq));
     const std::vector<int>& pages = blocks.page_table(seq);
-    need += blocks.blocks_for(end) - static_cast<long>(pages.size());
     if (blocks.length(seq) % bs != 0 && blocks.pool().ref_count(pages.back()) > 1)
       ++appenders[pages.back()];
   }
-  for (const auto& [block, n] : appenders) need += std::min(n, blocks.pool().ref_count(block) - 1);
+  for (const auto& [block, n] : appenders)
+    if (n >= blocks.pool().ref_count(block)) --need;
   if (need > blocks.num_available())
     throw ResourceError(fmt::format(
         "block pool exhausted: the batch needs {} block{} of {} slots (new, or copies of shared "

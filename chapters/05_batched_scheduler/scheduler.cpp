@@ -42,15 +42,6 @@ int Scheduler::submit(std::span<const int> prompt, int max_new_tokens) {
   return id;
 }
 
-long Scheduler::blocks_to_grow(const Request& r, int rows) const {
-  const long len = r.computed;
-  const auto& table = blocks_.page_table(r.seq);
-  long need = blocks_.blocks_for(len + rows) - static_cast<long>(table.size());
-  // A shared, partly filled last block is copied before the first write (chapter 4).
-  if (len % blocks_.pool().block_size() != 0 && blocks_.pool().ref_count(table.back()) > 1) ++need;
-  return need;
-}
-
 bool Scheduler::computing_next_block(const Request& r, long cached) const {
   // The block after r's cached ones, if r's prompt can take it from the index at all (never the
   // block of its last token), and a running request that holds the same tokens up to its end but
@@ -120,7 +111,7 @@ StepPlan Scheduler::schedule() {
       const int left = static_cast<int>(r.tokens.size()) - r.computed;
       if ((left == 1) != decode) continue;
       int rows = std::min(left, budget);
-      long need = blocks_to_grow(r, rows);
+      long need = blocks_.blocks_to_grow(r.seq, rows);
       if (!decode && !fits(need)) {
         // A prompt chunk shrinks to the slots there are before anyone is preempted for it.
         const long bs = blocks_.pool().block_size();
@@ -128,13 +119,13 @@ StepPlan Scheduler::schedule() {
                           (blocks_.num_available() - reserved) * bs;
         if (room >= 1) {
           rows = static_cast<int>(std::min<long>(rows, room));
-          need = blocks_to_grow(r, rows);
+          need = blocks_.blocks_to_grow(r.seq, rows);
         }
       }
       while (!fits(need) && r.state == RequestState::Running) {
         preempted_now.push_back(running_.back());
         preempt(running_.back(), plan, reserved, budget);
-        if (r.state == RequestState::Running) need = blocks_to_grow(r, rows);
+        if (r.state == RequestState::Running) need = blocks_.blocks_to_grow(r.seq, rows);
       }
       if (r.state != RequestState::Running) continue;
       plan.push_back({id, rows, need});
@@ -223,11 +214,6 @@ void Scheduler::finish(int request) {
 
 const std::vector<int>& Scheduler::tokens(int request) const {
   return req(request, "tokens").tokens;
-}
-
-std::span<const int> Scheduler::generated(int request) const {
-  const Request& r = req(request, "generated");
-  return std::span<const int>(r.tokens).subspan(r.prompt_len);
 }
 
 RequestState Scheduler::state(int request) const { return req(request, "state").state; }

@@ -83,17 +83,12 @@ class Scheduler {
   [[nodiscard]] bool idle() const { return waiting_.empty() && running_.empty(); }
   /// \brief Prompt then generated tokens of `request`.
   [[nodiscard]] const std::vector<int>& tokens(int request) const;
-  /// \brief Tokens `request` has generated and been given back with append(): a request finished
-  /// at its limit was not given its last sampled token (the caller keeps it).
-  [[nodiscard]] std::span<const int> generated(int request) const;
   /// \brief Where `request` is.
   [[nodiscard]] RequestState state(int request) const;
   /// \brief Times `request` was preempted.
   [[nodiscard]] int preemptions(int request) const;
   /// \brief Requests submitted.
   [[nodiscard]] int num_requests() const { return static_cast<int>(reqs_.size()); }
-  /// \brief Requests waiting now.
-  [[nodiscard]] int num_waiting() const { return static_cast<int>(waiting_.size()); }
   /// \brief Requests running now.
   [[nodiscard]] int num_running() const { return static_cast<int>(running_.size()); }
   /// \brief What it has done so far.
@@ -117,7 +112,6 @@ class Scheduler {
   };
   Request& req(int id, const char* what);
   [[nodiscard]] const Request& req(int id, const char* what) const;
-  [[nodiscard]] long blocks_to_grow(const Request& r, int rows) const;
   [[nodiscard]] bool computing_next_block(const Request& r, long cached) const;
   void preempt(int id, std::vector<Chunk>& plan, long& reserved, int& budget);
   void enqueue(int id);
