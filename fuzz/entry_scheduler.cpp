@@ -73,7 +73,7 @@ struct Server {
       const std::vector<int>& toks = s.tokens(id);
       require(row.pos + 1 == static_cast<int>(toks.size()), "logits on a row that is not last");
       for (int p = 0; p <= row.pos; ++p)
-        require(storage[m.slot_of(row.slot, p)] == toks[p],
+        require(storage[m.slot_of(row.seq, p)] == toks[p],
                 "a request reads a token it did not write there");
       if (++fed[id] == limit[id] || stop) {
         s.finish(id);

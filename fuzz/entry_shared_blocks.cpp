@@ -151,7 +151,7 @@ FuzzOutcome fuzz_shared_blocks(std::span<const std::uint8_t> input, std::string*
                 w.storage[static_cast<std::size_t>(c.src) * bs + k];
         for (std::size_t r = 0; r < b.rows.size(); ++r) {
           w.storage[sb.view.slot_mapping[r]] = b.rows[r].token;
-          w.seq[b.rows[r].slot].push_back(b.rows[r].token);
+          w.seq[b.rows[r].seq].push_back(b.rows[r].token);
         }
       } catch (const ResourceError&) {
         require(w.m.pool().num_used() == used, "a refused batch changed the pool");

@@ -104,7 +104,7 @@ Twins make_twins(DType kv, int block_size, const std::vector<int>& ctx, int n_he
   for (int i = 0; i < n; ++i) {
     t.base_row.push_back(static_cast<std::int64_t>(slot[i]) * t.max_ctx);
     for (int p = 0; p < ctx[i]; ++p) {
-      const std::size_t src = static_cast<std::size_t>(m.slot_of(batch.rows[i].slot, p));
+      const std::size_t src = static_cast<std::size_t>(m.slot_of(batch.rows[i].seq, p));
       const std::size_t dst = static_cast<std::size_t>(t.base_row[i] + p);
       std::memcpy(&t.flat_k[dst * row_bytes], &t.pool_k[src * row_bytes], row_bytes);
       std::memcpy(&t.flat_v[dst * row_bytes], &t.pool_v[src * row_bytes], row_bytes);
@@ -244,7 +244,7 @@ Reference run_contiguous(GpuForward& fwd, DType kv, int steps) {
     int row = 0;
     for (const BatchRow& r : b.rows) {
       if (!r.wants_logits) continue;
-      next[r.slot] =
+      next[r.seq] =
           argmax(std::span<const float>(&ref.logits.back()[row * c.vocab_size], c.vocab_size));
       ++row;
     }
@@ -261,7 +261,7 @@ void expect_paged_replay_bitwise_equal(GpuForward& fwd, DType kv, const Referenc
   for (int s = 0; s < 3; ++s) seq.push_back(paged.blocks().allocate());
   for (std::size_t step = 0; step < ref.batches.size(); ++step) {
     Batch b = ref.batches[step];
-    for (BatchRow& r : b.rows) r.slot = seq[r.slot];
+    for (BatchRow& r : b.rows) r.seq = seq[r.seq];
     const auto l = fwd.forward(b, paged);
     const std::vector<float>& want = ref.logits[step];
     ASSERT_EQ(l.size(), want.size());

@@ -68,7 +68,7 @@ TEST(Ch05BatchedScheduler, DecodeRowsComeFirstAndNoBatchExceedsTheBudget) {
   p = s.schedule();  // a decodes, b continues at position 4
   ASSERT_EQ(p.batch.size(), 5);
   EXPECT_EQ(p.batch.rows[1].pos, 4);
-  EXPECT_EQ(p.batch.rows[1].slot, p.batch.rows[4].slot);
+  EXPECT_EQ(p.batch.rows[1].seq, p.batch.rows[4].seq);
   EXPECT_EQ(p.logit_requests, std::vector<int>{a});
   run(m, p);
   s.append(a, 9);
@@ -266,7 +266,7 @@ TEST(Ch05BatchedScheduler, RandomWorkloadsFitEveryBatchAndReturnEveryBlock) {
         const std::vector<int>& toks = s.tokens(id);
         ASSERT_EQ(row.pos + 1, static_cast<int>(toks.size())) << "logits only on the last row";
         for (int p = 0; p <= row.pos; ++p)
-          ASSERT_EQ(storage[m.slot_of(row.slot, p)], toks[p])
+          ASSERT_EQ(storage[m.slot_of(row.seq, p)], toks[p])
               << "trial " << trial << ", request " << id << ", position " << p;
         Want& w = reqs[id];
         const int token = static_cast<int>(rng() % 4);

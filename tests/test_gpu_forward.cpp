@@ -40,9 +40,9 @@ class HostAttentionCache final : public KVCache {
     for (int i = 0; i < batch_.size(); ++i) {
       const BatchRow& r = batch_.rows[i];
       const long src = static_cast<long>(i) * c_.kv_dim();
-      KVHEAP_CUDA_CHECK(cudaMemcpy(k_.data() + offset(layer, r.slot, r.pos), k + src, row_bytes,
+      KVHEAP_CUDA_CHECK(cudaMemcpy(k_.data() + offset(layer, r.seq, r.pos), k + src, row_bytes,
                                    cudaMemcpyDeviceToDevice));
-      KVHEAP_CUDA_CHECK(cudaMemcpy(v_.data() + offset(layer, r.slot, r.pos), v + src, row_bytes,
+      KVHEAP_CUDA_CHECK(cudaMemcpy(v_.data() + offset(layer, r.seq, r.pos), v + src, row_bytes,
                                    cudaMemcpyDeviceToDevice));
     }
   }
@@ -57,7 +57,7 @@ class HostAttentionCache final : public KVCache {
     std::vector<float> scores;
     for (int i = 0; i < n; ++i) {
       const BatchRow& r = batch_.rows[i];
-      const long base = offset(layer, r.slot, 0);
+      const long base = offset(layer, r.seq, 0);
       const cpu::ContiguousRows<float> rows{kc.data() + base, vc.data() + base, c_.kv_dim()};
       scores.resize(cpu::attend_scratch_floats(c_.n_heads, hd));
       const long qo = static_cast<long>(i) * c_.q_dim();

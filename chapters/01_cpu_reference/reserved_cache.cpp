@@ -94,7 +94,7 @@ void ReservedCache::write(int layer, const Batch& batch, const float* k, const f
   const long kv_dim = config_.kv_dim();
   for (int i = 0; i < batch.size(); ++i) {
     const BatchRow& row = batch.rows[i];
-    Reservation& r = slot_at(row.slot);
+    Reservation& r = slot_at(row.seq);
     // Row [layer][pos] of the slot's [n_layers, max_seq_len, kv_dim] reservation.
     const std::int64_t dst = static_cast<std::int64_t>(layer) * config_.max_seq_len + row.pos;
     cpu::kv_write(kv_, r.k.data(), r.v.data(), k + i * kv_dim, v + i * kv_dim, &dst, 1,
@@ -104,14 +104,14 @@ void ReservedCache::write(int layer, const Batch& batch, const float* k, const f
 
 void ReservedCache::attend(int layer, const Batch& batch, const float* q, float* out) {
   const long kv_dim = config_.kv_dim();
-  for (const BatchRow& row : batch.rows) (void)slot_at(row.slot);  // throws here, not in a thread
+  for (const BatchRow& row : batch.rows) (void)slot_at(row.seq);  // throws here, not in a thread
   cpu::with_kv_type(kv_, [&](auto tag) {
     using T = decltype(tag);
     const long base = static_cast<long>(layer) * config_.max_seq_len * kv_dim;
     cpu::attend_batch<T>(
         cpu::AttendShape{config_.n_kv_heads, config_.group_size(), config_.head_dim}, batch.size(),
         [&](int i) {
-          const Reservation& r = *slots_[batch.rows[i].slot];
+          const Reservation& r = *slots_[batch.rows[i].seq];
           return cpu::ContiguousRows<T>{r.k.as<T>() + base, r.v.as<T>() + base, kv_dim};
         },
         [&](int i) { return batch.rows[i].pos + 1; }, q, out);

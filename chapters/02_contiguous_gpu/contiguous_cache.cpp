@@ -74,7 +74,7 @@ void ContiguousCache::prepare(const Batch& batch) {
   const auto lengths = lengths_after(batch, [this](int slot) { return length(slot); });
   KVView view;
   for (const BatchRow& r : batch.rows) {
-    const std::int64_t first = static_cast<std::int64_t>(r.slot) * config_.max_seq_len;
+    const std::int64_t first = static_cast<std::int64_t>(r.seq) * config_.max_seq_len;
     view.first_slot.push_back(first);
     view.slot_mapping.push_back(first + r.pos);
     view.n_ctx.push_back(r.pos + 1);

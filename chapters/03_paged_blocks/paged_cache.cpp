@@ -26,9 +26,9 @@ KVView paged_view(BlockManager& blocks, const Batch& batch) {
   view.slot_mapping.resize(batch.size());
   for (int i = 0; i < batch.size(); ++i) {
     const BatchRow& r = batch.rows[i];
-    view.slot_mapping[i] = r.pos == blocks.length(r.slot)
-                               ? blocks.append_slot(r.slot)      // cannot run out: counted above
-                               : blocks.slot_of(r.slot, r.pos);  // rewriting a cached position
+    view.slot_mapping[i] = r.pos == blocks.length(r.seq)
+                               ? blocks.append_slot(r.seq)      // cannot run out: counted above
+                               : blocks.slot_of(r.seq, r.pos);  // rewriting a cached position
   }
   // Built after the appends, so every row sees its sequence's page table for this batch.
   add_page_tables(

@@ -16,13 +16,13 @@ SharedView shared_view(SharedBlockManager& blocks, const Batch& batch, bool read
   std::unordered_map<int, int> next;  // sequence -> the position its next row must write
   for (int i = 0; i < batch.size(); ++i) {
     const BatchRow& r = batch.rows[i];
-    auto [it, fresh] = next.try_emplace(r.slot, 0);
-    if (fresh) it->second = blocks.length(r.slot);  // InputError for a sequence not allocated
+    auto [it, fresh] = next.try_emplace(r.seq, 0);
+    if (fresh) it->second = blocks.length(r.seq);  // InputError for a sequence not allocated
     if (r.pos != it->second)
       throw InputError(fmt::format(
           "batch row {} writes position {} of sequence {}, expected {}: a sharing cache only "
           "appends, because a position already held may be shared with other sequences",
-          i, r.pos, r.slot, it->second));
+          i, r.pos, r.seq, it->second));
     ++it->second;
   }
   // Each sequence's blocks to grow (new blocks, and a copy of a shared last block), except that
@@ -48,7 +48,7 @@ SharedView shared_view(SharedBlockManager& blocks, const Batch& batch, bool read
   SharedView sv;
   sv.view.slot_mapping.resize(batch.size());
   for (int i = 0; i < batch.size(); ++i)
-    sv.view.slot_mapping[i] = blocks.append_slot(batch.rows[i].slot, batch.rows[i].token);
+    sv.view.slot_mapping[i] = blocks.append_slot(batch.rows[i].seq, batch.rows[i].token);
   sv.copies = blocks.take_copies();
   add_page_tables(
       sv.view, batch, bs,

@@ -33,7 +33,7 @@ int Scheduler::submit(std::span<const int> prompt, int max_new_tokens) {
         "whole pool holds {}; give a larger KV budget or fewer new tokens",
         id, prompt.size(), max_new_tokens - 1, need, blocks_.pool().block_size(),
         blocks_.pool().num_blocks()));
-  Request r;
+  Entry r;
   r.tokens.assign(prompt.begin(), prompt.end());
   r.prompt_len = static_cast<int>(prompt.size());
   r.max_new_tokens = max_new_tokens;
@@ -42,7 +42,7 @@ int Scheduler::submit(std::span<const int> prompt, int max_new_tokens) {
   return id;
 }
 
-bool Scheduler::computing_next_block(const Request& r, long cached) const {
+bool Scheduler::computing_next_block(const Entry& r, long cached) const {
   // The block after r's cached ones, if r's prompt can take it from the index at all (never the
   // block of its last token), and a running request that holds the same tokens up to its end but
   // has not computed it yet. Its K and V are the same, so r would compute a twin.
@@ -50,7 +50,7 @@ bool Scheduler::computing_next_block(const Request& r, long cached) const {
   const long end = (cached + 1) * bs;
   if (end > static_cast<long>(r.tokens.size()) - 1) return false;
   for (const int id : running_) {
-    const Request& q = reqs_[id];
+    const Entry& q = reqs_[id];
     if (q.computed < end && static_cast<long>(q.tokens.size()) >= end &&
         std::equal(r.tokens.begin(), r.tokens.begin() + end, q.tokens.begin()))
       return true;
@@ -63,7 +63,7 @@ void Scheduler::enqueue(int id) {
 }
 
 void Scheduler::preempt(int id, std::vector<Chunk>& plan, long& reserved, int& budget) {
-  Request& r = reqs_[id];
+  Entry& r = reqs_[id];
   const auto chunk =
       std::find_if(plan.begin(), plan.end(), [&](const Chunk& c) { return c.request == id; });
   if (chunk != plan.end()) {
@@ -83,7 +83,7 @@ void Scheduler::preempt(int id, std::vector<Chunk>& plan, long& reserved, int& b
 
 StepPlan Scheduler::schedule() {
   for (int id : running_) {
-    const Request& r = reqs_[id];
+    const Entry& r = reqs_[id];
     if (blocks_.length(r.seq) != r.computed)
       throw std::logic_error(fmt::format(
           "scheduler: request {} holds {} positions where {} were planned: run every planned "
@@ -105,7 +105,7 @@ StepPlan Scheduler::schedule() {
   for (const bool decode : {true, false}) {
     const std::vector<int> order = running_;
     for (const int id : order) {
-      Request& r = reqs_[id];
+      Entry& r = reqs_[id];
       if (budget == 0) break;
       if (r.state != RequestState::Running) continue;  // preempted during this step
       const int left = static_cast<int>(r.tokens.size()) - r.computed;
@@ -140,7 +140,7 @@ StepPlan Scheduler::schedule() {
   while (budget > 0 && !waiting_.empty() && static_cast<int>(running_.size()) < cfg_.max_running) {
     const int id = waiting_.front();
     if (std::find(preempted_now.begin(), preempted_now.end(), id) != preempted_now.end()) break;
-    Request& r = reqs_[id];
+    Entry& r = reqs_[id];
     const long cached = blocks_.cached_blocks(r.tokens);
     if (computing_next_block(r, cached)) break;  // it will be cached: wait for it, not compute it
     const long retaken = blocks_.cached_evictable_blocks(r.tokens);
@@ -165,7 +165,7 @@ StepPlan Scheduler::schedule() {
   StepPlan step;
   step.admitted = std::move(admitted);
   for (const Chunk& c : plan) {
-    Request& r = reqs_[c.request];
+    Entry& r = reqs_[c.request];
     const bool decode = static_cast<int>(r.tokens.size()) - r.computed == 1;
     for (int i = 0; i < c.rows; ++i) {
       const int pos = r.computed + i;
@@ -190,7 +190,7 @@ StepPlan Scheduler::schedule() {
 }
 
 void Scheduler::append(int request, int token) {
-  Request& r = req(request, "append");
+  Entry& r = req(request, "append");
   if (r.state != RequestState::Running || r.computed != static_cast<int>(r.tokens.size()))
     throw std::logic_error(fmt::format(
         "scheduler: append to request {}, which has no logit row waiting for a token", request));
@@ -202,7 +202,7 @@ void Scheduler::append(int request, int token) {
 }
 
 void Scheduler::finish(int request) {
-  Request& r = req(request, "finish");
+  Entry& r = req(request, "finish");
   if (r.state != RequestState::Running)
     throw std::logic_error(
         fmt::format("scheduler: finish request {}, which is not running", request));
@@ -220,13 +220,13 @@ RequestState Scheduler::state(int request) const { return req(request, "state").
 
 int Scheduler::preemptions(int request) const { return req(request, "preemptions").preemptions; }
 
-Scheduler::Request& Scheduler::req(int id, const char* what) {
+Scheduler::Entry& Scheduler::req(int id, const char* what) {
   if (id < 0 || id >= static_cast<int>(reqs_.size()))
     throw InputError(fmt::format("{}: no request {} (there are {})", what, id, reqs_.size()));
   return reqs_[id];
 }
 
-const Scheduler::Request& Scheduler::req(int id, const char* what) const {
+const Scheduler::Entry& Scheduler::req(int id, const char* what) const {
   if (id < 0 || id >= static_cast<int>(reqs_.size()))
     throw InputError(fmt::format("{}: no request {} (there are {})", what, id, reqs_.size()));
   return reqs_[id];

@@ -95,7 +95,7 @@ class Scheduler {
   [[nodiscard]] const SchedulerCounters& counters() const { return counters_; }
 
  private:
-  struct Request {
+  struct Entry {              // a submitted request, as the queue tracks it
     std::vector<int> tokens;  // prompt, then generated
     int prompt_len = 0;
     int max_new_tokens = 0;
@@ -110,15 +110,15 @@ class Scheduler {
     int rows = 0;
     long blocks = 0;  // new blocks its rows take
   };
-  Request& req(int id, const char* what);
-  [[nodiscard]] const Request& req(int id, const char* what) const;
-  [[nodiscard]] bool computing_next_block(const Request& r, long cached) const;
+  Entry& req(int id, const char* what);
+  [[nodiscard]] const Entry& req(int id, const char* what) const;
+  [[nodiscard]] bool computing_next_block(const Entry& r, long cached) const;
   void preempt(int id, std::vector<Chunk>& plan, long& reserved, int& budget);
   void enqueue(int id);
 
   ch04::SharedBlockManager& blocks_;
   SchedulerConfig cfg_;
-  std::vector<Request> reqs_;
+  std::vector<Entry> reqs_;
   std::vector<int> waiting_;  // request ids, arrival order
   std::vector<int> running_;  // request ids, arrival order
   SchedulerCounters counters_;

@@ -1,6 +1,6 @@
 // The flattened batch: every forward pass takes token rows, the way production engines do.
 //
-//   row i: token id, sequence slot, position, wants_logits
+//   row i: token id, sequence, position, wants_logits
 //
 // Chapter 1 feeds one sequence (its prompt as rows, then one row per step); the scheduler of
 // chapter 5 mixes prefill chunks and decode rows of many sequences in one pass. The forward pass
@@ -16,12 +16,12 @@ namespace kvheap {
 /// \brief One token to run through the model.
 struct BatchRow {
   int token = 0;              ///< token id in [0, vocab_size)
-  int slot = 0;               ///< which sequence's cache this row reads and extends
+  int seq = 0;                ///< which sequence's cache this row reads and extends
   int pos = 0;                ///< position in its sequence; attends to positions 0..pos
   bool wants_logits = false;  ///< compute the classifier for this row
 };
 
-/// \brief Rows of one forward pass. Rows of the same slot appear in increasing position order.
+/// \brief Rows of one forward pass. Rows of the same sequence appear in increasing position order.
 struct Batch {
   std::vector<BatchRow> rows;  ///< [n] in the order their logits come back
 
@@ -46,12 +46,12 @@ struct PassTimes {
   bool device_timed = false;  ///< forward and sample are device times (a GPU's events)
 };
 
-/// \brief Checks where a batch's rows write and returns, for each slot it touches, the slot's
-/// length after the batch. `length_of(slot)` is a slot's length before it (and throws for a slot
-/// that is not admitted).
+/// \brief Checks where a batch's rows write and returns, for each sequence it touches, the
+/// sequence's length after the batch. `length_of(seq)` is a sequence's length before it (and
+/// throws for a sequence that is not admitted).
 ///
 /// Every cache policy holds a sequence's positions 0..length-1 and nothing else, so a row may
-/// rewrite a position already held or write the next one, and a slot's rows must come in
+/// rewrite a position already held or write the next one, and a sequence's rows must come in
 /// increasing position order, each position once. Anything else throws InputError naming the
 /// row: a position past the next would leave a gap the row's attention reads as if written (zeros,
 /// or an earlier occupant's keys), and two rows writing one position race on a GPU.

@@ -26,7 +26,7 @@ class KVCache {
   /// row does not continue its sequence or the memory is exhausted.
   virtual void prepare(const Batch& batch) = 0;
 
-  /// \brief Stores K and V of every batch row at (row.slot, row.pos) of `layer` (after prepare()).
+  /// \brief Stores K and V of every batch row at (row.seq, row.pos) of `layer` (after prepare()).
   /// \param layer which transformer block, 0-based
   /// \param batch the rows being run; row i's K and V are row i of `k` and `v`
   /// \param k [batch.size(), n_kv_heads * head_dim] fp32, RoPE already applied

@@ -37,7 +37,7 @@ void add_page_tables(KVView& view, const Batch& batch, int block_size,
   view.indices.clear();
   view.last_page_len.clear();
   for (int i = 0; i < n; ++i) {
-    const int seq = batch.rows[i].slot;
+    const int seq = batch.rows[i].seq;
     auto [it, fresh] = index_of.try_emplace(seq, static_cast<int>(view.last_page_len.size()));
     if (fresh) {
       const std::vector<int>& pages = pages_of(seq);

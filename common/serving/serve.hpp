@@ -46,7 +46,7 @@ struct Request {
 
 /// \brief One forward pass to run, and whose logits come back.
 struct StepPlan {
-  Batch batch;                      ///< rows: slot = the sequence id in the policy's cache
+  Batch batch;                      ///< rows: seq = the sequence id in the policy's cache
   std::vector<int> logit_requests;  ///< request id of each logit row, in row order
   int decode_rows = 0;              ///< rows of requests decoding (feeding a sampled token)
   int prefill_rows = 0;             ///< rows of prompts (or of a preempted request computed again)
