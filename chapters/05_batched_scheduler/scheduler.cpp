@@ -62,14 +62,14 @@ void Scheduler::enqueue(int id) {
   waiting_.insert(std::lower_bound(waiting_.begin(), waiting_.end(), id), id);
 }
 
-void Scheduler::preempt(int id, std::vector<Chunk>& plan, long& reserved, int& budget) {
+void Scheduler::preempt(int id, Planning& p) {
   Entry& r = reqs_[id];
-  const auto chunk =
-      std::find_if(plan.begin(), plan.end(), [&](const Chunk& c) { return c.request == id; });
-  if (chunk != plan.end()) {
-    reserved -= chunk->blocks;
-    budget += chunk->rows;
-    plan.erase(chunk);
+  const auto chunk = std::find_if(p.chunks.begin(), p.chunks.end(),
+                                  [&](const Chunk& c) { return c.request == id; });
+  if (chunk != p.chunks.end()) {
+    p.reserved -= chunk->blocks;
+    p.budget += chunk->rows;
+    p.chunks.erase(chunk);
   }
   blocks_.free(r.seq);
   r.seq = -1;
@@ -79,9 +79,20 @@ void Scheduler::preempt(int id, std::vector<Chunk>& plan, long& reserved, int& b
   ++counters_.preemptions;
   running_.erase(std::find(running_.begin(), running_.end(), id));
   enqueue(id);
+  p.preempted.push_back(id);
 }
 
 StepPlan Scheduler::schedule() {
+  check_every_request_was_fed();
+  Planning p;
+  p.budget = cfg_.max_batch_tokens;
+  plan_running(p, /*decode=*/true);   // 1. decode rows
+  plan_running(p, /*decode=*/false);  // 2. prefill chunks
+  admit_waiting(p);                   // 3. admissions
+  return batch_of(p);                 // the rows of what was planned
+}
+
+void Scheduler::check_every_request_was_fed() const {
   for (int id : running_) {
     const Entry& r = reqs_[id];
     if (blocks_.length(r.seq) != r.computed)
@@ -93,61 +104,57 @@ StepPlan Scheduler::schedule() {
       throw std::logic_error(fmt::format(
           "scheduler: request {} has no token to feed: append its sampled token or finish it", id));
   }
-  std::vector<Chunk> plan;
-  std::vector<int> admitted;
-  long reserved = 0;  // blocks the planned rows will take when the batch runs
-  int budget = cfg_.max_batch_tokens;
-  const auto fits = [&](long need) { return reserved + need <= blocks_.num_available(); };
+}
 
-  // Running requests, oldest first: decode rows, then prefill chunks. When the pool cannot grow
-  // one, the newest running request gives its blocks back (possibly this one).
-  std::vector<int> preempted_now;
-  for (const bool decode : {true, false}) {
-    const std::vector<int> order = running_;
-    for (const int id : order) {
-      Entry& r = reqs_[id];
-      if (budget == 0) break;
-      if (r.state != RequestState::Running) continue;  // preempted during this step
-      const int left = static_cast<int>(r.tokens.size()) - r.computed;
-      if ((left == 1) != decode) continue;
-      int rows = std::min(left, budget);
-      long need = blocks_.blocks_to_grow(r.seq, rows);
-      if (!decode && !fits(need)) {
-        // A prompt chunk shrinks to the slots there are before anyone is preempted for it.
-        const long bs = blocks_.pool().block_size();
-        const long room = static_cast<long>(blocks_.page_table(r.seq).size()) * bs - r.computed +
-                          (blocks_.num_available() - reserved) * bs;
-        if (room >= 1) {
-          rows = static_cast<int>(std::min<long>(rows, room));
-          need = blocks_.blocks_to_grow(r.seq, rows);
-        }
+// Running requests, oldest first, with one row left (decode) or more (prefill). When the pool
+// cannot grow one, the newest running request gives its blocks back (possibly this one).
+void Scheduler::plan_running(Planning& p, bool decode) {
+  const std::vector<int> order = running_;
+  for (const int id : order) {
+    Entry& r = reqs_[id];
+    if (p.budget == 0) break;
+    if (r.state != RequestState::Running) continue;  // preempted during this step
+    const int left = static_cast<int>(r.tokens.size()) - r.computed;
+    if ((left == 1) != decode) continue;
+    int rows = std::min(left, p.budget);
+    long need = blocks_.blocks_to_grow(r.seq, rows);
+    if (!decode && !fits(p, need)) {
+      // A prompt chunk shrinks to the slots there are before anyone is preempted for it.
+      const long bs = blocks_.pool().block_size();
+      const long room = static_cast<long>(blocks_.page_table(r.seq).size()) * bs - r.computed +
+                        (blocks_.num_available() - p.reserved) * bs;
+      if (room >= 1) {
+        rows = static_cast<int>(std::min<long>(rows, room));
+        need = blocks_.blocks_to_grow(r.seq, rows);
       }
-      while (!fits(need) && r.state == RequestState::Running) {
-        preempted_now.push_back(running_.back());
-        preempt(running_.back(), plan, reserved, budget);
-        if (r.state == RequestState::Running) need = blocks_.blocks_to_grow(r.seq, rows);
-      }
-      if (r.state != RequestState::Running) continue;
-      plan.push_back({id, rows, need});
-      reserved += need;
-      budget -= rows;
     }
+    while (!fits(p, need) && r.state == RequestState::Running) {
+      preempt(running_.back(), p);
+      if (r.state == RequestState::Running) need = blocks_.blocks_to_grow(r.seq, rows);
+    }
+    if (r.state != RequestState::Running) continue;
+    p.chunks.push_back({id, rows, need});
+    p.reserved += need;
+    p.budget -= rows;
   }
+}
 
-  // Admissions, in arrival order, while the next request's first chunk fits. A request preempted
-  // in this step waits for the next, and so does everyone behind it (first come, first served);
-  // so does a request whose next prompt block a running request is computing right now.
-  while (budget > 0 && !waiting_.empty() && static_cast<int>(running_.size()) < cfg_.max_running) {
+// Admissions, in arrival order, while the next request's first chunk fits. A request preempted
+// in this step waits for the next, and so does everyone behind it (first come, first served);
+// so does a request whose next prompt block a running request is computing right now.
+void Scheduler::admit_waiting(Planning& p) {
+  while (p.budget > 0 && !waiting_.empty() &&
+         static_cast<int>(running_.size()) < cfg_.max_running) {
     const int id = waiting_.front();
-    if (std::find(preempted_now.begin(), preempted_now.end(), id) != preempted_now.end()) break;
+    if (std::find(p.preempted.begin(), p.preempted.end(), id) != p.preempted.end()) break;
     Entry& r = reqs_[id];
     const long cached = blocks_.cached_blocks(r.tokens);
     if (computing_next_block(r, cached)) break;  // it will be cached: wait for it, not compute it
     const long retaken = blocks_.cached_evictable_blocks(r.tokens);
     const int start = static_cast<int>(cached * blocks_.pool().block_size());
-    const int rows = std::min(static_cast<int>(r.tokens.size()) - start, budget);
+    const int rows = std::min(static_cast<int>(r.tokens.size()) - start, p.budget);
     const long fresh = blocks_.blocks_for(start + rows) - cached;
-    if (!fits(fresh + retaken)) break;
+    if (!fits(p, fresh + retaken)) break;
     r.seq = blocks_.allocate(r.tokens);  // takes the cached blocks: available drops by `retaken`
     r.computed = start;
     r.state = RequestState::Running;
@@ -155,16 +162,18 @@ StepPlan Scheduler::schedule() {
     waiting_.erase(waiting_.begin());
     ++counters_.admissions;
     counters_.positions_reused += start;
-    admitted.push_back(id);
-    plan.push_back({id, rows, fresh});
-    reserved += fresh;
-    budget -= rows;
+    p.admitted.push_back(id);
+    p.chunks.push_back({id, rows, fresh});
+    p.reserved += fresh;
+    p.budget -= rows;
   }
+}
 
-  // The rows, in plan order: each request's positions in increasing order, logits on its last.
+// The rows, in plan order: each request's positions in increasing order, logits on its last.
+StepPlan Scheduler::batch_of(const Planning& p) {
   StepPlan step;
-  step.admitted = std::move(admitted);
-  for (const Chunk& c : plan) {
+  step.admitted = p.admitted;
+  for (const Chunk& c : p.chunks) {
     Entry& r = reqs_[c.request];
     const bool decode = static_cast<int>(r.tokens.size()) - r.computed == 1;
     for (int i = 0; i < c.rows; ++i) {

@@ -110,10 +110,27 @@ class Scheduler {
     int rows = 0;
     long blocks = 0;  // new blocks its rows take
   };
+  // What one schedule() has planned so far.
+  struct Planning {
+    std::vector<Chunk> chunks;
+    std::vector<int> admitted;
+    std::vector<int> preempted;  // in this step: they wait for the next one
+    long reserved = 0;           // blocks the planned rows take when the batch runs
+    int budget = 0;              // rows the batch has left
+  };
+  // The steps of schedule(), in their order.
+  void check_every_request_was_fed() const;
+  void plan_running(Planning& p, bool decode);
+  void admit_waiting(Planning& p);
+  StepPlan batch_of(const Planning& p);
+
+  [[nodiscard]] bool fits(const Planning& p, long need) const {
+    return p.reserved + need <= blocks_.num_available();
+  }
   Entry& req(int id, const char* what);
   [[nodiscard]] const Entry& req(int id, const char* what) const;
   [[nodiscard]] bool computing_next_block(const Entry& r, long cached) const;
-  void preempt(int id, std::vector<Chunk>& plan, long& reserved, int& budget);
+  void preempt(int id, Planning& p);
   void enqueue(int id);
 
   ch04::SharedBlockManager& blocks_;
