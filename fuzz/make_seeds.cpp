@@ -1,6 +1,6 @@
 // fuzz_make_seeds: writes the seed corpus of every fuzz target (fuzz/corpus/<target>/), small
 // valid inputs made with the same checkpoint writers the loader tests use, plus a few broken
-// ones. Seeds named valid_* must be accepted; tests/test_fuzz_regressions.cpp checks that.
+// ones. Seeds named valid_* must be accepted; tests/common/test_fuzz_regressions.cpp checks that.
 //
 //   build/<preset>/fuzz/fuzz_make_seeds fuzz/corpus
 #include <fmt/format.h>

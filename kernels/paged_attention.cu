@@ -9,7 +9,7 @@
 // row's page ids in shared memory and turns each tile position into its row's byte offset one
 // pipeline stage before the copies that use it, so the tile loop reads no page id from global
 // memory and costs within a few per cent of the contiguous loop. The KernelCode tests check the
-// machine code of both loops for that (tests/check_attention_loop.py).
+// machine code of both loops for that (tests/kernels/check_attention_loop.py).
 //
 // Bitwise equality with the contiguous cache follows: the same plan (it depends only on the
 // shape), the same per-lane positions, the same reduction trees and merges, and every rounding

@@ -34,7 +34,8 @@ else
 fi
 
 # cuobjdump and nvdisasm: the toolkit's own when it has them, else NVIDIA's PyPI packages, found
-# where tests/check_attention_loop.py looks (the nvidia/cu<major>/bin folder of site-packages).
+# where tests/kernels/check_attention_loop.py looks (the nvidia/cu<major>/bin folder of
+# site-packages).
 nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 if [ -x "$nvcc" ]; then
   major=$("$nvcc" --version | sed -n 's/.*release \([0-9]*\)\..*/\1/p')

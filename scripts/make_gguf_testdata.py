@@ -151,8 +151,8 @@ def greedy(llm, prompt_ids, n):
 def write_spm_vocab(tokenizer_bin, path):
     """A vocabulary-only GGUF of tokenizer.model `llama` (SentencePiece BPE) from llama2.c's
     tokenizer.bin: its pieces with " " written back as "\u2581" (the export replaced it), ids 0-2
-    <unk>, <s>, </s>, and the <0xNN> byte tokens typed as bytes. tests/test_gguf.cpp builds the
-    same file with the same rules."""
+    <unk>, <s>, </s>, and the <0xNN> byte tokens typed as bytes. tests/common/test_gguf.cpp builds
+    the same file with the same rules."""
     data = open(tokenizer_bin, "rb").read()
     pos = 4
     tokens, scores, types = [], [], []

@@ -26,7 +26,7 @@ What it writes (tests/data/tokenizers/README.md says where each vocabulary comes
                             reference libraries' encoding rate
 
 An overlay replaces the base file's top-level keys with its own, except "model", whose keys it
-replaces one by one; tests/test_tokenizer_reference.cpp applies it the same way.
+replaces one by one; tests/common/test_tokenizer_reference.cpp applies it the same way.
 """
 import argparse
 import base64

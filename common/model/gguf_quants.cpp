@@ -11,7 +11,7 @@
 // Every product here multiplies a half-precision scale (11 significant bits) by integers whose
 // bits add up to at most 13 (Q6_K: a 7-bit scale and a 6-bit value): 24 bits or fewer, exact in
 // fp32. Only the final add of a minimum rounds, once, whether or not the compiler fuses it, so
-// the results are the reference's bits (tests/test_gguf.cpp).
+// the results are the reference's bits (tests/common/test_gguf.cpp).
 
 namespace kvheap {
 

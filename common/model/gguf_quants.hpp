@@ -4,7 +4,7 @@
 // types a minimum) and 32 or 256 small integers. kvheap computes in fp32 and teaches the KV cache,
 // not weight quantization, so it widens every tensor once, at load. Each type's arithmetic is
 // that of the reference dequantizer of the format's own project, operation for operation, so the
-// fp32 values are the same bits (tests/test_gguf.cpp checks every type against it).
+// fp32 values are the same bits (tests/common/test_gguf.cpp checks every type against it).
 #pragma once
 
 #include <cstddef>

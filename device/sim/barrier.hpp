@@ -73,7 +73,7 @@ const char* warp_op_name(detail::WarpOp op);
 const char* block_sync_name(detail::BlockSync kind);
 /// \brief Two call sites are the same when file, line and column match.
 bool same_site(const detail::SourceSite& a, const detail::SourceSite& b);
-/// \brief The last two components of the file and the line: "tests/sim_kernels.cu:42".
+/// \brief The last two components of the file and the line: "device/sim_kernels.cu:42".
 std::string site_string(const detail::SourceSite& s);
 /// \brief Sorted ids printed as ranges: "0-15, 17, 20-31".
 std::string ranges_string(const std::vector<int>& sorted_ids);

@@ -2,8 +2,10 @@
 """The machine code of decode attention's tile loop streams K and V at the rate a GPU's copy
 peak needs, and paged attention's loop costs what the contiguous one does.
 
-  tests/check_attention_loop.py contiguous OBJECTS...  (ctest: KernelCode.DecodeLoopKeepsUpWithTheCopyPeak)
-  tests/check_attention_loop.py paged OBJECTS...       (ctest: KernelCode.PagedLoopCostsWhatContiguousDoes)
+  tests/kernels/check_attention_loop.py contiguous OBJECTS...
+      (ctest: KernelCode.DecodeLoopKeepsUpWithTheCopyPeak)
+  tests/kernels/check_attention_loop.py paged OBJECTS...
+      (ctest: KernelCode.PagedLoopCostsWhatContiguousDoes)
 
 OBJECTS are the real build's kvheap_kernels_cuda objects; the check disassembles (cuobjdump -sass)
 the sm_90 code (else the first architecture's) of decode_attention.cu.o and, for `paged`, of

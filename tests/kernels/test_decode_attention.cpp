@@ -246,9 +246,9 @@ TEST(DecodeAttention, SplitKEqualsSinglePass) {
 
 TEST(DecodeAttention, EverySplitCountTheRuleCanChooseMatchesTwin) {
   KVHEAP_REQUIRE_DEVICE();
-  // 1 to kMaxSplits, all the split rule can choose (tests/test_attention_merge.cpp): each equals
-  // the twin, and the single pass. Rows of 2 and 150 positions: most of the short row's splits
-  // are empty, the long row's shortest have 2 positions.
+  // 1 to kMaxSplits, all the split rule can choose (tests/kernels/test_attention_merge.cpp): each
+  // equals the twin, and the single pass. Rows of 2 and 150 positions: most of the short row's
+  // splits are empty, the long row's shortest have 2 positions.
   Problem p = batch(2, {150, 2}, 150);
   p.n_heads = 2;
   p.n_kv_heads = 1;

@@ -4,12 +4,12 @@ files, for a bounded time, and checks that each run ends the way docs/pages/bad_
 every run ends: within its time limit, with exit code 0, 1 or 2, and on failure one line on
 stderr that names the problem.
 
-  tests/random_flags.py BIN_DIR [--seconds S] [--seed N] [--timeout T]
+  tests/cli/random_flags.py BIN_DIR [--seconds S] [--seed N] [--timeout T]
 
 (ctest: RandomFlags.EveryRunEndsCleanly, in the simulator and sanitizer builds.) The runs are
 seeded, so a failure repeats: the script prints the failing command line, ready to paste into a
-shell. Each finding is kept as a regression test of its own (tests/test_cli_failures.cpp), not as
-a seed here.
+shell. Each finding is kept as a regression test of its own (tests/cli/test_cli_failures.cpp), not
+as a seed here.
 """
 import argparse
 import os

@@ -3,7 +3,7 @@
 #include "device/cuda_compat.hpp"
 #include "device/device.hpp"
 #include "device/launch.hpp"
-#include "tests/sim_kernels.hpp"
+#include "tests/device/sim_kernels.hpp"
 
 #if defined(KVHEAP_SIM)
 #include <chrono>

@@ -13,7 +13,7 @@ import sys
 import tempfile
 import unittest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOUR = os.path.join(ROOT, "scripts", "tour.py")
 CHAPTERS = ["01_cpu_reference", "02_contiguous_gpu", "03_paged_blocks", "04_cow_prefix_sharing",
             "05_batched_scheduler"]

@@ -174,11 +174,11 @@ TEST(Ch03PagedGpu, PagedAttentionBitwiseEqualsContiguousKernel) {
 
 TEST(Ch03PagedGpu, PagedAttentionBitwiseEqualsContiguousAcrossTheSplitCounts) {
   KVHEAP_REQUIRE_DEVICE();
-  // Counts the split rule can choose, 1 to kMaxSplits (tests/test_attention_merge.cpp), with
-  // Llama's group of 4 in bf16: 1-8, where a split of the 200-position row spans several 16-slot
-  // blocks and, below 4, more than one 64-position tile; primes and powers of two on the way; and
-  // the largest, where most splits hold 3 or 4 positions. The 3-position row leaves most splits of
-  // its block empty.
+  // Counts the split rule can choose, 1 to kMaxSplits (tests/kernels/test_attention_merge.cpp),
+  // with Llama's group of 4 in bf16: 1-8, where a split of the 200-position row spans several
+  // 16-slot blocks and, below 4, more than one 64-position tile; primes and powers of two on the
+  // way; and the largest, where most splits hold 3 or 4 positions. The 3-position row leaves most
+  // splits of its block empty.
   const std::vector<int> ctx = {3, 200};
   const Twins t = make_twins(DType::BF16, 16, ctx, 4, 1, 64);
   for (int splits : {1, 2, 3, 4, 5, 6, 7, 8, 13, 16, 31, 32, 47, 63, kMaxSplits})

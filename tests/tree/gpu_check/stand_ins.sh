@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# tests/gpu_check/stand_ins.sh: scripts/gpu-check.sh end to end on a machine without a GPU, with
-# stand-ins for nvidia-smi, nvcc, cmake, ctest, compute-sanitizer and the built programs (ninja
+# tests/tree/gpu_check/stand_ins.sh: scripts/gpu-check.sh end to end on a machine without a GPU,
+# with stand-ins for nvidia-smi, nvcc, cmake, ctest, compute-sanitizer and the built programs (ninja
 # and the C++ compiler are this machine's: the script builds and runs a small C++ program).
 # Each scenario runs the script in a tree of its own and checks how it ends and what it ran:
 #
@@ -25,7 +25,7 @@
 #
 # It takes about half a minute, most of it the real configure and the budget scenario's wait.
 #
-#   tests/gpu_check/stand_ins.sh --with-build DIR
+#   tests/tree/gpu_check/stand_ins.sh --with-build DIR
 #
 # instead runs the good scenario once with a real build's programs behind the stand-ins (DIR is a
 # simulator build, e.g. build/sim, with the target gpu_check built): the device check, the tests,
@@ -34,7 +34,7 @@
 # Llama-3-8B-shaped end-to-end runs need about 12 GB of memory on a CPU: cap them short, e.g.
 # GPU_CHECK_CAP_e2e_ch02=3 (GPU_CHECK_* variables pass through).
 set -euo pipefail
-src=$(cd "$(dirname "$0")/../.." && pwd)
+src=$(cd "$(dirname "$0")/../../.." && pwd)
 work=$(mktemp -d)
 # STAND_INS_KEEP=1 keeps the scenarios' trees (each one's output.txt, calls.txt, out/) to look at.
 if [ "${STAND_INS_KEEP:-0}" = 1 ]; then

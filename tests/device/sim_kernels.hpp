@@ -1,7 +1,7 @@
-// Host-side entry points of the test kernels in tests/sim_kernels.cu, which exercise the device
-// layer and the CPU simulator (barriers, warp intrinsics, atomics, shared memory, faults). Plain
-// C++ so test_simulator.cpp compiles with the host compiler in both CUDA builds. Every pointer
-// argument is device memory; every function launches through kvheap::launch (and so throws
+// Host-side entry points of the test kernels in tests/device/sim_kernels.cu, which exercise the
+// device layer and the CPU simulator (barriers, warp intrinsics, atomics, shared memory, faults).
+// Plain C++ so test_simulator.cpp compiles with the host compiler in both CUDA builds. Every
+// pointer argument is device memory; every function launches through kvheap::launch (and so throws
 // kvheap::LaunchError on failure).
 #pragma once
 

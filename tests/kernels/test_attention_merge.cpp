@@ -119,7 +119,7 @@ TEST(AttentionMerge, SplitRuleFillsOneWaveOfResidentBlocks) {
 TEST(AttentionMerge, SplitRuleKeepsChunksLongAndBlocksInOneWave) {
   // Over a grid of shapes: every chunk has at least min_chunk positions, a split never makes
   // more blocks than are resident at once, and every count from 1 to kMaxSplits comes out (the
-  // simulator tests run each of them, tests/test_decode_attention.cpp).
+  // simulator tests run each of them, tests/kernels/test_decode_attention.cpp).
   std::vector<bool> seen(kMaxSplits + 1, false);
   for (int work : {1, 2, 3, 5, 8, 32, 64, 200, 1000})
     for (int ctx : {1, 63, 64, 200, 1024, 4096, 32768})

@@ -17,7 +17,7 @@
 #include "device/buffers.hpp"
 #include "device/device.hpp"
 #include "device/gemm.hpp"
-#include "tests/sim_kernels.hpp"
+#include "tests/device/sim_kernels.hpp"
 #if defined(KVHEAP_SIM)
 #include "device/sim/sim.hpp"
 #endif
@@ -390,7 +390,7 @@ TEST(SimFaults, AsyncCopyNotWaitedForFailsTheLaunch) {
   const std::string m = launch_error_of([&] { test::async_copy_left_pending(src.data()); });
   EXPECT_NE(m.find("async_copy_left_pending_kernel failed"), std::string::npos) << m;
   EXPECT_NE(m.find("returned with 1 asynchronous copies not waited for"), std::string::npos) << m;
-  EXPECT_NE(m.find("tests/sim_kernels.cu:"), std::string::npos) << m;
+  EXPECT_NE(m.find("device/sim_kernels.cu:"), std::string::npos) << m;
 }
 
 TEST(SimLaunch, RefusesImpossibleShapes) {
@@ -487,7 +487,7 @@ TEST(SimFaults, DivergentSyncthreadsIsReportedAndTheNextLaunchWorks) {
   std::string m = launch_error_of([&] { test::sync_in_first_warp_only(out.data()); });
   EXPECT_NE(m.find("sync_in_first_warp_only_kernel failed"), std::string::npos) << m;
   EXPECT_NE(m.find("deadlock"), std::string::npos) << m;
-  EXPECT_NE(m.find("__syncthreads() at tests/sim_kernels.cu:"), std::string::npos) << m;
+  EXPECT_NE(m.find("__syncthreads() at device/sim_kernels.cu:"), std::string::npos) << m;
   EXPECT_NE(m.find("reached by threads 0-31 of 64"), std::string::npos) << m;
   EXPECT_NE(m.find("threads 32-63 returned without reaching it"), std::string::npos) << m;
 
@@ -503,7 +503,8 @@ TEST(SimFaults, MismatchedSyncwarpMasksAreReported) {
   KVHEAP_REQUIRE_SIMULATOR();
   DeviceBuffer<int> out(32);
   std::string m = launch_error_of([&] { test::mismatched_syncwarp(out.data()); });
-  EXPECT_NE(m.find("__syncwarp(mask 0xffffffff) at tests/sim_kernels.cu:"), std::string::npos) << m;
+  EXPECT_NE(m.find("__syncwarp(mask 0xffffffff) at device/sim_kernels.cu:"), std::string::npos)
+      << m;
   EXPECT_NE(m.find("lanes 16-31 waiting at __syncthreads()"), std::string::npos) << m;
   m = launch_error_of([&] { test::syncwarp_without_own_lane(out.data()); });
   EXPECT_NE(m.find("which does not include its own lane"), std::string::npos) << m;

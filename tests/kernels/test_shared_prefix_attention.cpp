@@ -12,7 +12,7 @@
 #include "kernels/decode_attention_cpu.hpp"
 #include "kernels/paged_attention.hpp"
 #include "kernels/shared_prefix_attention_cpu.hpp"
-#include "tests/shared_prefix_case.hpp"
+#include "tests/kernels/shared_prefix_case.hpp"
 #include "tests/support/test_support.hpp"
 
 namespace kvheap {

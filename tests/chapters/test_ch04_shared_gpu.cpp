@@ -21,8 +21,8 @@
 #include "kernels/decode_attention.hpp"
 #include "kernels/paged_attention.hpp"
 #include "kernels/shared_prefix_attention.hpp"
-#include "tests/ch04_scenario.hpp"
-#include "tests/shared_prefix_case.hpp"
+#include "tests/chapters/ch04_scenario.hpp"
+#include "tests/kernels/shared_prefix_case.hpp"
 #include "tests/support/test_support.hpp"
 
 namespace kvheap {

@@ -13,7 +13,7 @@
 #include "common/serving/sampler.hpp"
 #include "common/serving/serve.hpp"
 #include "common/model/synthetic_weights.hpp"
-#include "tests/ch04_scenario.hpp"
+#include "tests/chapters/ch04_scenario.hpp"
 #include "tests/support/test_support.hpp"
 
 namespace kvheap {
