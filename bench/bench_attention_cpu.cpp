@@ -7,7 +7,7 @@
 // each KV head's rows read once for its whole query group. Heads are Llama-3-8B's (32 query, 8 KV,
 // head_dim 128), one layer. Cold-cache numbers: only configurations whose K+V working set is at
 // least 4x the last-level cache run (and at most 1 GiB, to share the machine, or twice that floor
-// where the LLC is larger than 128 MiB: bench/cpu_caches.hpp); every slot reserves
+// where the LLC is larger than 128 MiB: bench/support/cpu_caches.hpp); every slot reserves
 // 32k positions so sequences sit far apart, and rows use slots in shuffled order. The kernel runs
 // in rounds between passes of the read probe, and each round is compared with the probe of the same
 // moment (see attention_cpu), because this kind of machine's bandwidth drifts while a benchmark
@@ -26,8 +26,8 @@
 #include <string>
 #include <vector>
 
-#include "bench/command.hpp"
-#include "bench/cpu_caches.hpp"
+#include "bench/support/command.hpp"
+#include "bench/support/cpu_caches.hpp"
 #include "common/measure/bandwidth.hpp"
 #include "common/measure/fma_peak.hpp"
 #include "common/util/host_buffer.hpp"

@@ -7,8 +7,9 @@
 // head_dim 128) with a bf16 cache, one layer.
 //
 // Beside each measured time the table prints the bandwidth roofline's prediction from the GPU's
-// datasheet (bench/roofline_model.hpp), labelled as a model; --model-only prints that model alone,
-// for every configuration, on any machine (--model-gpu=KEY picks the datasheet, h200 by default).
+// datasheet (bench/support/roofline_model.hpp), labelled as a model; --model-only prints that model
+// alone, for every configuration, on any machine (--model-gpu=KEY picks the datasheet, h200 by
+// default).
 //
 // Cold-cache numbers: each slot reserves the full 32k positions, so one sequence's K sits 64 MiB
 // from the next's; slots are assigned to rows in shuffled order; and L2 is flushed before every
@@ -28,9 +29,10 @@
 #include <string>
 #include <vector>
 
-#include "bench/command.hpp"
-#include "bench/failures.hpp"
-#include "bench/roofline_model.hpp"
+#include "bench/support/command.hpp"
+#include "bench/support/failures.hpp"
+#include "bench/support/gpu_start.hpp"
+#include "bench/support/roofline_model.hpp"
 #include "common/measure/cuda/device_bandwidth.hpp"
 #include "common/measure/cuda/l2_flush.hpp"
 #include "common/model/model_config.hpp"
@@ -178,22 +180,11 @@ int main(int argc, char** argv) {
           ->MinTime(0.2);
     }
   }
-  // A listing needs no device: the names are the same on every machine.
-  if (listing) return bench::list_benchmarks();
-  if (model.only) return print_model(*bench::model_gpu(model, ""));
-  if (is_simulator()) {
-    fmt::print(
-        "bench_attention_gpu: KVHEAP_CUDA=sim runs kernels on the CPU simulator, which is not "
-        "a performance model; no timings are reported. Build with KVHEAP_CUDA=real and run "
-        "on a GPU (--model-only prints the roofline's prediction here).\n");
-    return 0;
-  }
-  if (auto why = device_unavailable_reason()) {
-    fmt::print("bench_attention_gpu: skipped, {}\n", *why);
-    return 0;
-  }
-  const DeviceInfo info = device_info();
-  const BandwidthSample peak = measure_copy_bandwidth();
+  const bench::GpuStart start =
+      bench::start_gpu_benchmark("bench_attention_gpu", listing, model, print_model);
+  if (start.exit_code) return *start.exit_code;
+  const DeviceInfo& info = start.info;
+  const BandwidthSample& peak = start.peak;
   g_peak_gbps = peak.gbps;
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/command.hpp"
+#include "bench/support/command.hpp"
 #include "chapters/01_cpu_reference/reserved_cache.hpp"
 #include "common/measure/bandwidth.hpp"
 #include "common/forward/forward_cpu.hpp"

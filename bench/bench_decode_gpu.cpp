@@ -8,8 +8,8 @@
 // A plain program, not a Google Benchmark one: it sweeps its own grid and times a fixed number of
 // steps each. It prints a markdown table, and with --json-out=PATH writes the same rows as JSON.
 // Beside each measured step the table prints the roofline's prediction from the GPU's datasheet
-// (bench/roofline_model.hpp), labelled as a model; --model-only prints the model alone, on any
-// machine, the simulator included (where nothing is timed).
+// (bench/support/roofline_model.hpp), labelled as a model; --model-only prints the model alone, on
+// any machine, the simulator included (where nothing is timed).
 #include <fmt/format.h>
 
 #include <fstream>
@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "base/error.hpp"
-#include "bench/roofline_model.hpp"
+#include "bench/support/roofline_model.hpp"
 #include "chapters/02_contiguous_gpu/contiguous_cache.hpp"
 #include "common/program/cli.hpp"
 #include "common/measure/cuda/device_bandwidth.hpp"

@@ -17,7 +17,7 @@
 // before anything is timed. Heads are Llama-3-8B's (32 query, 8 KV, head_dim 128), bf16, one
 // layer; only working sets of at least 4x the last-level cache run (cold-cache numbers), and at
 // most 512 MiB, to share the machine (or twice that floor where the LLC is larger than 64 MiB:
-// bench/cpu_caches.hpp).
+// bench/support/cpu_caches.hpp).
 // Both layouts are allocated as the chapters' CPU caches are, on transparent huge pages
 // (common/util/host_buffer.hpp); --huge-pages=0 gives both 4 KiB pages, to show what the TLB costs.
 #include <benchmark/benchmark.h>
@@ -34,9 +34,9 @@
 #include <string>
 #include <vector>
 
-#include "bench/block_sweep.hpp"
-#include "bench/cpu_caches.hpp"
-#include "bench/failures.hpp"
+#include "bench/support/block_sweep.hpp"
+#include "bench/support/cpu_caches.hpp"
+#include "bench/support/failures.hpp"
 #include "chapters/03_paged_blocks/block_manager.hpp"
 #include "common/measure/bandwidth.hpp"
 #include "common/util/host_buffer.hpp"

@@ -11,8 +11,8 @@
 //      block_size_sweep_gpu); scripts/plot_block_sweep.py plots the CSV.
 //
 // Beside the measured times the tables print the bandwidth roofline's prediction from the GPU's
-// datasheet (bench/roofline_model.hpp), labelled as a model: both layouts must move the same
-// bytes, so they share one. --model-only prints the model alone, on any machine.
+// datasheet (bench/support/roofline_model.hpp), labelled as a model: both layouts must move the
+// same bytes, so they share one. --model-only prints the model alone, on any machine.
 //
 // Each iteration times both layouts back to back (order alternating), flushing L2 (a read of twice
 // its size, L2Flush) before each call, and the tables report medians. Contiguous slots reserve 32k
@@ -34,10 +34,11 @@
 #include <string>
 #include <vector>
 
-#include "bench/block_sweep.hpp"
-#include "bench/failures.hpp"
-#include "bench/gpu_pair_timing.hpp"
-#include "bench/roofline_model.hpp"
+#include "bench/support/block_sweep.hpp"
+#include "bench/support/failures.hpp"
+#include "bench/support/gpu_start.hpp"
+#include "bench/support/gpu_pair_timing.hpp"
+#include "bench/support/roofline_model.hpp"
 #include "common/measure/cuda/device_bandwidth.hpp"
 #include "common/model/model_config.hpp"
 #include "device/buffers.hpp"
@@ -285,24 +286,12 @@ int main(int argc, char** argv) {
     }
   }
   bench::register_block_sweep(block_sweep, benchmark::kMicrosecond, 0.2);
-  // A listing needs no device: the names are the same on every machine.
-  if (listing) return bench::list_benchmarks();
-  if (model.only) return print_model(*bench::model_gpu(model, ""));
-  if (is_simulator()) {
-    fmt::print(
-        "bench_paged_attention_gpu: KVHEAP_CUDA=sim runs kernels on the CPU simulator, which "
-        "is not a performance model; no timings are reported. Build with KVHEAP_CUDA=real "
-        "and run on a GPU (bench_paged_attention_cpu measures the CPU twin; --model-only prints "
-        "the roofline's prediction here).\n");
-    return 0;
-  }
-  if (auto why = device_unavailable_reason()) {
-    fmt::print("bench_paged_attention_gpu: skipped, {}\n", *why);
-    return 0;
-  }
+  const bench::GpuStart start = bench::start_gpu_benchmark(
+      "bench_paged_attention_gpu", listing, model, print_model, "bench_paged_attention_cpu");
+  if (start.exit_code) return *start.exit_code;
   const std::string prefix = bench::flag_value(argc, argv, "sweep-out", "block_size_sweep_gpu");
-  const DeviceInfo info = device_info();
-  const BandwidthSample peak = measure_copy_bandwidth();
+  const DeviceInfo& info = start.info;
+  const BandwidthSample& peak = start.peak;
   g_peak_gbps = peak.gbps;
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

@@ -25,10 +25,10 @@
 #include <string>
 #include <vector>
 
-#include "bench/command.hpp"
-#include "bench/cpu_caches.hpp"
-#include "bench/failures.hpp"
-#include "bench/shared_prefix_step.hpp"
+#include "bench/support/command.hpp"
+#include "bench/support/cpu_caches.hpp"
+#include "bench/support/failures.hpp"
+#include "bench/support/shared_prefix_step.hpp"
 #include "common/measure/bandwidth.hpp"
 #include "common/util/host_buffer.hpp"
 #include "common/model/model_config.hpp"

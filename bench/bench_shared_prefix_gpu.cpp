@@ -1,6 +1,6 @@
 // bench_shared_prefix_gpu: what reading a shared prefix once buys decode attention on a GPU.
 //
-// The step of bench_shared_prefix_cpu (bench/shared_prefix_step.hpp): `groups` prompts of
+// The step of bench_shared_prefix_cpu (bench/support/shared_prefix_step.hpp): `groups` prompts of
 // `prefix` positions, each forked into `samples` sequences with 256 positions of their own, laid
 // out by chapter 4's allocator in a shuffled pool. It is timed two ways over the same device pool:
 // every row reading its whole context (cuda::paged_attention, chapter 3) and each group reading
@@ -22,8 +22,8 @@
 // peak; the speedup, not that rate, is what sharing buys.
 //
 // Beside the measured times the table prints the bandwidth roofline's prediction for each variant
-// from the GPU's datasheet (bench/roofline_model.hpp), labelled as a model, from the same bytes as
-// the MB columns; --model-only prints the model alone, on any machine.
+// from the GPU's datasheet (bench/support/roofline_model.hpp), labelled as a model, from the same
+// bytes as the MB columns; --model-only prints the model alone, on any machine.
 //
 // The simulator is not a performance model: in a KVHEAP_CUDA=sim build this program says so and
 // times nothing (a listing, --benchmark_list_tests, still prints the names, and --model-only the
@@ -41,12 +41,13 @@
 #include <string>
 #include <vector>
 
-#include "bench/block_sweep.hpp"
-#include "bench/command.hpp"
-#include "bench/failures.hpp"
-#include "bench/gpu_pair_timing.hpp"
-#include "bench/roofline_model.hpp"
-#include "bench/shared_prefix_step.hpp"
+#include "bench/support/block_sweep.hpp"
+#include "bench/support/command.hpp"
+#include "bench/support/failures.hpp"
+#include "bench/support/gpu_start.hpp"
+#include "bench/support/gpu_pair_timing.hpp"
+#include "bench/support/roofline_model.hpp"
+#include "bench/support/shared_prefix_step.hpp"
 #include "common/measure/cuda/device_bandwidth.hpp"
 #include "common/model/model_config.hpp"
 #include "device/buffers.hpp"
@@ -388,24 +389,11 @@ int main(int argc, char** argv) {
         ->Unit(benchmark::kMicrosecond)
         ->MinTime(0.2);
   }
-  // A listing needs no device: the names are the same on every machine.
-  if (listing) return bench::list_benchmarks();
-  if (model.only) return print_model(*bench::model_gpu(model, ""));
-  if (is_simulator()) {
-    fmt::print(
-        "bench_shared_prefix_gpu: KVHEAP_CUDA=sim runs kernels on the CPU simulator, which is not "
-        "a "
-        "performance model; no timings are reported. Build with KVHEAP_CUDA=real and run on a "
-        "GPU (bench_shared_prefix_cpu measures the CPU twin; --model-only prints the roofline's "
-        "prediction here).\n");
-    return 0;
-  }
-  if (auto why = device_unavailable_reason()) {
-    fmt::print("bench_shared_prefix_gpu: skipped, {}\n", *why);
-    return 0;
-  }
-  const DeviceInfo info = device_info();
-  const BandwidthSample peak = measure_copy_bandwidth();
+  const bench::GpuStart start = bench::start_gpu_benchmark(
+      "bench_shared_prefix_gpu", listing, model, print_model, "bench_shared_prefix_cpu");
+  if (start.exit_code) return *start.exit_code;
+  const DeviceInfo& info = start.info;
+  const BandwidthSample& peak = start.peak;
   g_peak_gbps = peak.gbps;
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

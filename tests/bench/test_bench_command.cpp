@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "bench/command.hpp"
+#include "bench/support/command.hpp"
 
 namespace kvheap {
 namespace {

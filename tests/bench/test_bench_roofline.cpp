@@ -1,12 +1,13 @@
-// The roofline model the GPU benchmarks print beside their measurements (bench/roofline_model.hpp):
-// its times against the napkin math done by hand from the datasheet figures, which roof it
-// names, the decode step's work by weight type, and which datasheet a run compares against.
+// The roofline model the GPU benchmarks print beside their measurements
+// (bench/support/roofline_model.hpp): its times against the napkin math done by hand from the
+// datasheet figures, which roof it names, the decode step's work by weight type, and which
+// datasheet a run compares against.
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
-#include "bench/roofline_model.hpp"
+#include "bench/support/roofline_model.hpp"
 #include "common/model/model_config.hpp"
 #include "common/serving/report.hpp"
 

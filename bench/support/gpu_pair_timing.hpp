@@ -7,7 +7,7 @@
 
 #include <vector>
 
-#include "bench/block_sweep.hpp"
+#include "bench/support/block_sweep.hpp"
 #include "common/measure/cuda/l2_flush.hpp"
 #include "device/device.hpp"
 

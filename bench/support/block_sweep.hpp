@@ -22,7 +22,7 @@
 #include <utility>
 #include <vector>
 
-#include "bench/command.hpp"
+#include "bench/support/command.hpp"
 
 namespace kvheap::bench {
 

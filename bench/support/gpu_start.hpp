@@ -1,0 +1,55 @@
+// The start every GPU benchmark makes once its benchmarks are registered, in this order: a
+// listing needs no device; --model-only prints the roofline's prediction; the simulator is no
+// performance model, so nothing is timed on it; without a device the program skips; otherwise
+// the device's copy peak is measured in the same process, before anything is timed.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "bench/support/command.hpp"
+#include "bench/support/roofline_model.hpp"
+#include "common/measure/cuda/device_bandwidth.hpp"
+#include "device/device.hpp"
+
+namespace kvheap::bench {
+
+/// \brief How a GPU benchmark's start ended.
+struct GpuStart {
+  std::optional<int> exit_code;  ///< set: main returns it now, having timed nothing
+  DeviceInfo info;               ///< otherwise the device to time on
+  BandwidthSample peak;          ///< and its device-to-device copy peak, measured just now
+};
+
+/// \brief The start of `program` (its name in messages): see the file comment. `print_model`
+/// prints --model-only's table for a datasheet; `cpu_twin`, when given, names the benchmark that
+/// measures the CPU twin, for the simulator's message.
+inline GpuStart start_gpu_benchmark(const char* program, bool listing, const ModelFlags& model,
+                                    const std::function<int(const GpuDatasheet&)>& print_model,
+                                    const char* cpu_twin = nullptr) {
+  GpuStart s;
+  if (listing) {
+    s.exit_code = list_benchmarks();  // the names are the same on every machine
+  } else if (model.only) {
+    s.exit_code = print_model(*model_gpu(model, ""));
+  } else if (is_simulator()) {
+    fmt::print(
+        "{}: KVHEAP_CUDA=sim runs kernels on the CPU simulator, which is not a performance "
+        "model; no timings are reported. Build with KVHEAP_CUDA=real and run on a GPU "
+        "({}--model-only prints the roofline's prediction here).\n",
+        program, cpu_twin ? fmt::format("{} measures the CPU twin; ", cpu_twin) : std::string());
+    s.exit_code = 0;
+  } else if (auto why = device_unavailable_reason()) {
+    fmt::print("{}: skipped, {}\n", program, *why);
+    s.exit_code = 0;
+  } else {
+    s.info = device_info();
+    s.peak = measure_copy_bandwidth();
+  }
+  return s;
+}
+
+}  // namespace kvheap::bench
