@@ -31,12 +31,13 @@ int ContiguousCache::slots_for_budget(const ModelConfig& config, DType kv,
 }
 
 ContiguousCache::ContiguousCache(const ModelConfig& config, DType kv, int max_slots, Memory memory)
-    : config_(config),
+    : StorageCache(make_storage(memory, config, kv,
+                                std::int64_t{checked_slots(max_slots)} * config.max_seq_len,
+                                fmt::format("KV reservation of {} slots x {:.3f} MB", max_slots,
+                                            reservation_bytes(config, kv) / 1e6))),
+      config_(config),
       kv_(kv),
-      length_(checked_slots(max_slots), -1),
-      storage_(make_storage(memory, config, kv, std::int64_t{max_slots} * config.max_seq_len,
-                            fmt::format("KV reservation of {} slots x {:.3f} MB", max_slots,
-                                        reservation_bytes(config, kv) / 1e6))) {}
+      length_(max_slots, -1) {}
 
 bool ContiguousCache::can_admit() const {
   return std::find(length_.begin(), length_.end(), -1) != length_.end();
@@ -67,7 +68,7 @@ int ContiguousCache::num_admitted() const {
       std::count_if(length_.begin(), length_.end(), [](int n) { return n >= 0; }));
 }
 
-void ContiguousCache::prepare(const Batch& batch) {
+KVView ContiguousCache::view_for(const Batch& batch) {
   // Checked first, and the lengths change only once the batch is known good: a row past a slot's
   // next position would attend to a gap holding zeros or an earlier occupant's keys, and two rows
   // writing one position would race in kv_write.
@@ -80,16 +81,8 @@ void ContiguousCache::prepare(const Batch& batch) {
     view.n_ctx.push_back(r.pos + 1);
     view.max_ctx = std::max(view.max_ctx, r.pos + 1);
   }
-  storage_->load(std::move(view));
   for (const auto& [slot, len] : lengths) length_[slot] = len;
-}
-
-void ContiguousCache::write(int layer, const Batch&, const float* k, const float* v) {
-  storage_->write(layer, k, v);
-}
-
-void ContiguousCache::attend(int layer, const Batch&, const float* q, float* out) {
-  storage_->attend(layer, q, out);
+  return view;
 }
 
 std::size_t ContiguousCache::bytes_reserved() const {

@@ -6,7 +6,7 @@
 #include <memory>
 #include <vector>
 
-#include "common/cache/kv_cache.hpp"
+#include "common/cache/storage_cache.hpp"
 #include "common/cache/kv_storage.hpp"
 #include "common/model/model_config.hpp"
 
@@ -16,7 +16,7 @@ namespace kvheap::ch02 {
 /// one sequence's reservation. The whole array is allocated when the cache is made, so the waste
 /// is decided before the first request arrives. Written once for both memories: the storage
 /// (host memory and the CPU twin, or device memory and cuda::decode_attention) holds the bytes.
-class ContiguousCache final : public KVCache {
+class ContiguousCache final : public StorageCache {
  public:
   /// \brief Reserves `max_slots` sequences of max_seq_len tokens in dtype `kv` in `memory`.
   /// Throws UsageError for fewer than one slot, and ResourceError when the memory cannot hold
@@ -38,22 +38,19 @@ class ContiguousCache final : public KVCache {
   /// \brief Slots admitted and not released.
   [[nodiscard]] int num_admitted() const;
 
-  /// \brief Checks the rows' positions, grows the slots' lengths and loads the storage's view:
-  /// position t of a row of slot s is slot s x max_seq_len + t of the array. Throws InputError,
-  /// changing nothing, for a row that does not continue its sequence.
-  void prepare(const Batch& batch) override;
-  void write(int layer, const Batch& batch, const float* k, const float* v) override;
-  void attend(int layer, const Batch& batch, const float* q, float* out) override;
   /// \brief Every slot's reservation, admitted or not: the array allocated up front.
   [[nodiscard]] std::size_t bytes_reserved() const override;
   [[nodiscard]] std::size_t bytes_used() const override;
-  [[nodiscard]] long positions_read() const override { return storage_->positions_read(); }
 
  private:
+  /// \brief Checks the rows' positions and grows the slots' lengths: position t of a row of
+  /// slot s is slot s x max_seq_len + t of the array. Throws InputError, changing nothing, for a
+  /// row that does not continue its sequence.
+  KVView view_for(const Batch& batch) override;
+
   ModelConfig config_;
   DType kv_;
   std::vector<int> length_;  // [max_slots]; -1 = free slot
-  std::unique_ptr<KVStorage> storage_;
 };
 
 }  // namespace kvheap::ch02

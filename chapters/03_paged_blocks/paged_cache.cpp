@@ -40,21 +40,11 @@ KVView paged_view(BlockManager& blocks, const Batch& batch) {
 
 PagedCache::PagedCache(const ModelConfig& config, DType kv, int num_blocks, int block_size,
                        std::uint64_t shuffle_seed, Memory memory)
-    : bytes_per_token_(kv_bytes_per_token(config, kv)),
-      blocks_(num_blocks, block_size, shuffle_seed),
-      storage_(
+    : StorageCache(
           make_storage(memory, config, kv, std::int64_t{num_blocks} * block_size,
-                       fmt::format("KV pool of {} blocks x {} tokens", num_blocks, block_size))) {}
-
-void PagedCache::prepare(const Batch& batch) { storage_->load(paged_view(blocks_, batch)); }
-
-void PagedCache::write(int layer, const Batch&, const float* k, const float* v) {
-  storage_->write(layer, k, v);
-}
-
-void PagedCache::attend(int layer, const Batch&, const float* q, float* out) {
-  storage_->attend(layer, q, out);
-}
+                       fmt::format("KV pool of {} blocks x {} tokens", num_blocks, block_size))),
+      bytes_per_token_(kv_bytes_per_token(config, kv)),
+      blocks_(num_blocks, block_size, shuffle_seed) {}
 
 std::size_t PagedCache::bytes_reserved() const { return blocks_.slots_held() * bytes_per_token_; }
 

@@ -11,7 +11,7 @@
 #include <memory>
 
 #include "chapters/03_paged_blocks/block_manager.hpp"
-#include "common/cache/kv_cache.hpp"
+#include "common/cache/storage_cache.hpp"
 #include "common/cache/kv_storage.hpp"
 #include "common/model/model_config.hpp"
 
@@ -31,7 +31,7 @@ KVView paged_view(BlockManager& blocks, const Batch& batch);
 /// or device memory; sequences are BlockManager ids (the batch's `slot` field), admitted through
 /// blocks(). The pool is allocated (and zeroed) up front, as a server does with its KV budget;
 /// what paging changes is that a sequence holds only the blocks its tokens fill, in any order.
-class PagedCache final : public KVCache {
+class PagedCache final : public StorageCache {
  public:
   /// \brief A pool of `num_blocks` blocks of `block_size` slots in dtype `kv`, in `memory`,
   /// handed out in a shuffled order when `shuffle_seed` is non-zero. Throws ResourceError when
@@ -44,21 +44,16 @@ class PagedCache final : public KVCache {
   /// \copydoc blocks()
   [[nodiscard]] const BlockManager& blocks() const { return blocks_; }
 
-  /// \brief paged_view() of the batch, loaded into the storage.
-  void prepare(const Batch& batch) override;
-  void write(int layer, const Batch& batch, const float* k, const float* v) override;
-  void attend(int layer, const Batch& batch, const float* q, float* out) override;
   /// \brief Bytes of the blocks sequences hold (block_size x kv_bytes_per_token each).
   [[nodiscard]] std::size_t bytes_reserved() const override;
   [[nodiscard]] std::size_t bytes_used() const override;
-  [[nodiscard]] long positions_read() const override { return storage_->positions_read(); }
-  /// \brief Bytes the whole pool occupies, free blocks included.
-  [[nodiscard]] std::size_t pool_bytes() const { return storage_->bytes(); }
 
  private:
+  /// \brief paged_view() of the batch.
+  KVView view_for(const Batch& batch) override { return paged_view(blocks_, batch); }
+
   std::size_t bytes_per_token_;
   BlockManager blocks_;
-  std::unique_ptr<KVStorage> storage_;
 };
 
 }  // namespace kvheap::ch03

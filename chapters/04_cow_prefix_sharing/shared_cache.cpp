@@ -97,26 +97,18 @@ SharedPrefixPlan plan_shared_prefixes(const KVView& view, int block_size) {
 
 SharedCache::SharedCache(const ModelConfig& config, DType kv, int num_blocks, int block_size,
                          std::uint64_t shuffle_seed, bool read_once, Memory memory)
-    : bytes_per_token_(kv_bytes_per_token(config, kv)),
-      read_once_(read_once),
-      blocks_(num_blocks, block_size, shuffle_seed),
-      storage_(
+    : StorageCache(
           make_storage(memory, config, kv, std::int64_t{num_blocks} * block_size,
-                       fmt::format("KV pool of {} blocks x {} tokens", num_blocks, block_size))) {}
+                       fmt::format("KV pool of {} blocks x {} tokens", num_blocks, block_size))),
+      bytes_per_token_(kv_bytes_per_token(config, kv)),
+      read_once_(read_once),
+      blocks_(num_blocks, block_size, shuffle_seed) {}
 
-void SharedCache::prepare(const Batch& batch) {
+KVView SharedCache::view_for(const Batch& batch) {
   SharedView sv = shared_view(blocks_, batch, read_once_);
   const std::int64_t bs = blocks_.pool().block_size();
-  for (const BlockCopy& c : sv.copies) storage_->copy_slots(c.src * bs, c.dst * bs, c.slots);
-  storage_->load(std::move(sv.view));
-}
-
-void SharedCache::write(int layer, const Batch&, const float* k, const float* v) {
-  storage_->write(layer, k, v);
-}
-
-void SharedCache::attend(int layer, const Batch&, const float* q, float* out) {
-  storage_->attend(layer, q, out);
+  for (const BlockCopy& c : sv.copies) copy_slots(c.src * bs, c.dst * bs, c.slots);
+  return std::move(sv.view);
 }
 
 std::size_t SharedCache::bytes_reserved() const {

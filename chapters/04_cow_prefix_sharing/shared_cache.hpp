@@ -9,7 +9,7 @@
 
 #include "chapters/04_cow_prefix_sharing/shared_block_manager.hpp"
 #include "common/program/chapter.hpp"
-#include "common/cache/kv_cache.hpp"
+#include "common/cache/storage_cache.hpp"
 #include "common/cache/kv_storage.hpp"
 #include "common/model/model_config.hpp"
 #include "common/program/kv_budget.hpp"
@@ -43,7 +43,7 @@ SharedView shared_view(SharedBlockManager& blocks, const Batch& batch, bool read
 /// \brief Reference-counted blocks with fork, copy-on-write and a prefix index; K and V in
 /// [num_blocks, block_size, n_kv_heads, head_dim] arrays per layer, in host or device memory.
 /// Sequences are SharedBlockManager ids (the batch's `slot` field).
-class SharedCache final : public KVCache {
+class SharedCache final : public StorageCache {
  public:
   /// \brief A pool of `num_blocks` blocks of `block_size` slots in `memory` (shuffled when
   /// `shuffle_seed` is non-zero). With `read_once`, rows that share a prefix read it once per
@@ -59,25 +59,20 @@ class SharedCache final : public KVCache {
   /// \copydoc blocks()
   [[nodiscard]] const SharedBlockManager& blocks() const { return blocks_; }
 
-  /// \brief Appends the batch's rows (shared_view), makes the copies-on-write it asked for, then
-  /// loads the view, before any layer writes.
-  void prepare(const Batch& batch) override;
-  void write(int layer, const Batch& batch, const float* k, const float* v) override;
-  void attend(int layer, const Batch& batch, const float* q, float* out) override;
   /// \brief Every block in use, held by a sequence or only cached by the prefix index.
   [[nodiscard]] std::size_t bytes_reserved() const override;
   /// \brief Slots that hold a position, each shared slot once.
   [[nodiscard]] std::size_t bytes_used() const override;
-  /// \brief Positions the last batch's attention read per layer: shared prefixes once when
-  /// reading once (once per slice of 16 query heads per KV head on a GPU), else every row's
-  /// whole context.
-  [[nodiscard]] long positions_read() const override { return storage_->positions_read(); }
 
  private:
+  /// \brief Appends the batch's rows (shared_view) and makes the copies-on-write it asked for.
+  /// With read_once, the view plans the shared prefixes, so positions_read() counts them once
+  /// (once per slice of 16 query heads per KV head on a GPU).
+  KVView view_for(const Batch& batch) override;
+
   std::size_t bytes_per_token_;
   bool read_once_;
   SharedBlockManager blocks_;
-  std::unique_ptr<KVStorage> storage_;
 };
 
 /// \brief The sharing cache of a chapter's run: a pool cut from its budget (pool_for_run) in blocks

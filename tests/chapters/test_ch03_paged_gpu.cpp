@@ -298,7 +298,7 @@ TEST(Ch03PagedGpu, PoolAccountingAndExhaustion) {
   KVHEAP_REQUIRE_DEVICE();
   const ModelConfig c = preset("tiny");
   ch03::PagedCache cache(c, DType::F16, 4, 2, 5, Memory::kDevice);
-  EXPECT_EQ(cache.pool_bytes(), 4u * 2 * kv_bytes_per_token(c, DType::F16));
+  EXPECT_EQ(cache.storage_bytes(), 4u * 2 * kv_bytes_per_token(c, DType::F16));
   const int s = cache.blocks().allocate();
   Batch b;
   for (int p = 0; p < 3; ++p) b.rows.push_back({1, s, p, p == 2});
