@@ -11,7 +11,6 @@
 
 #include "base/error.hpp"
 #include "common/program/cli.hpp"
-#include "common/model/model_loader.hpp"
 
 using namespace kvheap;
 
@@ -67,7 +66,7 @@ int main(int argc, char** argv) {
     const DType kv = parse_dtype(kv_dtype);
     const DType wt = parse_dtype(weight_dtype);
     check_memory_gb(memory_gb);
-    const ModelConfig c = is_preset(model) ? preset(model) : load_model(model).config;
+    const ModelConfig c = model_config_of(model);
     context = resolve_context(context_flag, context, c);
 
     const double memory = memory_gb * 1e9;

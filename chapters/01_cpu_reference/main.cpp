@@ -12,14 +12,10 @@
     Sample command:
       build/cpu/bin/ch01_cpu_reference --model stories15m --num-seqs 4 --max-new-tokens 64
 */
-#include <fmt/format.h>
-
 #include <memory>
 
-#include "base/error.hpp"
 #include "chapters/01_cpu_reference/admission.hpp"
 #include "chapters/01_cpu_reference/reserved_cache.hpp"
-#include "common/measure/bandwidth.hpp"
 #include "common/program/chapter.hpp"
 
 using namespace kvheap;
@@ -30,17 +26,7 @@ int main(int argc, char** argv) {
   chapter.title = "kvheap chapter 1: the CPU reference decoder with max_seq_len reservation";
   chapter.cpu_only = true;
   chapter.one_request_flat = true;
-  // The reservation is made in host memory, so a budget the host cannot back is a promise the
-  // cache would break mid-run: it is refused before the model is loaded.
-  chapter.check_flags = [](const CommonOptions& o) {
-    const std::size_t host = physical_memory_bytes();
-    if (host == 0)
-      throw ResourceError("cannot read this host's physical memory size (sysconf failed)");
-    if (o.kv_budget_mb > static_cast<double>(host) / 1e6)
-      throw ResourceError(fmt::format(
-          "--kv-budget-mb {} asks for more than this host's physical memory ({:.0f} MB)",
-          o.kv_budget_mb, static_cast<double>(host) / 1e6));
-  };
+  chapter.kv_in_host_memory = true;  // reservations are made in host memory as requests come
   chapter.make_policy = [](const Run& run) {
     return std::make_unique<ch01::ReservationAdmission<ch01::ReservedCache>>(
         std::make_unique<ch01::ReservedCache>(run.config, run.kv, run.budget_cap), run.budget_cap);

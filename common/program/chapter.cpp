@@ -11,6 +11,7 @@
 #include <span>
 
 #include "base/error.hpp"
+#include "common/measure/bandwidth.hpp"
 #include "common/model/model_loader.hpp"
 #include "common/program/prompts.hpp"
 #include "common/forward/reference_forward.hpp"
@@ -149,6 +150,17 @@ void print_run(const Chapter& chapter, const ServingPolicy& policy, const RunRep
   policy.print(os, res);
 }
 
+// Chapter::kv_in_host_memory: a budget the host's memory cannot back is refused up front.
+void check_budget_fits_host(const CommonOptions& o) {
+  const std::size_t host = physical_memory_bytes();
+  if (host == 0)
+    throw ResourceError("cannot read this host's physical memory size (sysconf failed)");
+  if (o.kv_budget_mb > static_cast<double>(host) / 1e6)
+    throw ResourceError(
+        fmt::format("--kv-budget-mb {} asks for more than this host's physical memory ({:.0f} MB)",
+                    o.kv_budget_mb, static_cast<double>(host) / 1e6));
+}
+
 }  // namespace
 
 int run_chapter(const Chapter& chapter, int argc, char** argv) {
@@ -192,6 +204,7 @@ int run_chapter(const Chapter& chapter, int argc, char** argv) {
     const DType kv = parse_dtype(o.kv_dtype);
     const DType wt = parse_dtype(o.weight_dtype);
     const std::size_t budget_cap = kv_budget_bytes(o);
+    if (chapter.kv_in_host_memory) check_budget_fits_host(o);
     if (chapter.check_flags) chapter.check_flags(o);
     const int threads = apply_threads(o);
     if (self_check && device == "cuda" && !cuda_device_available()) {

@@ -40,6 +40,10 @@ struct Chapter {
   std::string num_seqs_help = "Requests to serve (copies of the prompt)";  ///< its --help
   std::string default_device = "cpu";  ///< "auto" (chapter 2) also accepts --device auto
   bool cpu_only = false;               ///< --device cuda is a usage error (chapter 1)
+  /// The KV cache reserves host memory as it admits (chapter 1): a --kv-budget-mb past the host's
+  /// physical memory is a promise the cache would break mid-run, so it is refused before the
+  /// model is loaded.
+  bool kv_in_host_memory = false;
   /// With one request, the JSON keeps prompt_ids, generated_ids and text at its top, as chapters
   /// 1 and 2 printed them when they served one sequence; several requests get "sequences".
   bool one_request_flat = false;

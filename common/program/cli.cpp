@@ -19,6 +19,7 @@
 #include <utility>
 
 #include "base/error.hpp"
+#include "common/model/model_loader.hpp"
 #include "common/tokenizer/chat_format.hpp"
 #include "common/program/token_ids.hpp"
 #include "common/tokenizer/tokenizer.hpp"
@@ -332,6 +333,10 @@ int apply_threads(const CommonOptions& o) {
                     o.threads, kMaxThreadsPerCore, cores, kMaxThreadsPerCore * cores));
   if (o.threads > 0) omp_set_num_threads(o.threads);
   return omp_get_max_threads();
+}
+
+ModelConfig model_config_of(const std::string& model) {
+  return is_preset(model) ? preset(model) : load_model(resolve_model_name(model)).config;
 }
 
 }  // namespace kvheap

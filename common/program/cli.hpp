@@ -136,6 +136,10 @@ std::vector<int> resolve_prompt(const CommonOptions& o, const ModelConfig& c, co
 /// each request too; empty without --chat.
 std::vector<int> chat_stop_ids(const CommonOptions& o, const Tokenizer* tok);
 
+/// \brief The configuration of --model: a preset's, or a model file's (a fetched model's name
+/// resolved first), for programs that need the shapes but not the weights.
+[[nodiscard]] ModelConfig model_config_of(const std::string& model);
+
 /// \brief The sampler settings from the flags.
 SamplerConfig sampler_config(const CommonOptions& o);
 

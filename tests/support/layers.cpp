@@ -245,6 +245,36 @@ std::map<std::pair<std::string, std::string>, int> count(const std::vector<Edge>
   return out;
 }
 
+std::vector<std::string> chapter_includes_past_their_layers(const fs::path& root) {
+  static const std::regex include(R"re(^\s*#\s*include\s*"([^"]+)")re");
+  static const std::regex allowed(
+      R"re((chapters/.*|base/.*|common/(cache|serving|program)/.*|common/model/model_config\.hpp))re");
+  // The one exception, with its reason in the header.
+  const std::string oracle = "chapters/01_cpu_reference/reserved_cache.cpp";
+  static const std::regex oracle_allowed(
+      R"re(kernels/(decode_attention_cpu|kv_write)\.hpp|common/util/host_buffer\.hpp|common/measure/bandwidth\.hpp)re");
+  const auto in_chapters = [](const fs::path& p) {
+    return is_source(p) && p.generic_string().find("/chapters/") != std::string::npos;
+  };
+  std::vector<std::string> out;
+  for (const fs::path& file : files(root, in_chapters)) {
+    const std::string from = tree_path(root, file);
+    if (!from.starts_with("chapters/")) continue;
+    std::istringstream lines(read(file));
+    int number = 0;
+    for (std::string line; std::getline(lines, line);) {
+      ++number;
+      std::smatch m;
+      if (!std::regex_search(line, m, include)) continue;
+      const std::string to = m[1].str();
+      if (std::regex_match(to, allowed)) continue;
+      if (from == oracle && std::regex_match(to, oracle_allowed)) continue;
+      out.push_back(from + ":" + std::to_string(number) + " includes " + to);
+    }
+  }
+  return out;
+}
+
 std::vector<std::string> cpu_headers_in_device_code(const fs::path& root) {
   static const std::regex quoted(R"re(^\s*#\s*include\s*"([^"]+)")re");
   static const std::regex cpu_only(

@@ -57,6 +57,14 @@ struct Edge {
 [[nodiscard]] std::map<std::pair<std::string, std::string>, int> count(
     const std::vector<Edge>& edges);
 
+/// \brief The includes of chapter files that reach past what a chapter may use of the layers
+/// below: base/, and of common/ only cache/, serving/, program/ and the model config
+/// (common/model/model_config.hpp), so that a chapter reads as its policy over those. Chapter 1's
+/// reserved cache, the oracle that computes its own attention over host reservations, may also use
+/// the CPU twins of the kernels, host buffers and the host-memory check. As "where includes x".
+[[nodiscard]] std::vector<std::string> chapter_includes_past_their_layers(
+    const std::filesystem::path& root);
+
 /// \brief CPU-only headers that device code reaches: for every .cu file of the tree, each header
 /// of its #include "..." closure (the .cu file included) that includes Eigen, an x86 SIMD header
 /// (<immintrin.h> & co.) or <omp.h>, or is a CPU twin's SIMD header (kernels/*_simd.hpp), as

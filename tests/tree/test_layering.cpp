@@ -125,6 +125,30 @@ std::string lines(const std::vector<std::string>& list) {
   return out;
 }
 
+TEST(Layering, ChaptersIncludeOnlyTheCacheServingProgramAndModelConfig) {
+  const std::vector<std::string> found =
+      layers::chapter_includes_past_their_layers(KVHEAP_SOURCE_DIR);
+  EXPECT_TRUE(found.empty()) << lines(found);
+}
+
+TEST(Layering, PlantedChapterIncludePastItsLayersIsCaught) {
+  const test::TempDir tmp;
+  const fs::path root = tmp.path();
+  write(root / "chapters/03_paged/pool.cpp",
+        "#include \"chapters/03_paged/pool.hpp\"\n#include \"base/error.hpp\"\n"
+        "#include \"common/cache/kv_cache.hpp\"\n#include \"common/model/model_config.hpp\"\n"
+        "#include \"common/model/gguf_file.hpp\"\n#include \"kernels/rope.hpp\"\n"
+        "#include \"common/util/host_buffer.hpp\"\n");
+  write(root / "chapters/01_cpu_reference/reserved_cache.cpp",
+        "#include \"common/util/host_buffer.hpp\"\n#include \"kernels/rope.hpp\"\n");
+  const std::vector<std::string> found = layers::chapter_includes_past_their_layers(root);
+  ASSERT_EQ(found.size(), 4u) << lines(found);
+  EXPECT_EQ(found[0], "chapters/01_cpu_reference/reserved_cache.cpp:2 includes kernels/rope.hpp");
+  EXPECT_EQ(found[1], "chapters/03_paged/pool.cpp:5 includes common/model/gguf_file.hpp");
+  EXPECT_EQ(found[2], "chapters/03_paged/pool.cpp:6 includes kernels/rope.hpp");
+  EXPECT_EQ(found[3], "chapters/03_paged/pool.cpp:7 includes common/util/host_buffer.hpp");
+}
+
 TEST(Layering, DeviceCodeIncludesNoCpuOnlyHeader) {
   const std::vector<std::string> found = layers::cpu_headers_in_device_code(KVHEAP_SOURCE_DIR);
   EXPECT_TRUE(found.empty()) << lines(found);
