@@ -7,6 +7,8 @@
 #include <ostream>
 #include <stdexcept>
 
+#include "chapters/03_paged_blocks/pool_map.hpp"
+
 namespace kvheap::ch03 {
 
 WorstCaseAdmission::WorstCaseAdmission(std::unique_ptr<PagedCache> cache, const ModelConfig& config,

@@ -20,7 +20,7 @@
 #include "base/error.hpp"
 #include "chapters/03_paged_blocks/admission.hpp"
 #include "chapters/03_paged_blocks/paged_cache.hpp"
-#include "chapters/03_paged_blocks/pool_report.hpp"
+#include "chapters/03_paged_blocks/pool_map.hpp"
 #include "common/program/chapter.hpp"
 #include "common/program/kv_budget.hpp"
 

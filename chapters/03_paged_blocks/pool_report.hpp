@@ -1,4 +1,4 @@
-// Reports on a block pool in the spirit of malloc statistics, and a picture of who owns what.
+// Reports on a block pool in the spirit of malloc statistics (pool_map.hpp draws it).
 #pragma once
 
 #include <nlohmann/json_fwd.hpp>
@@ -40,9 +40,5 @@ void print_pool_stats(const PoolStats& s, std::ostream& os);
 
 /// \brief The report as JSON (the "pool" object of --json).
 nlohmann::json pool_stats_json(const PoolStats& s);
-
-/// \brief Writes an SVG map of the pool: one cell per block in physical order, coloured by the
-/// sequence that owns it and filled to the share of its slots in use; free blocks are grey.
-void write_pool_map(const BlockManager& m, const std::string& path, const std::string& title);
 
 }  // namespace kvheap::ch03
