@@ -14,7 +14,7 @@
 #include "common/measure/bandwidth.hpp"
 #include "common/model/model_loader.hpp"
 #include "common/program/prompts.hpp"
-#include "common/forward/reference_forward.hpp"
+#include "common/program/self_check.hpp"
 #include "common/serving/report.hpp"
 #include "common/serving/sampler.hpp"
 #include "common/tokenizer/tokenizer.hpp"
@@ -23,58 +23,7 @@
 namespace kvheap {
 namespace {
 
-// The self-check's requests: prompts of the tiny model's vocabulary that begin alike (so that a
-// sharing cache shares) and of different lengths (so that blocks fill unevenly), 12 greedy
-// tokens each.
-const std::vector<std::vector<int>> kSelfCheckPrompts = {
-    {1, 5, 9, 2, 77, 31, 4, 8, 3, 12}, {1, 5, 9, 2, 77, 31, 4, 8, 60, 61, 62}, {1, 70, 71}, {1}};
-constexpr int kSelfCheckTokens = 12;
 constexpr int kSkipped = 77;  // ctest's SKIP_RETURN_CODE
-
-/// Compares every request's greedy ids with the reference forward pass (full recomputation
-/// without a cache), teacher-forced along the chapter's own tokens; prints one line per request
-/// and the disposition. Returns true when every token agrees, up to a reported near tie.
-bool verify(const ModelWeights& w, const std::vector<Request>& requests, const ServeResult& res,
-            DType wt, DType kv, std::ostream& os) {
-  const int V = w.config.vocab_size;
-  const float tie = near_tie(wt, kv);
-  bool passed = true;
-  for (std::size_t i = 0; i < requests.size(); ++i) {
-    const Request& r = requests[i];
-    const RequestRecord& rec = res.requests[i];
-    if (static_cast<int>(rec.generated.size()) != r.max_new_tokens) {
-      fmt::print(os, "  request {}: {} of {} tokens generated ({}): FAILED\n", i,
-                 rec.generated.size(), r.max_new_tokens, rec.status);
-      passed = false;
-      continue;
-    }
-    std::vector<int> tokens = r.prompt;
-    tokens.insert(tokens.end(), rec.generated.begin(), rec.generated.end());
-    const std::vector<float> ref = reference_logits(w, tokens);
-    std::string verdict =
-        fmt::format("{} of {} tokens equal", rec.generated.size(), rec.generated.size());
-    for (std::size_t t = 0; t < rec.generated.size(); ++t) {
-      const std::span<const float> row(&ref[(r.prompt.size() - 1 + t) * V], V);
-      const int want = argmax(row);
-      if (want == rec.generated[t]) continue;
-      const float gap = top2_gap(row);
-      if (gap < tie) {
-        verdict = fmt::format("{} of {} tokens equal, then a near tie (top-2 gap {:.2g})", t,
-                              rec.generated.size(), gap);
-      } else {
-        verdict = fmt::format(
-            "token {} is {} where the reference gives {} (top-2 gap {:.2g}): "
-            "FAILED",
-            t, rec.generated[t], want, gap);
-        passed = false;
-      }
-      break;
-    }
-    fmt::print(os, "  request {}: {} prompt tokens, {}\n", i, r.prompt.size(), verdict);
-  }
-  fmt::print(os, "Disposition: {}\n", passed ? "Passed" : "Failed");
-  return passed;
-}
 
 /// --top2-gaps: whether to print each request's gaps (ServeResult's records hold them), and the
 /// near-tie threshold of the run's element types.
@@ -161,6 +110,65 @@ void check_budget_fits_host(const CommonOptions& o) {
                     o.kv_budget_mb, static_cast<double>(host) / 1e6));
 }
 
+// --device, after the chapter's rules: chapter 1 runs on the CPU only, chapter 2 also takes auto.
+std::string run_device(const Chapter& chapter, const CommonOptions& o) {
+  if (chapter.cpu_only && o.device != "cpu")
+    throw UsageError(
+        fmt::format("--device {}: chapter {} runs on the CPU only (cuda arrives in chapter 2); "
+                    "expected --device cpu",
+                    o.device, std::stoi(chapter.name)));
+  if (chapter.default_device == "auto") return resolve_device(o.device);
+  if (o.device != "cpu" && o.device != "cuda")
+    throw UsageError(fmt::format("--device {}: expected cpu or cuda", o.device));
+  return o.device;
+}
+
+// The requests to serve: a --workload file's, or one per prompt (the self-check's, --prompts, or
+// --num-seqs copies of one), with the flags' stops, the chapter's shaping (forks) and each its own
+// sampler seed.
+std::vector<Request> requests_for(const Chapter& chapter, const CommonOptions& o,
+                                  const ModelConfig& c, const Tokenizer* tok, bool self_check) {
+  std::vector<Request> requests;
+  if (!o.workload_file.empty()) {
+    requests = load_workload(o.workload_file, c, tok, o.max_new_tokens);
+  } else {
+    const std::vector<std::vector<int>> prompts =
+        self_check ? self_check_prompts() : load_prompts(o, o.num_seqs, o.prompts_file, c, tok);
+    for (const std::vector<int>& prompt : prompts) {
+      check_generation_fits(prompt.size(), o.max_new_tokens, c);
+      Request r;
+      r.prompt = prompt;
+      r.max_new_tokens = o.max_new_tokens;
+      requests.push_back(std::move(r));
+    }
+  }
+  const std::vector<int> chat_stops = chat_stop_ids(o, tok);  // the end of the turn
+  for (Request& r : requests) {
+    r.ignore_eos = o.ignore_eos;
+    r.stop_ids.insert(r.stop_ids.end(), chat_stops.begin(), chat_stops.end());
+  }
+  if (chapter.shape_requests) chapter.shape_requests(requests);
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    requests[i].sampling = sampler_config(o);
+    requests[i].sampling.seed += i;  // each request draws its own tokens
+  }
+  return requests;
+}
+
+// The run's report: the loop's measurements with the run's settings and the backend's peak.
+RunReport run_report(const Chapter& chapter, const ServeResult& res,
+                     const std::vector<Request>& requests, const ModelConfig& c, DType kv, DType wt,
+                     const ServingPolicy& policy, const Backend& backend) {
+  RunReport report = make_report(res, requests, c, kv, policy.mixed_passes());
+  report.chapter = chapter.name;
+  report.device = backend.device_name();
+  report.weight_dtype = wt;
+  report.kv_budget_bytes = policy.budget_bytes();
+  report.weight_bytes_per_step = static_cast<double>(weight_bytes_per_decode_step(c, wt));
+  report.peak = backend.peak();
+  return report;
+}
+
 }  // namespace
 
 int run_chapter(const Chapter& chapter, int argc, char** argv) {
@@ -183,24 +191,10 @@ int run_chapter(const Chapter& chapter, int argc, char** argv) {
   int status = 0;
   const int parsed = run_cli(cli, argc, argv, [&] {
     if (self_check) {
-      o.model = "tiny";
-      o.max_new_tokens = kSelfCheckTokens;
-      o.temperature = 0.0f;
-      o.ignore_eos = true;
-      o.no_peak = true;
+      set_self_check_flags(o);
       if (chapter.configure_self_check) chapter.configure_self_check(o);
     }
-    std::string device = o.device;
-    if (chapter.cpu_only && device != "cpu")
-      throw UsageError(
-          fmt::format("--device {}: chapter {} runs on the CPU only (cuda arrives in chapter 2); "
-                      "expected --device cpu",
-                      device, std::stoi(chapter.name)));
-    if (chapter.default_device == "auto") {
-      device = resolve_device(o.device);
-    } else if (device != "cpu" && device != "cuda") {
-      throw UsageError(fmt::format("--device {}: expected cpu or cuda", device));
-    }
+    const std::string device = run_device(chapter, o);
     const DType kv = parse_dtype(o.kv_dtype);
     const DType wt = parse_dtype(o.weight_dtype);
     const std::size_t budget_cap = kv_budget_bytes(o);
@@ -217,34 +211,10 @@ int run_chapter(const Chapter& chapter, int argc, char** argv) {
     const ModelConfig& c = weights.config;
     const std::unique_ptr<Tokenizer> tok = load_tokenizer(o, c);
 
-    std::vector<Request> requests;
-    if (!o.workload_file.empty()) {
-      requests = load_workload(o.workload_file, c, tok.get(), o.max_new_tokens);
-    } else {
-      const std::vector<std::vector<int>> prompts =
-          self_check ? kSelfCheckPrompts
-                     : load_prompts(o, o.num_seqs, o.prompts_file, c, tok.get());
-      for (const std::vector<int>& prompt : prompts) {
-        check_generation_fits(prompt.size(), o.max_new_tokens, c);
-        Request r;
-        r.prompt = prompt;
-        r.max_new_tokens = o.max_new_tokens;
-        requests.push_back(std::move(r));
-      }
-    }
-    const std::vector<int> chat_stops = chat_stop_ids(o, tok.get());  // the end of the turn
-    for (Request& r : requests) {
-      r.ignore_eos = o.ignore_eos;
-      r.stop_ids.insert(r.stop_ids.end(), chat_stops.begin(), chat_stops.end());
-    }
-    if (chapter.shape_requests) chapter.shape_requests(requests);
+    const std::vector<Request> requests = requests_for(chapter, o, c, tok.get(), self_check);
     long longest = 0;
-    for (std::size_t i = 0; i < requests.size(); ++i) {
-      requests[i].sampling = sampler_config(o);
-      requests[i].sampling.seed += i;  // each request draws its own tokens
-      longest = std::max(longest,
-                         positions_stored(requests[i].prompt.size(), requests[i].max_new_tokens));
-    }
+    for (const Request& r : requests)
+      longest = std::max(longest, positions_stored(r.prompt.size(), r.max_new_tokens));
 
     const std::unique_ptr<Backend> backend = make_backend(
         weights, {.device = device, .weights = wt, .measure_peak = !o.no_peak, .threads = threads});
@@ -265,17 +235,11 @@ int run_chapter(const Chapter& chapter, int argc, char** argv) {
           chapter.name, c.name, backend->device_name(), dtype_name(kv), requests.size(),
           kSelfCheckTokens);
       policy->print(std::cout, res);  // what the chapter's policy did on the way
-      if (!verify(weights, requests, res, wt, kv, std::cout))
+      if (!verify_against_reference(weights, requests, res, wt, kv, std::cout))
         throw Error("self-check failed: a request's ids differ from the reference forward pass");
       return;
     }
-    RunReport report = make_report(res, requests, c, kv, policy->mixed_passes());
-    report.chapter = chapter.name;
-    report.device = backend->device_name();
-    report.weight_dtype = wt;
-    report.kv_budget_bytes = policy->budget_bytes();
-    report.weight_bytes_per_step = static_cast<double>(weight_bytes_per_decode_step(c, wt));
-    report.peak = backend->peak();
+    const RunReport report = run_report(chapter, res, requests, c, kv, wt, *policy, *backend);
     const Gaps top2{o.top2_gaps, near_tie(wt, kv)};
     print_run(chapter, *policy, report, res, requests, c, tok.get(), o.json, top2, std::cout);
     // The report stands, but a run that turned requests away did not do what was asked.
