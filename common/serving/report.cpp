@@ -208,29 +208,41 @@ void print_achieved(const MeasuredPeak& peak, double gbps, double step_bytes, st
   fmt::print(os, "\n");
 }
 
+namespace {
+
+// The keys that "metrics" and "serving" both carry, written in one place.
+nlohmann::json shared_keys(const RunReport& r) {
+  return {{"prompt_tokens", r.prompt_tokens},
+          {"generated_tokens", r.generated_tokens},
+          {"kv_budget_bytes", r.kv_budget_bytes},
+          {"kv_reserved_bytes", r.kv_reserved_bytes},
+          {"kv_used_bytes", r.kv_used_bytes},
+          {"weight_bytes_per_step", r.weight_bytes_per_step},
+          {"kv_bytes_per_step", r.kv_bytes_per_step},
+          {"peak_gbps", r.peak.gbps}};
+}
+
+nlohmann::json distribution_json(const Distribution& d) {
+  return {{"count", d.count}, {"mean", d.mean}, {"p50", d.p50}, {"p90", d.p90}, {"p99", d.p99}};
+}
+
+}  // namespace
+
 nlohmann::json metrics_json(const RunReport& r) {
-  nlohmann::json m = {
-      {"prompt_tokens", r.prompt_tokens},
-      {"generated_tokens", r.generated_tokens},
-      {"decode_seconds", r.decode_seconds},
-      {"decode_steps", r.decode_steps},
-      {"decode_tokens_per_s", r.decode_tokens_per_s()},
-      {"rows_per_s", r.rows_per_s()},
-      {"kv_budget_bytes", r.kv_budget_bytes},
-      {"kv_reserved_bytes", r.kv_reserved_bytes},
-      {"kv_used_bytes", r.kv_used_bytes},
-      {"kv_waste_fraction", r.waste_fraction()},
-      {"weight_bytes_per_step", r.weight_bytes_per_step},
-      {"kv_bytes_per_step", r.kv_bytes_per_step},
-      {"decode_gbps", r.decode_gbps()},
-      {"peak_gbps", r.peak.gbps},
-      {"peak_kind", r.peak.kind},
-      {"peak_cache_bytes", r.peak.cache_bytes},
-      {"step_partly_cached", r.peak.partly_cached(r.step_bytes())},
-      {"cache_note", r.peak.partly_cached(r.step_bytes()) ? r.peak.cached_note("step") : ""},
-      {"device", r.device},
-      {"weight_dtype", dtype_name(r.weight_dtype)},
-      {"kv_dtype", dtype_name(r.kv_dtype)}};
+  nlohmann::json m = shared_keys(r);
+  m.update({{"decode_seconds", r.decode_seconds},
+            {"decode_steps", r.decode_steps},
+            {"decode_tokens_per_s", r.decode_tokens_per_s()},
+            {"rows_per_s", r.rows_per_s()},
+            {"kv_waste_fraction", r.waste_fraction()},
+            {"decode_gbps", r.decode_gbps()},
+            {"peak_kind", r.peak.kind},
+            {"peak_cache_bytes", r.peak.cache_bytes},
+            {"step_partly_cached", r.peak.partly_cached(r.step_bytes())},
+            {"cache_note", r.peak.partly_cached(r.step_bytes()) ? r.peak.cached_note("step") : ""},
+            {"device", r.device},
+            {"weight_dtype", dtype_name(r.weight_dtype)},
+            {"kv_dtype", dtype_name(r.kv_dtype)}});
   if (!r.whole_run) {  // a continuous batcher has no prefill phase and no single stop
     m["stop_reason"] = r.stop_reason;
     m["prefill_seconds"] = r.prefill_seconds;
@@ -239,48 +251,34 @@ nlohmann::json metrics_json(const RunReport& r) {
   return m;
 }
 
-namespace {
-
-nlohmann::json distribution_json(const Distribution& d) {
-  return {{"count", d.count}, {"mean", d.mean}, {"p50", d.p50}, {"p90", d.p90}, {"p99", d.p99}};
-}
-
-}  // namespace
-
 nlohmann::json serving_json(const RunReport& r) {
   const double req_per_s = r.seconds > 0 ? static_cast<double>(r.requests_served) / r.seconds : 0;
-  return {{"requests", r.requests},
-          {"not_admitted", r.not_admitted},
-          {"peak_running", r.peak_running},
-          {"passes", r.passes},
-          {"prefill_passes", r.prefill_passes},
-          {"prefill_rows", r.prefill_rows},
-          {"decode_rows", r.decode_rows},
-          {"prompt_tokens", r.prompt_tokens},
-          {"generated_tokens", r.generated_tokens},
-          {"seconds", r.seconds},
-          {"generated_tokens_per_s", r.output_tokens_per_s()},
-          {"requests_per_s", req_per_s},
-          {"ttft_s", distribution_json(r.latency.ttft)},
-          {"tpot_s", distribution_json(r.latency.tpot)},
-          {"itl_s", distribution_json(r.latency.itl)},
-          {"queueing_s", distribution_json(r.latency.queueing)},
-          {"preemptions", r.counters.preemptions},
-          {"prompt_positions_reused", r.counters.positions_reused},
-          {"prefix_hit_rate", r.prefix_hit_rate()},
-          {"kv_budget_bytes", r.kv_budget_bytes},
-          {"kv_reserved_bytes", r.kv_reserved_bytes},
-          {"kv_used_bytes", r.kv_used_bytes},
-          {"weight_bytes_per_step", r.weight_bytes_per_step},
-          {"kv_bytes_per_step", r.kv_bytes_per_step},
-          {"gbps", r.decode_gbps()},
-          {"peak_gbps", r.peak.gbps},
-          {"fraction_of_peak", r.peak.gbps > 0 ? r.decode_gbps() / r.peak.gbps : 0.0},
-          {"matmul_flops_per_row", r.matmul_flops_per_row},
-          {"matmul_gflops", r.matmul_gflops()},
-          {"peak_gflops", r.peak.gflops},
-          {"fraction_of_fma_peak", r.peak.gflops > 0 ? r.matmul_gflops() / r.peak.gflops : 0.0},
-          {"phases", phases_json(r)}};
+  nlohmann::json s = shared_keys(r);
+  s.update({{"requests", r.requests},
+            {"not_admitted", r.not_admitted},
+            {"peak_running", r.peak_running},
+            {"passes", r.passes},
+            {"prefill_passes", r.prefill_passes},
+            {"prefill_rows", r.prefill_rows},
+            {"decode_rows", r.decode_rows},
+            {"seconds", r.seconds},
+            {"generated_tokens_per_s", r.output_tokens_per_s()},
+            {"requests_per_s", req_per_s},
+            {"ttft_s", distribution_json(r.latency.ttft)},
+            {"tpot_s", distribution_json(r.latency.tpot)},
+            {"itl_s", distribution_json(r.latency.itl)},
+            {"queueing_s", distribution_json(r.latency.queueing)},
+            {"preemptions", r.counters.preemptions},
+            {"prompt_positions_reused", r.counters.positions_reused},
+            {"prefix_hit_rate", r.prefix_hit_rate()},
+            {"gbps", r.decode_gbps()},
+            {"fraction_of_peak", r.peak.gbps > 0 ? r.decode_gbps() / r.peak.gbps : 0.0},
+            {"matmul_flops_per_row", r.matmul_flops_per_row},
+            {"matmul_gflops", r.matmul_gflops()},
+            {"peak_gflops", r.peak.gflops},
+            {"fraction_of_fma_peak", r.peak.gflops > 0 ? r.matmul_gflops() / r.peak.gflops : 0.0},
+            {"phases", phases_json(r)}});
+  return s;
 }
 
 nlohmann::json timeline_json(const std::vector<StepSample>& timeline) {
