@@ -33,6 +33,7 @@
 #include "chapters/05_batched_scheduler/continuous_batching.hpp"
 #include "common/forward/backend.hpp"
 #include "common/program/cli.hpp"
+#include "common/program/options.hpp"
 #include "common/model/model_loader.hpp"
 #include "common/serving/report.hpp"
 #include "common/serving/sampler.hpp"

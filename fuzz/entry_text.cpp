@@ -11,6 +11,7 @@
 
 #include "base/error.hpp"
 #include "common/program/cli.hpp"
+#include "common/program/options.hpp"
 #include "common/serving/sampler.hpp"
 #include "common/serving/serve.hpp"
 #include "common/tokenizer/llama2c_tokenizer.hpp"

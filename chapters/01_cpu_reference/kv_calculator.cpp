@@ -11,6 +11,7 @@
 
 #include "base/error.hpp"
 #include "common/program/cli.hpp"
+#include "common/program/options.hpp"
 
 using namespace kvheap;
 

@@ -19,6 +19,7 @@
 #include "common/serving/sampler.hpp"
 #include "common/tokenizer/tokenizer.hpp"
 #include "common/program/workload.hpp"
+#include "common/program/options.hpp"
 
 namespace kvheap {
 namespace {

@@ -7,6 +7,7 @@
 #include "base/error.hpp"
 #include "common/util/file_checks.hpp"
 #include "common/program/token_ids.hpp"
+#include "common/program/options.hpp"
 
 namespace kvheap {
 
