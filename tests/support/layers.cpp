@@ -55,6 +55,30 @@ std::string tree_path(const fs::path& root, const fs::path& p) {
   return fs::relative(p, root).generic_string();
 }
 
+// One #include "..." line of the tree.
+struct Include {
+  std::string from;  // the including file's tree path
+  int line;          // 1-based
+  std::string to;    // the path in the quotes
+};
+
+// Every #include "..." of the covered source files, in file and line order.
+std::vector<Include> includes_of(const fs::path& root) {
+  static const std::regex include(R"re(^\s*#\s*include\s*"([^"]+)")re");
+  std::vector<Include> out;
+  for (const fs::path& file : files(root, is_source)) {
+    const std::string from = tree_path(root, file);
+    std::istringstream lines(read(file));
+    int number = 0;
+    for (std::string line; std::getline(lines, line);) {
+      ++number;
+      std::smatch m;
+      if (std::regex_search(line, m, include)) out.push_back({from, number, m[1].str()});
+    }
+  }
+  return out;
+}
+
 // CMake commands of a file as (name, arguments), comments removed and quotes dropped.
 std::vector<std::pair<std::string, std::vector<std::string>>> cmake_commands(
     const std::string& text) {
@@ -163,22 +187,11 @@ int rank_of(const std::string& folder) {
 }
 
 std::vector<Edge> include_edges(const fs::path& root) {
-  static const std::regex include(R"re(^\s*#\s*include\s*"([^"]+)")re");
   std::vector<Edge> out;
-  for (const fs::path& file : files(root, is_source)) {
-    const std::string from_path = tree_path(root, file);
-    const std::string from = folder_of(from_path);
-    std::istringstream lines(read(file));
-    int number = 0;
-    for (std::string line; std::getline(lines, line);) {
-      ++number;
-      std::smatch m;
-      if (!std::regex_search(line, m, include)) continue;
-      const std::string to = folder_of(m[1].str());
-      if (to.empty() || to == from) continue;
-      out.push_back(
-          {from, to, from_path + ":" + std::to_string(number) + " includes " + m[1].str()});
-    }
+  for (const Include& i : includes_of(root)) {
+    const std::string from = folder_of(i.from), to = folder_of(i.to);
+    if (to.empty() || to == from) continue;
+    out.push_back({from, to, i.from + ":" + std::to_string(i.line) + " includes " + i.to});
   }
   return out;
 }
@@ -246,31 +259,17 @@ std::map<std::pair<std::string, std::string>, int> count(const std::vector<Edge>
 }
 
 std::vector<std::string> chapter_includes_past_their_layers(const fs::path& root) {
-  static const std::regex include(R"re(^\s*#\s*include\s*"([^"]+)")re");
   static const std::regex allowed(
       R"re((chapters/.*|base/.*|common/(cache|serving|program)/.*|common/model/model_config\.hpp))re");
   // The one exception, with its reason in the header.
   const std::string oracle = "chapters/01_cpu_reference/reserved_cache.cpp";
   static const std::regex oracle_allowed(
       R"re(kernels/(decode_attention_cpu|kv_write)\.hpp|common/util/host_buffer\.hpp|common/measure/bandwidth\.hpp)re");
-  const auto in_chapters = [](const fs::path& p) {
-    return is_source(p) && p.generic_string().find("/chapters/") != std::string::npos;
-  };
   std::vector<std::string> out;
-  for (const fs::path& file : files(root, in_chapters)) {
-    const std::string from = tree_path(root, file);
-    if (!from.starts_with("chapters/")) continue;
-    std::istringstream lines(read(file));
-    int number = 0;
-    for (std::string line; std::getline(lines, line);) {
-      ++number;
-      std::smatch m;
-      if (!std::regex_search(line, m, include)) continue;
-      const std::string to = m[1].str();
-      if (std::regex_match(to, allowed)) continue;
-      if (from == oracle && std::regex_match(to, oracle_allowed)) continue;
-      out.push_back(from + ":" + std::to_string(number) + " includes " + to);
-    }
+  for (const Include& i : includes_of(root)) {
+    if (!i.from.starts_with("chapters/") || std::regex_match(i.to, allowed)) continue;
+    if (i.from == oracle && std::regex_match(i.to, oracle_allowed)) continue;
+    out.push_back(i.from + ":" + std::to_string(i.line) + " includes " + i.to);
   }
   return out;
 }
