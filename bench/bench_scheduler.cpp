@@ -98,10 +98,15 @@ class Waves final : public ServingPolicy {
   void append(int request, int token) override { inner_.append(request, token); }
   void finish(int request) override { inner_.finish(request); }
   [[nodiscard]] bool idle() const override { return held_.empty() && inner_.idle(); }
-  [[nodiscard]] int running() const override { return inner_.running(); }
   KVCache& cache() override { return inner_.cache(); }
-  KvUsage usage() override { return inner_.usage(); }
-  [[nodiscard]] std::size_t budget_bytes() const override { return inner_.budget_bytes(); }
+  /// The inner policy's, but only the blocks that running requests hold count as held:
+  /// cached-only blocks are not counted.
+  [[nodiscard]] PolicySnapshot snapshot() const override {
+    PolicySnapshot s = inner_.snapshot();
+    s.occupancy = held_of_budget(s.usage.reserved, inner_.stats().budget_bytes);
+    return s;
+  }
+  [[nodiscard]] PolicyStats stats() const override { return inner_.stats(); }
   void check_drained() const override { inner_.check_drained(); }
 
  private:
@@ -124,8 +129,8 @@ Outcome serve(Backend& backend, const std::vector<Request>& work, const Policy& 
     o.ids.push_back(r.generated);
     o.margin.push_back(r.top2_gaps);
   }
-  // Sampled after each pass, before its tokens were taken (Waves leaves occupancy() at its
-  // default: the blocks that running requests hold, cached-only blocks not counted).
+  // Sampled after each pass, before its tokens were taken (Waves counts as held only the blocks
+  // that running requests hold).
   for (const StepSample& step : res.timeline)
     o.peak_kv_held_bytes = std::max(o.peak_kv_held_bytes, step.kv.held);
   o.phases = res.phases;

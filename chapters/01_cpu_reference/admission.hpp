@@ -16,23 +16,23 @@
 
 namespace kvheap::ch01 {
 
-/// \brief Static batches over a reserving cache: `Cache` has can_admit(), admit(), release(slot),
-/// length(slot) and num_admitted() (chapter 1's ReservedCache, chapter 2's ContiguousCache).
+/// \brief Admission for static batches over a reserving cache: `Cache` has can_admit(), admit(),
+/// release(slot), length(slot) and num_admitted() (chapter 1's ReservedCache, chapter 2's
+/// ContiguousCache).
 template <class Cache>
-class ReservationAdmission final : public StaticBatches {
+class ReservationAdmission final : public BatchAdmission {
  public:
   /// \brief Serves over `cache`, which works in `budget_bytes` (0: no cap).
   ReservationAdmission(std::unique_ptr<Cache> cache, std::size_t budget_bytes)
-      : StaticBatches({}), cache_(std::move(cache)), budget_(budget_bytes) {}
+      : cache_(std::move(cache)), budget_(budget_bytes) {}
 
   KVCache& cache() override { return *cache_; }
-  [[nodiscard]] std::size_t budget_bytes() const override { return budget_; }
+  [[nodiscard]] PolicyStats stats() const override { return {.budget_bytes = budget_}; }
   void check_drained() const override {
     if (cache_->num_admitted() != 0)
       throw std::logic_error("a reservation is still held after every request finished");
   }
 
- protected:
   bool fits(int id, const Request&, int forks, std::string& why) override {
     if (forks > 0) throw std::logic_error("a reservation policy has no forks");
     if (!cache_->can_admit()) {
@@ -44,7 +44,7 @@ class ReservationAdmission final : public StaticBatches {
   }
   int allocate(int id, const Request&) override { return slot_.at(id); }
   [[nodiscard]] int length(int seq) const override { return cache_->length(seq); }
-  void release(const std::vector<int>& seqs) override {
+  void release(const std::vector<int>& seqs, long) override {
     for (const int s : seqs) cache_->release(s);
     slot_.clear();
   }

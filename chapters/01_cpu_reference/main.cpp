@@ -13,10 +13,12 @@
       build/cpu/bin/ch01_cpu_reference --model stories15m --num-seqs 4 --max-new-tokens 64
 */
 #include <memory>
+#include <utility>
 
 #include "chapters/01_cpu_reference/admission.hpp"
 #include "chapters/01_cpu_reference/reserved_cache.hpp"
 #include "common/program/chapter.hpp"
+#include "common/serving/static_batches.hpp"
 
 using namespace kvheap;
 
@@ -28,8 +30,10 @@ int main(int argc, char** argv) {
   chapter.one_request_flat = true;
   chapter.kv_in_host_memory = true;  // reservations are made in host memory as requests come
   chapter.make_policy = [](const Run& run) {
-    return std::make_unique<ch01::ReservationAdmission<ch01::ReservedCache>>(
-        std::make_unique<ch01::ReservedCache>(run.config, run.kv, run.budget_cap), run.budget_cap);
+    auto cache = std::make_unique<ch01::ReservedCache>(run.config, run.kv, run.budget_cap);
+    return std::make_unique<StaticBatches>(
+        std::make_unique<ch01::ReservationAdmission<ch01::ReservedCache>>(std::move(cache),
+                                                                          run.budget_cap));
   };
   return run_chapter(chapter, argc, argv);
 }

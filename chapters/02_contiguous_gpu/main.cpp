@@ -14,10 +14,12 @@
 */
 #include <algorithm>
 #include <memory>
+#include <utility>
 
 #include "chapters/01_cpu_reference/admission.hpp"
 #include "chapters/02_contiguous_gpu/contiguous_cache.hpp"
 #include "common/program/chapter.hpp"
+#include "common/serving/static_batches.hpp"
 
 using namespace kvheap;
 
@@ -38,8 +40,9 @@ int main(int argc, char** argv) {
     auto cache =
         std::make_unique<ch02::ContiguousCache>(run.config, run.kv, slots, run.backend.memory());
     const std::size_t budget = run.budget_cap > 0 ? run.budget_cap : cache->bytes_reserved();
-    return std::make_unique<ch01::ReservationAdmission<ch02::ContiguousCache>>(std::move(cache),
-                                                                               budget);
+    return std::make_unique<StaticBatches>(
+        std::make_unique<ch01::ReservationAdmission<ch02::ContiguousCache>>(std::move(cache),
+                                                                            budget));
   };
   return run_chapter(chapter, argc, argv);
 }

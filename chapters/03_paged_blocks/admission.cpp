@@ -1,20 +1,41 @@
 #include "chapters/03_paged_blocks/admission.hpp"
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
-#include <fmt/ostream.h>
 
-#include <ostream>
+#include <algorithm>
+#include <cstddef>
 #include <stdexcept>
+#include <utility>
 
 #include "chapters/03_paged_blocks/pool_map.hpp"
 
 namespace kvheap::ch03 {
+namespace {
+
+// A snapshot of `m`'s pool, for a model whose sequences could reach max_seq_len.
+PoolStats pool_stats(const BlockManager& m, const ModelConfig& c, DType kv) {
+  PoolStats s;
+  s.blocks_total = m.pool().num_blocks();
+  s.blocks_used = m.pool().num_used();
+  s.blocks_free = m.pool().num_free();
+  s.block_size = m.pool().block_size();
+  s.tokens = m.tokens_held();
+  s.slots_held = m.slots_held();
+  s.bytes_per_token = kv_bytes_per_token(c, kv);
+  for (int seq : m.live_sequences()) {
+    ++s.sequences;
+    s.largest_page_table =
+        std::max(s.largest_page_table, static_cast<int>(m.page_table(seq).size()));
+  }
+  s.reservation_slots = static_cast<std::size_t>(s.sequences) * c.max_seq_len;
+  return s;
+}
+
+}  // namespace
 
 WorstCaseAdmission::WorstCaseAdmission(std::unique_ptr<PagedCache> cache, const ModelConfig& config,
                                        DType kv, PoolSize pool, std::string pool_map)
-    : StaticBatches({}),
-      cache_(std::move(cache)),
+    : cache_(std::move(cache)),
       config_(config),
       kv_(kv),
       pool_(pool),
@@ -36,10 +57,16 @@ bool WorstCaseAdmission::fits(int id, const Request& r, int, std::string& why) {
   return true;
 }
 
-StepPlan WorstCaseAdmission::schedule() {
-  StepPlan plan = StaticBatches::schedule();
-  if (!plan.batch.rows.empty()) ++passes_;
-  return plan;
+int WorstCaseAdmission::allocate(int, const Request&) { return cache_->blocks().allocate(0); }
+
+void WorstCaseAdmission::release(const std::vector<int>& seqs, long passes) {
+  // The snapshot the report shows: every sequence of the batch still holds its blocks.
+  stats_ = pool_stats(cache_->blocks(), config_, kv_);
+  if (!pool_map_.empty())
+    write_pool_map(cache_->blocks(), pool_map_,
+                   fmt::format("{} after {} steps", config_.name, passes));
+  for (const int s : seqs) cache_->blocks().free(s);
+  committed_ = 0;
 }
 
 KvOccupancy WorstCaseAdmission::occupancy() {
@@ -50,16 +77,15 @@ KvOccupancy WorstCaseAdmission::occupancy() {
           static_cast<std::size_t>(p.num_free()) * block};
 }
 
-int WorstCaseAdmission::allocate(int, const Request&) { return cache_->blocks().allocate(0); }
-
-void WorstCaseAdmission::release(const std::vector<int>& seqs) {
-  // The snapshot the report shows: every sequence of the batch still holds its blocks.
-  stats_ = pool_stats(cache_->blocks(), config_, kv_);
-  if (!pool_map_.empty())
-    write_pool_map(cache_->blocks(), pool_map_,
-                   fmt::format("{} after {} steps", config_.name, passes_));
-  for (const int s : seqs) cache_->blocks().free(s);
-  committed_ = 0;
+PolicyStats WorstCaseAdmission::stats() const {
+  PagingStats paging{.pool = stats_, .num_blocks = pool_.num_blocks};
+  // Sequences of max_seq_len reservations, and of this run's average blocks, that fit.
+  const std::size_t reservation = kv_bytes_for_context(config_, kv_, config_.max_seq_len);
+  paging.blocks_per_seq = admitted_ > 0 ? static_cast<double>(stats_.blocks_used) / admitted_ : 0.0;
+  paging.fit_contiguous = static_cast<int>(pool_.budget_bytes / reservation);
+  paging.fit_paged =
+      paging.blocks_per_seq > 0 ? static_cast<int>(pool_.num_blocks / paging.blocks_per_seq) : 0;
+  return {.budget_bytes = pool_.budget_bytes, .paging = paging};
 }
 
 void WorstCaseAdmission::check_drained() const {
@@ -67,35 +93,6 @@ void WorstCaseAdmission::check_drained() const {
   b.check_invariants();
   if (b.pool().num_free() != b.pool().num_blocks())
     throw std::logic_error("blocks leaked after every sequence finished");
-}
-
-std::pair<int, int> WorstCaseAdmission::fit_counts() const {
-  const std::size_t reservation = kv_bytes_for_context(config_, kv_, config_.max_seq_len);
-  const double avg_blocks =
-      admitted_ > 0 ? static_cast<double>(stats_.blocks_used) / admitted_ : 0.0;
-  const int fit_contiguous = static_cast<int>(pool_.budget_bytes / reservation);
-  const int fit_paged = avg_blocks > 0 ? static_cast<int>(pool_.num_blocks / avg_blocks) : 0;
-  return {fit_contiguous, fit_paged};
-}
-
-void WorstCaseAdmission::add_json(nlohmann::json& root, const ServeResult&) const {
-  root["pool"] = pool_stats_json(stats_);
-  const auto [contiguous, paged] = fit_counts();
-  root["metrics"]["sequences_fit_contiguous"] = contiguous;
-  // null when nothing was stored: no average to extrapolate from
-  root["metrics"]["sequences_fit_paged"] = paged > 0 ? nlohmann::json(paged) : nlohmann::json();
-}
-
-void WorstCaseAdmission::print(std::ostream& os, const ServeResult&) const {
-  fmt::print(os, "  block size {}, {} blocks cut from the budget\n", stats_.block_size,
-             pool_.num_blocks);
-  print_pool_stats(stats_, os);
-  const auto [contiguous, paged] = fit_counts();
-  const double avg = admitted_ > 0 ? static_cast<double>(stats_.blocks_used) / admitted_ : 0.0;
-  fmt::print(os,
-             "  sequences that fit the budget: {} reserving max_seq_len, {} paged (at this run's "
-             "average of {:.1f} blocks per sequence)\n",
-             contiguous, paged > 0 ? fmt::format("about {}", paged) : "n/a", avg);
 }
 
 }  // namespace kvheap::ch03

@@ -16,6 +16,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "base/error.hpp"
 #include "chapters/03_paged_blocks/admission.hpp"
@@ -23,6 +24,7 @@
 #include "chapters/03_paged_blocks/pool_map.hpp"
 #include "common/program/chapter.hpp"
 #include "common/program/kv_budget.hpp"
+#include "common/serving/static_batches.hpp"
 
 using namespace kvheap;
 
@@ -30,7 +32,7 @@ int main(int argc, char** argv) {
   PoolOptions pool;
   std::string pool_map;
   int pool_map_every = 0;
-  ch03::WorstCaseAdmission* policy = nullptr;  // for the pool maps drawn between steps
+  ch03::WorstCaseAdmission* admission_of_run = nullptr;  // for the pool maps drawn between steps
 
   Chapter chapter;
   chapter.name = "03_paged_blocks";
@@ -57,12 +59,12 @@ int main(int argc, char** argv) {
                                            pool.shuffle_seed, run.backend.memory());
     auto admission = std::make_unique<ch03::WorstCaseAdmission>(std::move(cache), run.config,
                                                                 run.kv, size, pool_map);
-    policy = admission.get();
-    return admission;
+    admission_of_run = admission.get();
+    return std::make_unique<StaticBatches>(std::move(admission));
   };
   chapter.after_step = [&](long step) {
     if (!pool_map.empty() && pool_map_every > 0 && step % pool_map_every == 0)
-      ch03::write_pool_map(policy->blocks(), fmt::format("{}.step{}.svg", pool_map, step),
+      ch03::write_pool_map(admission_of_run->blocks(), fmt::format("{}.step{}.svg", pool_map, step),
                            fmt::format("step {}", step));
   };
   return run_chapter(chapter, argc, argv);

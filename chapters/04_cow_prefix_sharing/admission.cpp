@@ -1,11 +1,8 @@
 #include "chapters/04_cow_prefix_sharing/admission.hpp"
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
-#include <fmt/ostream.h>
 
 #include <algorithm>
-#include <ostream>
 #include <stdexcept>
 
 #include "base/error.hpp"
@@ -62,16 +59,7 @@ std::vector<Request> with_samples(const std::vector<Request>& requests, int samp
 
 SharingAdmission::SharingAdmission(std::unique_ptr<SharedCache> cache, const ModelConfig& config,
                                    DType kv, PoolSize pool)
-    : StaticBatches({.one_prompt_per_pass = true}),
-      cache_(std::move(cache)),
-      config_(config),
-      kv_(kv),
-      pool_(pool) {}
-
-int SharingAdmission::root(int request) const {
-  const int parent = this->request(request).fork_of;
-  return parent >= 0 ? parent : request;
-}
+    : cache_(std::move(cache)), config_(config), kv_(kv), pool_(pool) {}
 
 bool SharingAdmission::fits(int id, const Request& r, int forks, std::string& why) {
   const int samples = 1 + forks;
@@ -100,16 +88,7 @@ int SharingAdmission::allocate(int id, const Request& r) {
   return seq;
 }
 
-StepPlan SharingAdmission::schedule() {
-  StepPlan plan = StaticBatches::schedule();
-  if (plan.decode_rows > 0) {
-    ++decode_steps_;
-    for (const BatchRow& row : plan.batch.rows) unshared_positions_ += row.pos + 1;
-  }
-  return plan;
-}
-
-void SharingAdmission::release(const std::vector<int>& seqs) {
+void SharingAdmission::release(const std::vector<int>& seqs, long) {
   // The snapshot the report shows: nothing of the batch was freed before, so this is its largest
   // state.
   if (cache_->blocks().blocks_referenced() > blocks_referenced_) {  // the largest batch's
@@ -127,8 +106,27 @@ KvOccupancy SharingAdmission::occupancy() {
   return ch04::occupancy(cache_->blocks(), kv_bytes_per_token(config_, kv_));
 }
 
-PolicyCounters SharingAdmission::counters() const {
-  return {.positions_reused = cache_->blocks().counters().tokens_reused};
+PolicyStats SharingAdmission::stats() const {
+  const SharingCounters& k = cache_->blocks().counters();
+  return {.budget_bytes = pool_.budget_bytes,
+          .counters = {.positions_reused = k.tokens_reused},
+          .sharing = SharingStats{.block_size = cache_->blocks().pool().block_size(),
+                                  .blocks_total = pool_.num_blocks,
+                                  .prompt_positions = prompt_positions_,
+                                  .prompt_positions_reused = k.tokens_reused,
+                                  .blocks_held = blocks_held_,
+                                  .blocks_referenced = blocks_referenced_,
+                                  .forks = k.forks,
+                                  .copies_on_write = k.copies_on_write,
+                                  .evictions = k.evictions,
+                                  .read_once = cache_->reads_once()}};
+}
+
+RequestStats SharingAdmission::request_stats(int id) const {
+  const auto p = prompt_of_.find(id);
+  const auto reused = reused_.find(id);
+  return {.prompt = p == prompt_of_.end() ? id : p->second,
+          .prompt_tokens_reused = reused == reused_.end() ? 0 : reused->second};
 }
 
 void SharingAdmission::check_drained() const {
@@ -136,72 +134,6 @@ void SharingAdmission::check_drained() const {
   b.check_invariants();
   if (b.pool().num_used() != static_cast<int>(b.index().size()))
     throw std::logic_error("blocks leaked after every sequence finished");
-}
-
-double SharingAdmission::unshared_bytes_per_step() const {
-  return decode_steps_ > 0
-             ? unshared_positions_ * static_cast<double>(kv_bytes_per_token(config_, kv_)) /
-                   static_cast<double>(decode_steps_)
-             : 0.0;
-}
-
-std::pair<int, int> SharingAdmission::prompt_and_reused(int request) const {
-  const int r = root(request);
-  const auto p = prompt_of_.find(r);
-  const auto reused = reused_.find(r);
-  return {p == prompt_of_.end() ? r : p->second, reused == reused_.end() ? 0 : reused->second};
-}
-
-void SharingAdmission::add_request_json(int request, nlohmann::json& entry) const {
-  if (!submitted(request)) return;  // max_new_tokens 0: finished on arrival, never admitted
-  const auto [prompt, reused] = prompt_and_reused(request);
-  entry["request"] = prompt;
-  entry["prompt_tokens_reused"] = reused;
-}
-
-std::string SharingAdmission::describe_request(int request) const {
-  if (!submitted(request)) return "";  // max_new_tokens 0: finished on arrival, never admitted
-  const auto [prompt, reused] = prompt_and_reused(request);
-  return fmt::format(" (prompt {}, {} prompt tokens from the cache)", prompt, reused);
-}
-
-void SharingAdmission::add_json(nlohmann::json& root, const ServeResult&) const {
-  const SharingCounters& k = cache_->blocks().counters();
-  root["sharing"] = {{"block_size", cache_->blocks().pool().block_size()},
-                     {"blocks_total", pool_.num_blocks},
-                     {"prompt_positions", prompt_positions_},
-                     {"prompt_positions_reused", k.tokens_reused},
-                     {"blocks_held", blocks_held_},
-                     {"blocks_referenced", blocks_referenced_},
-                     {"forks", k.forks},
-                     {"copies_on_write", k.copies_on_write},
-                     {"evictions", k.evictions},
-                     {"read_once", cache_->reads_once()},
-                     {"kv_bytes_per_step_unshared", unshared_bytes_per_step()}};
-}
-
-void SharingAdmission::print(std::ostream& os, const ServeResult& result) const {
-  const SharingCounters& k = cache_->blocks().counters();
-  fmt::print(os,
-             "  computed once: {} of {} prompt positions computed, {} taken from the prefix "
-             "index, in {} prefill passes\n",
-             prompt_positions_ - k.tokens_reused, prompt_positions_, k.tokens_reused,
-             result.prefill_passes);
-  fmt::print(os,
-             "  stored once  : {} blocks of {} held where unshared page tables would hold {} "
-             "({:.1f} %); {} forks, {} copies on write, {} evictions\n",
-             blocks_held_, cache_->blocks().pool().block_size(), blocks_referenced_,
-             blocks_referenced_ > 0 ? 100.0 * blocks_held_ / blocks_referenced_ : 0.0, k.forks,
-             k.copies_on_write, k.evictions);
-  fmt::print(
-      os,
-      "  read once    : KV read per decode step {:.3f} MB where every row reading its "
-      "whole context reads {:.3f} MB{}\n",
-      result.decode_passes() > 0
-          ? result.decode_positions_read * static_cast<double>(kv_bytes_per_token(config_, kv_)) /
-                static_cast<double>(result.decode_passes()) / 1e6
-          : 0.0,
-      unshared_bytes_per_step() / 1e6, cache_->reads_once() ? "" : " (--no-read-once: the same)");
 }
 
 }  // namespace kvheap::ch04

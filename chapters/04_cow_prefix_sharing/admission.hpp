@@ -54,44 +54,34 @@ struct RequestPlan {
 /// than kMaxSeqs requests in all.
 std::vector<Request> with_samples(const std::vector<Request>& requests, int samples);
 
-/// \brief Static batches over a sharing cache: admitted by their worst case net of sharing,
-/// prefilled one prompt per pass (each finds the full blocks of the prompts before it in the
-/// prefix index), the prompt's samples forked from it after its pass.
-class SharingAdmission final : public StaticBatches {
+/// \brief Admission for static batches over a sharing cache, by worst case net of sharing. The
+/// batches prefill one prompt per pass (StaticBatches::Options), so that each finds the full
+/// blocks of the prompts before it in the prefix index; a prompt's samples fork from it after its
+/// pass.
+class SharingAdmission final : public BatchAdmission {
  public:
   /// \brief Serves over `cache`, cut from `pool`.
   SharingAdmission(std::unique_ptr<SharedCache> cache, const ModelConfig& config, DType kv,
                    PoolSize pool);
 
-  /// \brief The next step; adds up what a decode step's rows would read without sharing.
-  StepPlan schedule() override;
   KVCache& cache() override { return *cache_; }
-  [[nodiscard]] std::size_t budget_bytes() const override { return pool_.budget_bytes; }
-  KvOccupancy occupancy() override;
-  /// \brief Prompt positions taken from the prefix index.
-  [[nodiscard]] PolicyCounters counters() const override;
-  /// \brief Only the prefix index holds blocks once every sequence has been freed.
-  void check_drained() const override;
-  /// \brief "request" (its prompt's index) and "prompt_tokens_reused".
-  void add_request_json(int request, nlohmann::json& entry) const override;
-  /// \brief "sharing": what sharing saved in positions computed, blocks stored and bytes read.
-  void add_json(nlohmann::json& root, const ServeResult& result) const override;
-  [[nodiscard]] std::string describe_request(int request) const override;
-  void print(std::ostream& os, const ServeResult& result) const override;
-
- protected:
+  /// \brief Admits while the batch's needs, net of what its prompts share, fit the pool.
   bool fits(int id, const Request& request, int forks, std::string& why) override;
+  /// \brief A sequence that starts with what the prefix index holds of the prompt.
   int allocate(int id, const Request& request) override;
   [[nodiscard]] int length(int seq) const override { return cache_->blocks().length(seq); }
   int fork(int seq) override { return cache_->blocks().fork(seq); }
-  void release(const std::vector<int>& seqs) override;
+  /// \brief Keeps the largest batch's blocks for the report, then frees the batch.
+  void release(const std::vector<int>& seqs, long passes) override;
+  KvOccupancy occupancy() override;
+  /// \brief What sharing saved in positions computed and blocks stored.
+  [[nodiscard]] PolicyStats stats() const override;
+  /// \brief The index of the request's prompt and the prompt positions it took from the index.
+  [[nodiscard]] RequestStats request_stats(int id) const override;
+  /// \brief Only the prefix index holds blocks once every sequence has been freed.
+  void check_drained() const override;
 
  private:
-  [[nodiscard]] int root(int request) const;
-  /// The index of the request's prompt and the prompt positions it took from the prefix index.
-  [[nodiscard]] std::pair<int, int> prompt_and_reused(int request) const;
-  [[nodiscard]] double unshared_bytes_per_step() const;
-
   std::unique_ptr<SharedCache> cache_;
   ModelConfig config_;
   DType kv_;
@@ -99,11 +89,9 @@ class SharingAdmission final : public StaticBatches {
   long committed_ = 0;
   std::vector<std::vector<int>> admitted_prompts_;  // in admission order
   int prompts_seen_ = 0;
-  std::unordered_map<int, int> prompt_of_;  // request with a prompt of its own -> its index
-  std::unordered_map<int, int> reused_;     // the same -> prompt positions from the index
-  long prompt_positions_ = 0;               // prompt positions of the prefilled prompts
-  double unshared_positions_ = 0;           // what decode rows attend to, shared ones each time
-  long decode_steps_ = 0;
+  std::unordered_map<int, int> prompt_of_;        // request with a prompt of its own -> its index
+  std::unordered_map<int, int> reused_;           // the same -> prompt positions from the index
+  long prompt_positions_ = 0;                     // prompt positions of the prefilled prompts
   long blocks_held_ = 0, blocks_referenced_ = 0;  // at the end of the largest batch
 };
 

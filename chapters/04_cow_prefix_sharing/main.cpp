@@ -20,6 +20,7 @@
 #include "chapters/04_cow_prefix_sharing/shared_cache.hpp"
 #include "common/program/chapter.hpp"
 #include "common/program/kv_budget.hpp"
+#include "common/serving/static_batches.hpp"
 
 using namespace kvheap;
 
@@ -49,7 +50,10 @@ int main(int argc, char** argv) {
   chapter.make_policy = [&](const Run& run) {
     PoolSize size;  // the default budget: what chapter 2 reserves (max_seq_len each)
     auto cache = ch04::make_shared_cache(run, pool, !no_read_once, size);
-    return std::make_unique<ch04::SharingAdmission>(std::move(cache), run.config, run.kv, size);
+    // One prompt per pass: each finds the full blocks of the prompts before it in the index.
+    return std::make_unique<StaticBatches>(
+        std::make_unique<ch04::SharingAdmission>(std::move(cache), run.config, run.kv, size),
+        StaticBatches::Options{.one_prompt_per_pass = true});
   };
   return run_chapter(chapter, argc, argv);
 }

@@ -1,5 +1,5 @@
 // Chapter 5's serving policy: the Scheduler over chapter 4's sharing cache, as the serving loop
-// drives it, and what the report says about it.
+// drives it, and what it counts for the report.
 #pragma once
 
 #include <cstddef>
@@ -26,28 +26,16 @@ class ContinuousBatching final : public ServingPolicy {
   void append(int request, int token) override { scheduler_.append(own_id(request), token); }
   void finish(int request) override { scheduler_.finish(own_id(request)); }
   [[nodiscard]] bool idle() const override { return scheduler_.idle(); }
-  [[nodiscard]] int running() const override { return scheduler_.num_running(); }
   KVCache& cache() override { return *cache_; }
   /// \brief The scheduler, for its counters.
   [[nodiscard]] const Scheduler& scheduler() const { return scheduler_; }
-
   /// \brief What running requests hold: the blocks of their sequences, and the positions in them
   /// (each shared one once). Blocks the prefix index keeps of finished requests are counted apart.
-  KvUsage usage() override;
-  [[nodiscard]] std::size_t budget_bytes() const override { return pool_.budget_bytes; }
-  KvOccupancy occupancy() override;
-  /// \brief The scheduler's preemptions and positions taken from the prefix index (a preempted
-  /// request's own blocks included).
-  [[nodiscard]] PolicyCounters counters() const override;
+  [[nodiscard]] PolicySnapshot snapshot() const override;
+  /// \brief What the scheduler did, and each request's preemptions.
+  [[nodiscard]] PolicyStats stats() const override;
   /// \brief Only the prefix index holds blocks once every request has finished.
   void check_drained() const override;
-  [[nodiscard]] bool mixed_passes() const override { return true; }
-  /// \brief "preemptions" of the request.
-  void add_request_json(int request, nlohmann::json& entry) const override;
-  /// \brief "scheduler": what the scheduler did; "metrics" gains the cached blocks' peak.
-  void add_json(nlohmann::json& root, const ServeResult& result) const override;
-  [[nodiscard]] std::string describe_request(int request) const override;
-  void print(std::ostream& os, const ServeResult& result) const override;
 
  private:
   std::unique_ptr<ch04::SharedCache> cache_;
@@ -56,7 +44,6 @@ class ContinuousBatching final : public ServingPolicy {
   std::size_t bytes_per_token_;
   PoolSize pool_;
   SchedulerConfig limits_;
-  std::size_t peak_cached_ = 0;  // most bytes the prefix index kept of finished requests
   // The scheduler numbers the requests it is given from 0; the loop never gives it one with no
   // token to generate, so its ids and the run's part there.
   std::vector<int> request_of_;  // scheduler id -> the run's request id

@@ -45,19 +45,6 @@ enum class RequestState {
   Finished,  ///< done; its blocks went back (full ones stay cached)
 };
 
-/// \brief What the scheduler has done so far.
-struct SchedulerCounters {
-  long steps = 0;             ///< batches planned
-  long admissions = 0;        ///< times a request got a sequence (again after preemption)
-  long preemptions = 0;       ///< sequences freed to make room
-  long decode_rows = 0;       ///< rows of requests with one row left (a sampled token, mostly)
-  long prefill_rows = 0;      ///< prompt rows, and rows of a preempted request computed again
-  long recomputed_rows = 0;   ///< prefill rows for positions a request had computed before
-  long positions_reused = 0;  ///< positions taken from the prefix index at admission (prompts,
-                              ///< and a preempted request's own blocks when it comes back)
-  int peak_running = 0;       ///< most requests running in one step
-};
-
 /// \brief Requests in, batches out: admission by free blocks, chunked prefill, preemption.
 class Scheduler {
  public:

@@ -15,6 +15,7 @@
 #include "common/model/model_loader.hpp"
 #include "common/program/prompts.hpp"
 #include "common/program/self_check.hpp"
+#include "common/serving/policy_report.hpp"
 #include "common/serving/report.hpp"
 #include "common/serving/sampler.hpp"
 #include "common/tokenizer/tokenizer.hpp"
@@ -34,7 +35,7 @@ struct Gaps {
 };
 
 /// Prints a finished run: one JSON object, or the text report.
-void print_run(const Chapter& chapter, const ServingPolicy& policy, const RunReport& report,
+void print_run(const Chapter& chapter, const PolicyStats& stats, const RunReport& report,
                const ServeResult& res, const std::vector<Request>& requests, const ModelConfig& c,
                const Tokenizer* tok, bool json, const Gaps& top2, std::ostream& os) {
   const bool flat = chapter.one_request_flat && requests.size() == 1;
@@ -67,7 +68,7 @@ void print_run(const Chapter& chapter, const ServingPolicy& policy, const RunRep
             rec.first_token_seconds >= 0 ? rec.first_token_seconds - rec.arrival_seconds : -1.0;
         s["arrival_s"] = rec.arrival_seconds;
         s["ttft_s"] = ttft;
-        policy.add_request_json(static_cast<int>(i), s);
+        add_request_json(stats.request(static_cast<int>(i)), s);
         seqs.push_back(s);
         ids.push_back(rec.generated);
       }
@@ -77,7 +78,7 @@ void print_run(const Chapter& chapter, const ServingPolicy& policy, const RunRep
     root["not_admitted"] = res.refusals;
     if (top2.wanted) root["near_tie_gap"] = top2.near_tie;
     root["timeline"] = timeline_json(res.timeline);
-    policy.add_json(root, res);
+    add_policy_json(stats, res, kv_bytes_per_token(c, report.kv_dtype), root);
     os << json_line(root) << "\n";
     return;
   }
@@ -90,14 +91,14 @@ void print_run(const Chapter& chapter, const ServingPolicy& policy, const RunRep
     for (std::size_t i = 0; i < requests.size(); ++i)
       fmt::print(os, "request {}: {} prompt tokens, {} generated ({}){}\n", i,
                  requests[i].prompt.size(), res.requests[i].generated.size(),
-                 res.requests[i].status, policy.describe_request(static_cast<int>(i)));
+                 res.requests[i].status, describe_request(stats.request(static_cast<int>(i))));
     // One request with a tokenizer (--prompt, --chat): its answer, as the flat chapters print it.
     if (requests.size() == 1 && tok != nullptr)
       os << "text: " << tok->decode(res.requests[0].generated) << "\n";
   }
   for (const std::string& why : res.refusals) os << why << "\n";
   print_report(report, os);
-  policy.print(os, res);
+  print_policy_stats(stats, res, kv_bytes_per_token(c, report.kv_dtype), os);
 }
 
 // Chapter::kv_in_host_memory: a budget the host's memory cannot back is refused up front.
@@ -159,12 +160,12 @@ std::vector<Request> requests_for(const Chapter& chapter, const CommonOptions& o
 // The run's report: the loop's measurements with the run's settings and the backend's peak.
 RunReport run_report(const Chapter& chapter, const ServeResult& res,
                      const std::vector<Request>& requests, const ModelConfig& c, DType kv, DType wt,
-                     const ServingPolicy& policy, const Backend& backend) {
-  RunReport report = make_report(res, requests, c, kv, policy.mixed_passes());
+                     const PolicyStats& stats, const Backend& backend) {
+  RunReport report = make_report(res, requests, c, kv, stats.mixed_passes);
   report.chapter = chapter.name;
   report.device = backend.device_name();
   report.weight_dtype = wt;
-  report.kv_budget_bytes = policy.budget_bytes();
+  report.kv_budget_bytes = stats.budget_bytes;
   report.weight_bytes_per_step = static_cast<double>(weight_bytes_per_decode_step(c, wt));
   report.peak = backend.peak();
   return report;
@@ -228,6 +229,7 @@ int run_chapter(const Chapter& chapter, int argc, char** argv) {
       hooks.progress_label = program;
     }
     const ServeResult res = serve(*policy, *backend, requests, c, hooks);
+    const PolicyStats stats = policy->stats();
 
     if (self_check) {
       fmt::print(
@@ -235,14 +237,15 @@ int run_chapter(const Chapter& chapter, int argc, char** argv) {
           "reference forward pass (full recomputation, no cache)\n",
           chapter.name, c.name, backend->device_name(), dtype_name(kv), requests.size(),
           kSelfCheckTokens);
-      policy->print(std::cout, res);  // what the chapter's policy did on the way
+      // What the chapter's policy did on the way.
+      print_policy_stats(stats, res, kv_bytes_per_token(c, kv), std::cout);
       if (!verify_against_reference(weights, requests, res, wt, kv, std::cout))
         throw Error("self-check failed: a request's ids differ from the reference forward pass");
       return;
     }
-    const RunReport report = run_report(chapter, res, requests, c, kv, wt, *policy, *backend);
+    const RunReport report = run_report(chapter, res, requests, c, kv, wt, stats, *backend);
     const Gaps top2{o.top2_gaps, near_tie(wt, kv)};
-    print_run(chapter, *policy, report, res, requests, c, tok.get(), o.json, top2, std::cout);
+    print_run(chapter, stats, report, res, requests, c, tok.get(), o.json, top2, std::cout);
     // The report stands, but a run that turned requests away did not do what was asked.
     if (report.not_admitted > 0)
       throw ResourceError(

@@ -147,15 +147,17 @@ const std::vector<SamplingJob>& Recorder::jobs_for(const StepPlan& plan) {
 
 void Recorder::passed(const StepPlan& plan, ServingPolicy& policy, const Backend& backend) {
   times_ = backend.last_times();
-  usage_ = policy.usage();
-  if (!sampled_usage_ || usage_.used > res_.peak.used) res_.peak = usage_;
+  snapshot_ = policy.snapshot();
+  if (!sampled_usage_ || snapshot_.usage.used > res_.peak.used) res_.peak = snapshot_.usage;
   sampled_usage_ = true;
-  occupancy_ = policy.occupancy();
-  running_ = policy.running();
-  res_.peak_running = std::max(res_.peak_running, running_);
+  res_.peak_cached = std::max(res_.peak_cached, snapshot_.occupancy.cached);
+  res_.peak_running = std::max(res_.peak_running, snapshot_.running);
   const double positions = static_cast<double>(policy.cache().positions_read());
   res_.positions_read += positions;
-  if (plan.decode_rows > 0) res_.decode_positions_read += positions;
+  if (plan.decode_rows > 0) {
+    res_.decode_positions_read += positions;
+    for (const BatchRow& row : plan.batch.rows) res_.decode_positions_unshared += row.pos + 1;
+  }
   record_start_ = Clock::now();
   sampled_at_ = seconds_between(t0_, record_start_);
 }
@@ -204,8 +206,9 @@ void Recorder::end_step(const StepPlan& plan, long step) {
   phases.wall = pass_seconds;
   res_.phases += phases;
   res_.device_timed = times_.device_timed;
-  res_.timeline.push_back({step, sampled_at_, running_, static_cast<int>(plan.batch.rows.size()),
-                           occupancy_, usage_.used, phases});
+  res_.timeline.push_back({step, sampled_at_, snapshot_.running,
+                           static_cast<int>(plan.batch.rows.size()), snapshot_.occupancy,
+                           snapshot_.usage.used, phases});
   if (hooks_.after_step) hooks_.after_step(step + 1);
   progress_->update(res_, sampled_at_);
 }
@@ -213,7 +216,7 @@ void Recorder::end_step(const StepPlan& plan, long step) {
 ServeResult Recorder::finish(ServingPolicy& policy, long steps) {
   res_.seconds = now();
   res_.steps = steps;
-  res_.counters = policy.counters();
+  res_.counters = policy.stats().counters;
   policy.check_drained();
   return std::move(res_);
 }

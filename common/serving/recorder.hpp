@@ -81,9 +81,7 @@ class Recorder {
   Clock::time_point t0_, pass_start_, forward_start_, record_start_;
   double sampled_at_ = 0;  // seconds since t0_ when this pass's tokens were taken
   bool sampled_usage_ = false;
-  KvUsage usage_;
-  KvOccupancy occupancy_;
-  int running_ = 0;
+  PolicySnapshot snapshot_;
   PassTimes times_;
   std::unique_ptr<Progress> progress_;
 };

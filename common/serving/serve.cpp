@@ -1,27 +1,14 @@
 #include "common/serving/serve.hpp"
 
 #include <fmt/format.h>
-#include <fmt/ostream.h>
-#include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <ostream>
 #include <stdexcept>
 
 #include "base/error.hpp"
 #include "common/serving/recorder.hpp"
 
 namespace kvheap {
-
-void ServingPolicy::add_json(nlohmann::json&, const ServeResult&) const {}
-void ServingPolicy::add_request_json(int, nlohmann::json&) const {}
-std::string ServingPolicy::describe_request(int) const { return ""; }
-
-KvOccupancy ServingPolicy::occupancy() {
-  const std::size_t held = usage().reserved, budget = budget_bytes();
-  return {held, 0, budget > held ? budget - held : 0};
-}
-void ServingPolicy::print(std::ostream&, const ServeResult&) const {}
 
 PhaseTimes& PhaseTimes::operator+=(const PhaseTimes& o) {
   schedule += o.schedule;

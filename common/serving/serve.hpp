@@ -9,8 +9,6 @@
 // pass, samples every logit row with its request's sampler, and tells the policy what came out.
 #pragma once
 
-#include <nlohmann/json_fwd.hpp>
-
 #include <cstddef>
 #include <functional>
 #include <iosfwd>
@@ -23,6 +21,7 @@
 #include "common/cache/batch.hpp"
 #include "common/cache/kv_cache.hpp"
 #include "common/model/model_config.hpp"
+#include "common/serving/policy_stats.hpp"
 #include "common/serving/sampler.hpp"
 
 namespace kvheap {
@@ -56,29 +55,8 @@ struct StepPlan {
   std::vector<std::pair<int, std::string>> refused;
 };
 
-/// \brief KV memory a policy holds: for the requests it serves, by its own accounting.
-struct KvUsage {
-  std::size_t reserved = 0;  ///< bytes set aside (reservations, blocks held)
-  std::size_t used = 0;      ///< bytes that hold a token's K and V
-};
-
-/// \brief The policy's KV memory at one step, by what holds it; the three add up to the pool (a
-/// policy without one: to its budget, or to what it holds when it has no cap).
-struct KvOccupancy {
-  std::size_t held = 0;    ///< bytes held for running requests (reservations, their blocks)
-  std::size_t cached = 0;  ///< bytes no request holds that a prefix index keeps for reuse
-  std::size_t free = 0;    ///< bytes free
-};
-
-/// \brief What a policy counts that the loop cannot see.
-struct PolicyCounters {
-  long preemptions = 0;       ///< times a running request gave its memory back
-  long positions_reused = 0;  ///< prompt positions taken from a prefix index, not computed
-};
-
-struct ServeResult;
-
-/// \brief What a chapter's policy does for the loop: admission, scheduling and the cache.
+/// \brief What a chapter's policy does for the loop: admission, scheduling and the cache. It
+/// counts what it did (snapshot(), stats()); the report prints it (policy_report.hpp).
 class ServingPolicy {
  public:
   virtual ~ServingPolicy() = default;
@@ -95,36 +73,16 @@ class ServingPolicy {
   virtual void finish(int request) = 0;
   /// \brief True when nothing is waiting or running.
   [[nodiscard]] virtual bool idle() const = 0;
-  /// \brief Requests holding memory now.
-  [[nodiscard]] virtual int running() const = 0;
   /// \brief The cache the planned batches run over.
   virtual KVCache& cache() = 0;
-
-  /// \brief KV memory held now; the loop asks after every forward pass, before the pass's tokens
-  /// are sampled. By default the cache's bytes_reserved() and bytes_used().
-  virtual KvUsage usage() { return {cache().bytes_reserved(), cache().bytes_used()}; }
-  /// \brief KV memory by what holds it, sampled after every pass. By default usage().reserved is
-  /// held and the rest of budget_bytes() is free.
-  virtual KvOccupancy occupancy();
-  /// \brief Preemptions and prefix reuse so far (none by default).
-  [[nodiscard]] virtual PolicyCounters counters() const { return {}; }
-  /// \brief The KV budget the policy works in, in bytes (0: no cap).
-  [[nodiscard]] virtual std::size_t budget_bytes() const = 0;
+  /// \brief Requests running and the KV memory they hold; the loop asks after every forward
+  /// pass, before the pass's tokens are taken.
+  [[nodiscard]] virtual PolicySnapshot snapshot() const = 0;
+  /// \brief What the policy did, for the report: asked once the run is over.
+  [[nodiscard]] virtual PolicyStats stats() const = 0;
   /// \brief Called once every request has finished: throws std::logic_error unless every block
   /// or reservation came back.
-  virtual void check_drained() const {}
-
-  /// \brief True when a pass may mix prompt and decode rows (continuous batching): the report
-  /// then counts the whole run as decoding.
-  [[nodiscard]] virtual bool mixed_passes() const { return false; }
-  /// \brief Adds the chapter's own blocks to the --json object (`root`), after the common ones.
-  virtual void add_json(nlohmann::json& root, const ServeResult& result) const;
-  /// \brief Adds the chapter's own fields to request `request`'s entry of "sequences".
-  virtual void add_request_json(int request, nlohmann::json& entry) const;
-  /// \brief Text after a request's line of the report ("(prompt 0, 6 from the cache)").
-  [[nodiscard]] virtual std::string describe_request(int request) const;
-  /// \brief Prints the chapter's own lines of the text report.
-  virtual void print(std::ostream& os, const ServeResult& result) const;
+  virtual void check_drained() const = 0;
 };
 
 /// \brief Where a step's time went, in seconds: the host's phases around the backend's
@@ -188,12 +146,16 @@ struct ServeResult {
   double seconds = 0;                   ///< the whole loop
   double positions_read = 0;            ///< sum over passes of the attention's positions per layer
   double decode_positions_read = 0;     ///< the same over passes with decode rows
-  KvUsage peak;                         ///< at the pass that used the most KV
-  int peak_running = 0;                 ///< most requests holding memory at one pass
-  std::vector<StepSample> timeline;     ///< one sample per forward pass
-  PolicyCounters counters;              ///< the policy's, at the end
-  PhaseTimes phases;                    ///< summed over the steps with a pass
-  bool device_timed = false;            ///< forward and sample phases are a GPU's device times
+  /// \brief Over passes with decode rows, the sum of every row's position + 1: what they would
+  /// read if no row shared a position with another.
+  double decode_positions_unshared = 0;
+  KvUsage peak;                      ///< at the pass that used the most KV
+  std::size_t peak_cached = 0;       ///< most bytes a prefix index alone kept at one pass
+  int peak_running = 0;              ///< most requests holding memory at one pass
+  std::vector<StepSample> timeline;  ///< one sample per forward pass
+  PolicyCounters counters;           ///< the policy's, at the end
+  PhaseTimes phases;                 ///< summed over the steps with a pass
+  bool device_timed = false;         ///< forward and sample phases are a GPU's device times
 
   /// \brief Passes with decode rows.
   [[nodiscard]] long decode_passes() const { return passes - prefill_passes; }

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstddef>
+#include <utility>
 #include <stdexcept>
 
 namespace kvheap {
@@ -22,7 +24,39 @@ bool StaticBatches::idle() const {
          std::all_of(batch_.begin(), batch_.end(), [&](int r) { return entry(r).done; });
 }
 
-int StaticBatches::fork(int) { throw std::logic_error("static batches: this policy has no forks"); }
+int BatchAdmission::fork(int) {
+  throw std::logic_error("static batches: this admission has no forks");
+}
+
+KvOccupancy BatchAdmission::occupancy() {
+  return held_of_budget(cache().bytes_reserved(), stats().budget_bytes);
+}
+
+RequestStats BatchAdmission::request_stats(int) const { return {}; }
+
+StaticBatches::StaticBatches(std::unique_ptr<BatchAdmission> admission, Options options)
+    : admission_(std::move(admission)), options_(options) {}
+
+StaticBatches::StaticBatches(std::unique_ptr<BatchAdmission> admission)
+    : StaticBatches(std::move(admission), Options{}) {}
+
+PolicySnapshot StaticBatches::snapshot() const {
+  KVCache& c = admission_->cache();
+  return {static_cast<int>(batch_.size()),
+          {c.bytes_reserved(), c.bytes_used()},
+          admission_->occupancy()};
+}
+
+PolicyStats StaticBatches::stats() const {
+  PolicyStats s = admission_->stats();
+  s.requests.resize(entries_.size());
+  for (std::size_t id = 0; id < entries_.size(); ++id) {
+    const Request* r = entries_[id].request;
+    if (r == nullptr) continue;  // max_new_tokens 0: finished on arrival, never submitted
+    s.requests[id] = admission_->request_stats(r->fork_of >= 0 ? r->fork_of : static_cast<int>(id));
+  }
+  return s;
+}
 
 void StaticBatches::submit(int id, const Request& request) {
   if (id < static_cast<int>(entries_.size()) && entries_[id].request != nullptr)
@@ -44,7 +78,7 @@ void StaticBatches::admit(StepPlan& plan) {
     const int id = waiting_[w];
     const std::vector<int> forks = entry(id).forks;
     std::string why;
-    if (fits(id, request(id), static_cast<int>(forks.size()), why)) {
+    if (admission_->fits(id, *entry(id).request, static_cast<int>(forks.size()), why)) {
       batch_.push_back(id);
       batch_.insert(batch_.end(), forks.begin(), forks.end());
       plan.admitted.push_back(id);
@@ -74,24 +108,27 @@ StepPlan StaticBatches::schedule() {
     std::vector<int> seqs;
     for (const int r : batch_) seqs.push_back(entry(r).seq);
     batch_.clear();
-    release(seqs);
+    admission_->release(seqs, passes_);
   }
   if (batch_.empty()) admit(plan);
   // Prompts first: the batch's requests that have not had their prompt pass.
   for (const int id : batch_) {
     Entry& e = entry(id);
     if (e.prefilled || e.request->fork_of >= 0) continue;
-    e.seq = allocate(id, *e.request);
+    e.seq = admission_->allocate(id, *e.request);
     e.prefilled = true;
     const std::vector<int>& prompt = e.request->prompt;
     const int n = static_cast<int>(prompt.size());
-    for (int t = length(e.seq); t < n; ++t)
-      plan.batch.rows.push_back({prompt[t], e.seq, t, t + 1 == n});
-    plan.prefill_rows += n - length(e.seq);
+    const int held = admission_->length(e.seq);
+    for (int t = held; t < n; ++t) plan.batch.rows.push_back({prompt[t], e.seq, t, t + 1 == n});
+    plan.prefill_rows += n - held;
     plan.logit_requests.push_back(id);
-    if (options_.one_prompt_per_pass) return plan;
+    if (options_.one_prompt_per_pass) break;
   }
-  if (!plan.batch.rows.empty()) return plan;
+  if (!plan.batch.rows.empty()) {
+    ++passes_;
+    return plan;
+  }
   // Then one row per request with a sampled token to feed.
   for (const int id : batch_) {
     Entry& e = entry(id);
@@ -101,6 +138,7 @@ StepPlan StaticBatches::schedule() {
     ++plan.decode_rows;
     e.pending = -1;
   }
+  if (!plan.batch.rows.empty()) ++passes_;
   return plan;
 }
 
@@ -109,14 +147,15 @@ void StaticBatches::append(int id, int token) {
   if (e.done || e.pending >= 0)
     throw std::logic_error(fmt::format(
         "static batches: append to request {}, which has no logit row waiting for a token", id));
-  if (e.seq < 0) e.seq = fork(entry(e.request->fork_of).seq);
+  if (e.seq < 0) e.seq = admission_->fork(entry(e.request->fork_of).seq);
   e.pending = token;
 }
 
 void StaticBatches::finish(int id) {
   Entry& e = entry(id);
   if (e.done) throw std::logic_error(fmt::format("static batches: request {} finished twice", id));
-  if (e.seq < 0) e.seq = fork(entry(e.request->fork_of).seq);  // its prompt pass is its memory
+  // Its prompt's pass is its memory.
+  if (e.seq < 0) e.seq = admission_->fork(entry(e.request->fork_of).seq);
   e.done = true;
   e.pending = -1;
 }

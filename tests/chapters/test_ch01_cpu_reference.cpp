@@ -36,8 +36,8 @@ struct Recorded {
 RequestRecord serve_one(const ModelWeights& w, const Request& request, DType kv,
                         const ServeHooks& hooks = {}) {
   const auto backend = make_backend(w, {.measure_peak = false});
-  ch01::ReservationAdmission<ReservedCache> policy(std::make_unique<ReservedCache>(w.config, kv),
-                                                   0);
+  StaticBatches policy(std::make_unique<ch01::ReservationAdmission<ReservedCache>>(
+      std::make_unique<ReservedCache>(w.config, kv), 0));
   return serve(policy, *backend, {request}, w.config, hooks).requests[0];
 }
 

@@ -40,7 +40,7 @@ struct SharedRun {
 /// What a batched run produced for each request: the logits of each of its logit rows.
 struct Served {
   std::vector<std::vector<std::vector<float>>> logits;  // [request][step][vocab]
-  ch05::SchedulerCounters counters;
+  SchedulerCounters counters;
 };
 
 /// Serves `prompts` through the scheduler on `backend`, greedy, `max_new` tokens each; request i

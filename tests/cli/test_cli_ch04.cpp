@@ -65,6 +65,10 @@ TEST(Cli, Chapter4SamplesAreForksThatCopyOnlyTheLastBlock) {
   for (const auto& ids : j["generated_ids"]) EXPECT_EQ(ids, want);
   EXPECT_EQ(j["sharing"]["forks"], 3);
   EXPECT_EQ(j["sharing"]["copies_on_write"], 3);
+  EXPECT_EQ(j["sharing"]["block_size"], 4);
+  // The default budget is chapter 2's: 4 reservations of max_seq_len, cut in blocks of 4.
+  const int max_seq_len = j["model_config"]["max_seq_len"];
+  EXPECT_EQ(j["sharing"]["blocks_total"], 4 * max_seq_len / 4);
   // Each sample holds 10 + 12 - 1 = 21 positions: 6 blocks, 2 of them the shared prompt blocks.
   EXPECT_EQ(j["sharing"]["blocks_referenced"], 4 * 6);
   EXPECT_EQ(j["sharing"]["blocks_held"], 2 + 4 * 4);
