@@ -32,6 +32,11 @@ class Backend {
   Backend(const Backend&) = delete;
   Backend& operator=(const Backend&) = delete;
 
+  /// \brief Lays out `cache` for `batch`: its prepare() (the blocks new positions need, copies on
+  /// write, the view the kernels read), which a GPU stages in the pass's one upload. The next
+  /// forward() must run this batch over this cache; a forward() without a prepare() just before
+  /// it prepares itself. Throws InputError as forward() does for a bad row.
+  virtual void prepare(const Batch& batch, KVCache& cache) = 0;
   /// \brief One forward pass, and one token per job chosen from its logit row
   /// (kernels/sample.hpp): [jobs.size()] in host memory owned by the backend, valid until the
   /// next pass. `cache` must keep its K and V in memory(). A GPU chooses them where the logits

@@ -63,12 +63,18 @@ void CpuForward::resize(int n) {
   pos_.resize(rows);
 }
 
-std::span<const float> CpuForward::forward(const Batch& batch, KVCache& cache) {
-  const ModelConfig& c = w_.config;
-  validate_batch(batch, c);
+void CpuForward::prepare(const Batch& batch, KVCache& cache) {
+  validate_batch(batch, w_.config);
   const auto t0 = std::chrono::steady_clock::now();
   cache.prepare(batch);
   prepare_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  prepared_ = true;
+}
+
+std::span<const float> CpuForward::forward(const Batch& batch, KVCache& cache) {
+  const ModelConfig& c = w_.config;
+  if (!prepared_) prepare(batch, cache);
+  prepared_ = false;
   const int n = batch.size();
   resize(n);
   const bool interleaved = c.rope_style == RopeStyle::Interleaved;

@@ -19,14 +19,18 @@ class CpuForward {
   /// as check_qk_norm_gains does.
   explicit CpuForward(const ModelWeights& weights);
 
+  /// \brief Checks `batch` and lays out `cache` for it (its prepare()); the next forward() runs
+  /// this batch over it. Throws InputError as forward() does.
+  void prepare(const Batch& batch, KVCache& cache);
   /// \brief One forward pass; returns logits [batch.num_logit_rows(), vocab_size] in row order.
+  /// Prepares the cache itself unless prepare() came just before.
   ///
   /// Throws InputError for a token id outside the vocabulary or a position past max_seq_len.
   std::span<const float> forward(const Batch& batch, KVCache& cache);
 
   /// \brief The model this pass runs.
   [[nodiscard]] const ModelWeights& weights() const { return w_; }
-  /// \brief Seconds the last forward() spent in the cache's prepare().
+  /// \brief Seconds the last prepare() spent in the cache's prepare().
   [[nodiscard]] double prepare_seconds() const { return prepare_seconds_; }
 
  private:
@@ -48,6 +52,7 @@ class CpuForward {
   std::vector<float> logits_;  // [n_logit_rows, vocab_size]
   std::vector<int> pos_;       // [n]
   double prepare_seconds_ = 0;
+  bool prepared_ = false;  // prepare() ran for the next forward()
 };
 
 /// \brief Throws InputError when the config asks for Qwen3's q/k norms and a layer of `w` lacks

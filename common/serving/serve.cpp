@@ -87,9 +87,10 @@ ServeResult serve(ServingPolicy& policy, Backend& backend, const std::vector<Req
       ++step;
       continue;
     }
-    // Prepare, forward and sample: the backend lays out the cache for the batch, runs the model
-    // and chooses each job's token where the logits are.
+    // Prepare: the cache lays out the batch (new blocks, copies on write, the kernels' view).
     const std::vector<SamplingJob>& jobs = rec.jobs_for(plan);
+    backend.prepare(plan.batch, policy.cache());
+    // Forward and sample: the model runs, and each job's token is chosen where the logits are.
     const std::span<const SampledToken> picks = backend.forward(plan.batch, policy.cache(), jobs);
     if (hooks.on_logits) hooks.on_logits(plan, backend.logits());
     rec.passed(plan, policy, backend);

@@ -7,15 +7,22 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "base/error.hpp"
+#include "chapters/01_cpu_reference/admission.hpp"
 #include "chapters/01_cpu_reference/reserved_cache.hpp"
 #include "chapters/02_contiguous_gpu/contiguous_cache.hpp"
+#include "common/forward/backend.hpp"
 #include "common/forward/forward_cpu.hpp"
 #include "common/forward/cuda/forward_gpu.hpp"
 #include "common/model/llama2c_loader.hpp"
 #include "common/serving/sampler.hpp"
+#include "common/serving/serve.hpp"
+#include "common/serving/static_batches.hpp"
 #include "common/model/synthetic_weights.hpp"
 #include "device/device.hpp"
 #include "tests/support/device_test_support.hpp"
@@ -149,6 +156,61 @@ TEST(Ch02ContiguousGpu, SlotsAreAccountedForAndExhaustionIsAnError) {
   EXPECT_THROW(cache.release(a), InputError);
   EXPECT_EQ(cache.bytes_reserved(), 2 * per_slot) << "releasing a slot keeps its reservation";
   EXPECT_THROW(ch02::ContiguousCache(c, DType::F16, -1, Memory::kDevice), UsageError);
+}
+
+/// Chapter 2's cache, counting prepare() calls and checking that every pass's writes follow one.
+class CountingCache final : public KVCache {
+ public:
+  CountingCache(const ModelConfig& c, Memory memory) : inner_(c, DType::F32, 3, memory) {}
+  void prepare(const Batch& b) override {
+    ++prepares;
+    unwritten_ = true;
+    inner_.prepare(b);
+  }
+  void write(int layer, const Batch& b, const float* k, const float* v) override {
+    if (layer == 0) {
+      EXPECT_TRUE(unwritten_) << "a pass wrote without a prepare() of its own";
+      unwritten_ = false;
+    }
+    inner_.write(layer, b, k, v);
+  }
+  void attend(int layer, const Batch& b, const float* q, float* out) override {
+    inner_.attend(layer, b, q, out);
+  }
+  [[nodiscard]] std::size_t bytes_reserved() const override { return inner_.bytes_reserved(); }
+  [[nodiscard]] std::size_t bytes_used() const override { return inner_.bytes_used(); }
+  [[nodiscard]] long positions_read() const override { return inner_.positions_read(); }
+  // What ReservationAdmission asks of its cache.
+  [[nodiscard]] bool can_admit() const { return inner_.can_admit(); }
+  int admit() { return inner_.admit(); }
+  void release(int slot) { inner_.release(slot); }
+  [[nodiscard]] int length(int slot) const { return inner_.length(slot); }
+  [[nodiscard]] int num_admitted() const { return inner_.num_admitted(); }
+
+  int prepares = 0;
+
+ private:
+  ch02::ContiguousCache inner_;
+  bool unwritten_ = false;
+};
+
+// serve() prepares the cache for each pass itself (the step a reader sees), and the backend does
+// not prepare it a second time; on the device the view still joins the pass's one upload.
+TEST(Ch02ContiguousGpu, TheServingLoopPreparesEveryPassOnce) {
+  const ModelWeights w = make_synthetic_weights(preset("tiny"), 2);
+  for (const char* device : {"cpu", "cuda"}) {
+    if (std::string(device) == "cuda" && !cuda_device_available()) continue;
+    const auto backend = make_backend(w, {.device = device, .measure_peak = false});
+    auto cache = std::make_unique<CountingCache>(w.config, backend->memory());
+    CountingCache* counted = cache.get();
+    StaticBatches policy(
+        std::make_unique<ch01::ReservationAdmission<CountingCache>>(std::move(cache), 0));
+    std::vector<Request> requests(3);
+    for (int i = 0; i < 3; ++i) requests[i] = {.prompt = {1, 2 + i, 3}, .max_new_tokens = 5 + i, .ignore_eos = true};
+    const ServeResult res = serve(policy, *backend, requests, w.config);
+    EXPECT_EQ(res.passes, 7) << device << ": one prefill pass, then 6 decode steps";
+    EXPECT_EQ(counted->prepares, res.passes) << device;
+  }
 }
 
 // A re-admitted slot still holds its previous occupant's keys, so a row that skips ahead would

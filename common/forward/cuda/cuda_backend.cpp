@@ -18,6 +18,7 @@ class CudaBackend final : public Backend {
                 config.weights),
         forward_(weights, config.weights) {}
 
+  void prepare(const Batch& batch, KVCache& cache) override { forward_.prepare(batch, cache); }
   std::span<const SampledToken> forward(const Batch& batch, KVCache& cache,
                                         std::span<const SamplingJob> jobs) override {
     return forward_.forward(batch, cache, jobs);

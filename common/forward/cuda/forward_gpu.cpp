@@ -77,8 +77,22 @@ void GpuForward::project(const void* a, const DeviceMatrix& w, float* y, int row
   gemm(blas_, w.dtype, a, w.data(), y, GemmShape{rows, w.rows, w.cols}, kStream);
 }
 
+void GpuForward::prepare(const Batch& batch, KVCache& cache) {
+  const Clock::time_point t0 = Clock::now();
+  validate_batch(batch, config());
+  staged_.clear();  // the last pass waited for its tokens, so no copy still reads it
+  if (batch.size() > 0) {
+    const StagedUpload::Scope scope(staged_);  // the cache's view joins the pass's upload
+    cache.prepare(batch);
+  }
+  prepare_seconds_ = std::chrono::duration<double>(Clock::now() - t0).count();
+  prepared_ = true;
+}
+
 void GpuForward::run(const Batch& batch, KVCache& cache, std::span<const SamplingJob> jobs) {
   const Clock::time_point t0 = Clock::now();
+  const bool ahead = prepared_;  // else prepare() runs below, inside the time measured here
+  prepared_ = false;
   const ModelConfig& c = config();
   validate_batch(batch, c);
   const int n = batch.size();
@@ -100,13 +114,10 @@ void GpuForward::run(const Batch& batch, KVCache& cache, std::span<const Samplin
   const bool interleaved = c.rope_style == RopeStyle::Interleaved;
   const long n_dim = static_cast<long>(n) * c.dim;
 
-  // The pass's one upload: the cache's view (its prepare() adds it, once per batch), then the
-  // token ids, positions, logit rows and sampling jobs. add() copies, so host_ints_ is reused.
-  staged_.clear();  // the last pass waited for its tokens, so no copy still reads it
-  {
-    const StagedUpload::Scope scope(staged_);
-    cache.prepare(batch);
-  }
+  // The pass's one upload: the cache's view (prepare() staged it), then the token ids,
+  // positions, logit rows and sampling jobs. add() copies, so host_ints_ is reused.
+  if (!ahead) prepare(batch, cache);
+  prepared_ = false;  // the next pass prepares again
   host_ints_.clear();
   for (const BatchRow& row : batch.rows) host_ints_.push_back(row.token);
   const std::size_t tokens_at = staged_.add<int>(host_ints_);
@@ -125,7 +136,8 @@ void GpuForward::run(const Batch& batch, KVCache& cache, std::span<const Samplin
   logit_rows_ = staged_.device<int>(rows_at);
   jobs_ = staged_.device<SamplingJob>(jobs_at);
   draws_ = staged_.device<int>(draws_at);
-  times_.prepare = std::chrono::duration<double>(Clock::now() - t0).count();
+  times_.prepare =
+      (ahead ? prepare_seconds_ : 0.0) + std::chrono::duration<double>(Clock::now() - t0).count();
 
   started_.record(kStream);
   cuda::embedding(x_.data(), tokens_, w_.token_embedding().data(), w_.matrix_dtype(), n, c.dim,

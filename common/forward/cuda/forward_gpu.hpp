@@ -34,8 +34,14 @@ class GpuForward {
   /// not referenced afterwards.
   GpuForward(const ModelWeights& weights, DType weight_dtype);
 
+  /// \brief Checks `batch` and lays out `cache` for it (its prepare()), staging the cache's view
+  /// as the first part of the pass's one upload; the next forward() runs this batch over it.
+  /// Throws InputError as forward() does for a bad row.
+  void prepare(const Batch& batch, KVCache& cache);
+
   /// \brief One forward pass, and one token chosen on the device per job (kernels/sample.hpp):
   /// [jobs.size()], valid until the next pass. Only those 16 bytes a job cross to the host.
+  /// Prepares the cache itself unless prepare() came just before.
   ///
   /// Throws InputError for a token id outside the vocabulary, a position past max_seq_len or a
   /// job whose row is not one of the batch's logit rows. A job's negative token code (a NaN
@@ -100,6 +106,8 @@ class GpuForward {
   int logit_rows_count_ = 0;               // m of the last pass
   bool logits_fresh_ = false;              // host_logits_ holds the last pass's logits
   PassTimes times_;
+  double prepare_seconds_ = 0;  // the last prepare()'s host time
+  bool prepared_ = false;       // prepare() ran for the next pass
 };
 
 }  // namespace kvheap
