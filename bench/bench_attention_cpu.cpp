@@ -28,6 +28,7 @@
 
 #include "bench/support/command.hpp"
 #include "bench/support/cpu_caches.hpp"
+#include "bench/support/rows.hpp"
 #include "common/measure/bandwidth.hpp"
 #include "common/measure/fma_peak.hpp"
 #include "common/util/host_buffer.hpp"
@@ -63,17 +64,6 @@ double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const std::size_t m = v.size() / 2;
   return v.size() % 2 == 1 ? v[m] : 0.5 * (v[m - 1] + v[m]);
-}
-
-/// Google Benchmark may run a function more than once (a trial run first); keep the last result.
-void record(const Row& r) {
-  auto it = std::find_if(g_rows.begin(), g_rows.end(),
-                         [&](const Row& x) { return x.config == r.config; });
-  if (it != g_rows.end()) {
-    *it = r;
-  } else {
-    g_rows.push_back(r);
-  }
 }
 
 /// One benchmark case: a batch of sequences in a contiguous cache, each reserving `max_seq_len`
@@ -203,8 +193,9 @@ void attention_cpu(benchmark::State& state, const char* dtype, int batch, int ct
   // Arithmetic: one multiply-add per query head and element of K (the scores) and of V (the
   // weighted sum), i.e. 2 x 2 x n_heads x head_dim flops per position.
   const double flops = 4.0 * batch * ctx * kHeads * kHeadDim;
-  record({config, cold.reserved_bytes() / 1e6, bytes / 1e6, s * 1e3, gbps, median(probes),
-          median(ratios), median(in_cache), median(bound_ratios), flops / bytes});
+  bench::keep_last(
+      g_rows, Row{config, cold.reserved_bytes() / 1e6, bytes / 1e6, s * 1e3, gbps, median(probes),
+                  median(ratios), median(in_cache), median(bound_ratios), flops / bytes});
 }
 
 }  // namespace

@@ -33,6 +33,7 @@
 #include "bench/support/failures.hpp"
 #include "bench/support/gpu_start.hpp"
 #include "bench/support/roofline_model.hpp"
+#include "bench/support/rows.hpp"
 #include "common/measure/cuda/device_bandwidth.hpp"
 #include "common/measure/cuda/l2_flush.hpp"
 #include "common/model/model_config.hpp"
@@ -73,17 +74,6 @@ struct Row {
   bench::Work work;
 };
 std::vector<Row> g_rows;
-
-/// Google Benchmark may run a function more than once (a trial run first); keep the last result.
-void record(const Row& r) {
-  auto it = std::find_if(g_rows.begin(), g_rows.end(),
-                         [&](const Row& x) { return x.config == r.config; });
-  if (it != g_rows.end()) {
-    *it = r;
-  } else {
-    g_rows.push_back(r);
-  }
-}
 
 void decode_attention_bench(benchmark::State& state, int batch, int ctx) {
   const std::size_t kv_dim = static_cast<std::size_t>(kKvHeads) * kHeadDim;
@@ -141,7 +131,8 @@ void decode_attention_bench(benchmark::State& state, int batch, int ctx) {
   state.counters["splits"] = splits;
   const std::string config = fmt::format("batch {}, ctx {}, bf16", batch, ctx);
   state.SetLabel(config);
-  record({config, 2.0 * cache_bytes / 1e6, bytes / 1e6, us, gbps, splits, work});
+  bench::keep_last(g_rows,
+                   Row{config, 2.0 * cache_bytes / 1e6, bytes / 1e6, us, gbps, splits, work});
 }
 
 /// --model-only: the roofline's time for every configuration, on `gpu`, and nothing timed.
@@ -163,13 +154,8 @@ int print_model(const bench::GpuDatasheet& gpu) {
 
 int main(int argc, char** argv) {
   using namespace kvheap;
-  const bool listing = bench::listing_only(argc, argv);
-  const bench::ModelFlags model = bench::model_flags(argc, argv);
-  if (!model.error.empty()) {
-    fmt::print(stderr, "bench_attention_gpu: {}\n", model.error);
-    return 2;
-  }
-  benchmark::Initialize(&argc, argv);
+  const auto flags = bench::read_gpu_benchmark_flags("bench_attention_gpu", argc, argv);
+  if (!flags) return 2;
   for (int batch : kBatches) {
     for (int ctx : kContexts) {
       benchmark::RegisterBenchmark(
@@ -181,7 +167,7 @@ int main(int argc, char** argv) {
     }
   }
   const bench::GpuStart start =
-      bench::start_gpu_benchmark("bench_attention_gpu", listing, model, print_model);
+      bench::start_gpu_benchmark("bench_attention_gpu", flags->listing, flags->model, print_model);
   if (start.exit_code) return *start.exit_code;
   const DeviceInfo& info = start.info;
   const BandwidthSample& peak = start.peak;
@@ -191,7 +177,7 @@ int main(int argc, char** argv) {
   if (g_rows.empty())
     return bench::exit_status("bench_attention_gpu");  // nothing measured: no table
 
-  const bench::GpuDatasheet* gpu = bench::model_gpu(model, info.name);
+  const bench::GpuDatasheet* gpu = bench::model_gpu(flags->model, info.name);
   fmt::print("\n{}: {} SMs. Device-to-device copy peak: {:.0f} GB/s (read + write, {:.0f} MiB)\n",
              info.name, info.sm_count, g_peak_gbps, static_cast<double>(peak.bytes) / (1 << 20));
   fmt::print("{}\n\n", bench::model_note(gpu, info.name));

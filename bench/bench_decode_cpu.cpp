@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "bench/support/command.hpp"
+#include "bench/support/rows.hpp"
 #include "chapters/01_cpu_reference/reserved_cache.hpp"
 #include "common/measure/bandwidth.hpp"
 #include "common/forward/forward_cpu.hpp"
@@ -75,10 +76,7 @@ void decode_step(benchmark::State& state, const ModelWeights& w, int context) {
   state.SetLabel(config);
   const Row row{config, static_cast<double>(cache.bytes_reserved()) / 1e6, bytes / 1e6,
                 per_step * 1e3, gbps};
-  if (!g_rows.empty() && g_rows.back().config == config)
-    g_rows.back() = row;
-  else
-    g_rows.push_back(row);
+  bench::keep_last(g_rows, row);
 }
 
 void read_bandwidth(benchmark::State& state) {

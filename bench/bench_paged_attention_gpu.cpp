@@ -268,13 +268,8 @@ int print_model(const bench::GpuDatasheet& gpu) {
 int main(int argc, char** argv) {
   using namespace kvheap;
   const std::string command = bench::command_line(argc, argv);
-  const bool listing = bench::listing_only(argc, argv);
-  const bench::ModelFlags model = bench::model_flags(argc, argv);
-  if (!model.error.empty()) {
-    fmt::print(stderr, "bench_paged_attention_gpu: {}\n", model.error);
-    return 2;
-  }
-  benchmark::Initialize(&argc, argv);
+  const auto flags = bench::read_gpu_benchmark_flags("bench_paged_attention_gpu", argc, argv);
+  if (!flags) return 2;
   for (int batch : kBatches) {
     for (int ctx : kContexts) {
       benchmark::RegisterBenchmark(
@@ -286,8 +281,9 @@ int main(int argc, char** argv) {
     }
   }
   bench::register_block_sweep(block_sweep, benchmark::kMicrosecond, 0.2);
-  const bench::GpuStart start = bench::start_gpu_benchmark(
-      "bench_paged_attention_gpu", listing, model, print_model, "bench_paged_attention_cpu");
+  const bench::GpuStart start =
+      bench::start_gpu_benchmark("bench_paged_attention_gpu", flags->listing, flags->model,
+                                 print_model, "bench_paged_attention_cpu");
   if (start.exit_code) return *start.exit_code;
   const std::string prefix = bench::flag_value(argc, argv, "sweep-out", "block_size_sweep_gpu");
   const DeviceInfo& info = start.info;
@@ -296,7 +292,7 @@ int main(int argc, char** argv) {
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
 
-  const bench::GpuDatasheet* gpu = bench::model_gpu(model, info.name);
+  const bench::GpuDatasheet* gpu = bench::model_gpu(flags->model, info.name);
   std::string md;
   if (!g_ratio.empty())
     md = fmt::format(

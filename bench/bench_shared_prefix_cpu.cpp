@@ -28,6 +28,7 @@
 #include "bench/support/command.hpp"
 #include "bench/support/cpu_caches.hpp"
 #include "bench/support/failures.hpp"
+#include "bench/support/rows.hpp"
 #include "bench/support/shared_prefix_step.hpp"
 #include "common/measure/bandwidth.hpp"
 #include "common/util/host_buffer.hpp"
@@ -145,8 +146,7 @@ void shared_prefix(benchmark::State& state, int groups, int samples, int prefix)
   const double stored = static_cast<double>(s.blocks->slots_stored()) * row_bytes() / 1e6;
   const Row r{config, stored, s.bytes(false, row_bytes()) / 1e6, s.bytes(true, row_bytes()) / 1e6,
               p_ms,   o_ms};
-  std::erase_if(g_rows, [&](const Row& x) { return x.config == config; });
-  g_rows.push_back(r);
+  bench::keep_last(g_rows, r);
 }
 
 }  // namespace

@@ -374,13 +374,8 @@ int main(int argc, char** argv) {
   using namespace kvheap;
   for (int i = 1; i < argc; ++i)
     if (std::string(argv[i]) == "--smoke") return smoke();
-  const bool listing = bench::listing_only(argc, argv);
-  const bench::ModelFlags model = bench::model_flags(argc, argv);
-  if (!model.error.empty()) {
-    fmt::print(stderr, "bench_shared_prefix_gpu: {}\n", model.error);
-    return 2;
-  }
-  benchmark::Initialize(&argc, argv);
+  const auto flags = bench::read_gpu_benchmark_flags("bench_shared_prefix_gpu", argc, argv);
+  if (!flags) return 2;
   for (int samples : kSamples) {
     benchmark::RegisterBenchmark(
         bench_name(samples).c_str(),
@@ -389,8 +384,9 @@ int main(int argc, char** argv) {
         ->Unit(benchmark::kMicrosecond)
         ->MinTime(0.2);
   }
-  const bench::GpuStart start = bench::start_gpu_benchmark(
-      "bench_shared_prefix_gpu", listing, model, print_model, "bench_shared_prefix_cpu");
+  const bench::GpuStart start =
+      bench::start_gpu_benchmark("bench_shared_prefix_gpu", flags->listing, flags->model,
+                                 print_model, "bench_shared_prefix_cpu");
   if (start.exit_code) return *start.exit_code;
   const DeviceInfo& info = start.info;
   const BandwidthSample& peak = start.peak;
@@ -398,7 +394,7 @@ int main(int argc, char** argv) {
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   if (g_rows.empty()) return bench::exit_status("bench_shared_prefix_gpu");  // nothing measured
-  const bench::GpuDatasheet* gpu = bench::model_gpu(model, info.name);
+  const bench::GpuDatasheet* gpu = bench::model_gpu(flags->model, info.name);
   fmt::print(
       "\nShared-prefix attention, {} ({} SMs), one layer, bf16, block size {}. Device-to-device "
       "copy peak: {:.0f} GB/s. {}\n\n"

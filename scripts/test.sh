@@ -15,6 +15,9 @@
 #   5. the fuzz targets, each for a bounded time (scripts/fuzz.sh)
 #   6. format and lint checks (scripts/lint.sh)
 #
+# Every build compiles through ccache (install-deps.sh installs it; cmake/compiler_cache.cmake), so
+# a run in a fresh clone recompiles only the sources an earlier run did not compile as they are.
+#
 # Steps 1-3 need the CUDA toolkit (not a GPU). Where it is missing, steps 1-4 become the CPU-only
 # build with every test it has, and the script says what was left out; under CI it fails.
 #
@@ -26,6 +29,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash scripts/install-deps.sh
+if command -v ccache >/dev/null; then ccache --zero-stats >/dev/null; fi  # this run's hits, below
 jobs=$(nproc)
 step() { printf '\n== %s ==\n' "$*"; }
 # build_and_test PRESET [docs]: configure, build and run every test of a preset (and its docs).
@@ -105,4 +109,5 @@ step "6. format and lint"
 bash scripts/lint.sh
 echo "[$SECONDS s]"
 
+if command -v ccache >/dev/null; then ccache --show-stats | grep -E "^ *(Hits|Misses):" || true; fi
 step "all passed in $SECONDS s"

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "bench/support/command.hpp"
+#include "bench/support/rows.hpp"
 
 namespace kvheap::bench {
 
@@ -71,18 +72,6 @@ inline std::size_t tokens_of(const std::vector<int>& ctx) {
 inline double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0.0 : v[v.size() / 2];
-}
-
-/// \brief Replaces the row of `rows` that `same` matches with `r`, or appends it. Google
-/// Benchmark may run a function more than once (a trial run first); the last result counts.
-template <class Row, class Same>
-void keep_last(std::vector<Row>& rows, const Row& r, Same&& same) {
-  auto it = std::find_if(rows.begin(), rows.end(), [&](const Row& x) { return same(x, r); });
-  if (it != rows.end()) {
-    *it = r;
-  } else {
-    rows.push_back(r);
-  }
 }
 
 /// \brief One block size of the sweep.

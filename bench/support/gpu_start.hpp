@@ -1,9 +1,11 @@
-// The start every GPU benchmark makes once its benchmarks are registered, in this order: a
+// The start every GPU benchmark makes: its flags read before Google Benchmark's, then, once its
+// benchmarks are registered, in this order: a
 // listing needs no device; --model-only prints the roofline's prediction; the simulator is no
 // performance model, so nothing is timed on it; without a device the program skips; otherwise
 // the device's copy peak is measured in the same process, before anything is timed.
 #pragma once
 
+#include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
 #include <functional>
@@ -16,6 +18,25 @@
 #include "device/device.hpp"
 
 namespace kvheap::bench {
+
+/// \brief What a GPU benchmark's main() reads of its own command line.
+struct GpuBenchmarkFlags {
+  bool listing = false;  ///< --benchmark_list_tests: list, time nothing
+  ModelFlags model;      ///< --model-only and --gpu
+};
+
+/// \brief Reads `program`'s own flags, then lets Google Benchmark take its own
+/// (benchmark::Initialize). For a bad --gpu it prints why and returns nothing: main returns 2.
+inline std::optional<GpuBenchmarkFlags> read_gpu_benchmark_flags(const char* program, int& argc,
+                                                                 char** argv) {
+  GpuBenchmarkFlags flags{listing_only(argc, argv), model_flags(argc, argv)};
+  if (!flags.model.error.empty()) {
+    fmt::print(stderr, "{}: {}\n", program, flags.model.error);
+    return std::nullopt;
+  }
+  benchmark::Initialize(&argc, argv);
+  return flags;
+}
 
 /// \brief How a GPU benchmark's start ended.
 struct GpuStart {
