@@ -8,6 +8,26 @@
 
 namespace kvheap {
 
+// The JSON objects' keys are the fields' names.
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(PoolStats, blocks_total, blocks_used, blocks_free, block_size,
+                                   sequences, largest_page_table, tokens, slots_held,
+                                   bytes_per_token, reservation_slots)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(SharingStats, block_size, blocks_total, prompt_positions,
+                                   prompt_positions_reused, blocks_held, blocks_referenced, forks,
+                                   copies_on_write, evictions, read_once)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(SchedulerCounters, steps, admissions, preemptions, decode_rows,
+                                   prefill_rows, recomputed_rows, positions_reused, peak_running)
+
+// "scheduler": the counters and the limits, in one object (static: found by argument-dependent
+// lookup, which an unnamed namespace would hide).
+static void to_json(nlohmann::json& j, const SchedulerStats& s) {
+  j = s.counters;
+  j["max_batch_tokens"] = s.max_batch_tokens;
+  j["max_running"] = s.max_running;
+  j["block_size"] = s.block_size;
+  j["blocks_total"] = s.blocks_total;
+}
+
 namespace {
 
 void print_paging(const PagingStats& s, std::ostream& os) {
@@ -100,18 +120,10 @@ void print_pool_stats(const PoolStats& s, std::ostream& os) {
 }
 
 nlohmann::json pool_stats_json(const PoolStats& s) {
-  return {{"blocks_total", s.blocks_total},
-          {"blocks_used", s.blocks_used},
-          {"blocks_free", s.blocks_free},
-          {"block_size", s.block_size},
-          {"sequences", s.sequences},
-          {"largest_page_table", s.largest_page_table},
-          {"tokens", s.tokens},
-          {"slots_held", s.slots_held},
-          {"bytes_per_token", s.bytes_per_token},
-          {"tail_waste_fraction", s.tail_waste()},
-          {"reservation_slots", s.reservation_slots},
-          {"reservation_waste_fraction", s.reservation_waste()}};
+  nlohmann::json j = s;
+  j["tail_waste_fraction"] = s.tail_waste();
+  j["reservation_waste_fraction"] = s.reservation_waste();
+  return j;
 }
 
 void print_policy_stats(const PolicyStats& s, const ServeResult& result,
@@ -131,34 +143,12 @@ void add_policy_json(const PolicyStats& s, const ServeResult& result, std::size_
         s.paging->fit_paged > 0 ? nlohmann::json(s.paging->fit_paged) : nlohmann::json();
   }
   if (s.sharing) {
-    const SharingStats& k = *s.sharing;
-    root["sharing"] = {
-        {"block_size", k.block_size},
-        {"blocks_total", k.blocks_total},
-        {"prompt_positions", k.prompt_positions},
-        {"prompt_positions_reused", k.prompt_positions_reused},
-        {"blocks_held", k.blocks_held},
-        {"blocks_referenced", k.blocks_referenced},
-        {"forks", k.forks},
-        {"copies_on_write", k.copies_on_write},
-        {"evictions", k.evictions},
-        {"read_once", k.read_once},
-        {"kv_bytes_per_step_unshared", unshared_bytes_per_step(result, bytes_per_token)}};
+    root["sharing"] = *s.sharing;
+    root["sharing"]["kv_bytes_per_step_unshared"] =
+        unshared_bytes_per_step(result, bytes_per_token);
   }
   if (s.scheduler) {
-    const SchedulerCounters& k = s.scheduler->counters;
-    root["scheduler"] = {{"steps", k.steps},
-                         {"decode_rows", k.decode_rows},
-                         {"prefill_rows", k.prefill_rows},
-                         {"recomputed_rows", k.recomputed_rows},
-                         {"positions_reused", k.positions_reused},
-                         {"admissions", k.admissions},
-                         {"preemptions", k.preemptions},
-                         {"peak_running", k.peak_running},
-                         {"max_batch_tokens", s.scheduler->max_batch_tokens},
-                         {"max_running", s.scheduler->max_running},
-                         {"block_size", s.scheduler->block_size},
-                         {"blocks_total", s.scheduler->blocks_total}};
+    root["scheduler"] = *s.scheduler;
     root["metrics"]["kv_cached_peak_bytes"] = result.peak_cached;
   }
 }
