@@ -203,8 +203,7 @@ void attention_cpu(benchmark::State& state, const char* dtype, int batch, int ct
 
 int main(int argc, char** argv) {
   using namespace kvheap;
-  const bool listing = bench::listing_only(argc, argv);
-  benchmark::Initialize(&argc, argv);
+  const bool listing = bench::initialize(argc, argv);
   const std::size_t llc = bench::llc_bytes();
   g_l2_bytes = bench::l2_bytes_per_core(g_l2_bytes);
   const ColdSetWindow window = bench::cold_set_window(std::size_t{1} << 30);
@@ -247,8 +246,7 @@ int main(int argc, char** argv) {
   g_probe = std::make_unique<ReadProbe>();
   for (int r = 0; r < 5; ++r) g_peak_gbps = std::max(g_peak_gbps, g_probe->pass());
   const FmaSample fma = measure_fma_peak();
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
+  bench::run_benchmarks();
   if (g_rows.empty()) return 0;  // nothing measured: no table
 
   // The peak again after the runs. The table compares each configuration with the probe passes

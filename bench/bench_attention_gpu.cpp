@@ -156,24 +156,14 @@ int main(int argc, char** argv) {
   using namespace kvheap;
   const auto flags = bench::read_gpu_benchmark_flags("bench_attention_gpu", argc, argv);
   if (!flags) return 2;
-  for (int batch : kBatches) {
-    for (int ctx : kContexts) {
-      benchmark::RegisterBenchmark(
-          bench_name(batch, ctx).c_str(),
-          [batch, ctx](benchmark::State& s) { decode_attention_bench(s, batch, ctx); })
-          ->UseManualTime()
-          ->Unit(benchmark::kMicrosecond)
-          ->MinTime(0.2);
-    }
-  }
+  bench::register_batch_by_context(kBatches, kContexts, bench_name, decode_attention_bench);
   const bench::GpuStart start =
       bench::start_gpu_benchmark("bench_attention_gpu", flags->listing, flags->model, print_model);
   if (start.exit_code) return *start.exit_code;
   const DeviceInfo& info = start.info;
   const BandwidthSample& peak = start.peak;
   g_peak_gbps = peak.gbps;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
+  bench::run_benchmarks();
   if (g_rows.empty())
     return bench::exit_status("bench_attention_gpu");  // nothing measured: no table
 

@@ -101,8 +101,7 @@ ModelWeights stories260k_weights() {
 
 int main(int argc, char** argv) {
   using namespace kvheap;
-  const bool listing = bench::listing_only(argc, argv);
-  benchmark::Initialize(&argc, argv);
+  const bool listing = bench::initialize(argc, argv);
 
   benchmark::RegisterBenchmark("read_bandwidth", read_bandwidth)
       ->Iterations(1)
@@ -132,8 +131,7 @@ int main(int argc, char** argv) {
   if (listing) return bench::list_benchmarks();
   const BandwidthSample peak = measure_read_bandwidth();
   g_peak_gbps = peak.gbps;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
+  bench::run_benchmarks();
   if (g_rows.empty()) return 0;  // nothing measured: no table
 
   // The peak again after the runs: the table uses the better of the two, so a busy moment at

@@ -247,8 +247,7 @@ void block_sweep(benchmark::State& state, int block_size) {
 int main(int argc, char** argv) {
   using namespace kvheap;
   const std::string command = bench::command_line(argc, argv);
-  const bool listing = bench::listing_only(argc, argv);
-  benchmark::Initialize(&argc, argv);
+  const bool listing = bench::initialize(argc, argv);
   const std::string prefix = bench::flag_value(argc, argv, "sweep-out", "block_size_sweep_cpu");
   g_huge_pages = bench::flag_value(argc, argv, "huge-pages", "1") == "1";
   const std::size_t llc = bench::llc_bytes();
@@ -273,8 +272,7 @@ int main(int argc, char** argv) {
   // A listing runs nothing, so it needs no peak: the names are all it prints.
   if (listing) return bench::list_benchmarks();
   g_peak_gbps = measure_read_bandwidth().gbps;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
+  bench::run_benchmarks();
   if (g_ratio.empty() && g_sweep.empty())  // nothing measured: no table
     return bench::exit_status("bench_paged_attention_cpu");
 

@@ -270,16 +270,7 @@ int main(int argc, char** argv) {
   const std::string command = bench::command_line(argc, argv);
   const auto flags = bench::read_gpu_benchmark_flags("bench_paged_attention_gpu", argc, argv);
   if (!flags) return 2;
-  for (int batch : kBatches) {
-    for (int ctx : kContexts) {
-      benchmark::RegisterBenchmark(
-          ratio_name(batch, ctx).c_str(),
-          [batch, ctx](benchmark::State& s) { paged_vs_contiguous(s, batch, ctx); })
-          ->UseManualTime()
-          ->Unit(benchmark::kMicrosecond)
-          ->MinTime(0.2);
-    }
-  }
+  bench::register_batch_by_context(kBatches, kContexts, ratio_name, paged_vs_contiguous);
   bench::register_block_sweep(block_sweep, benchmark::kMicrosecond, 0.2);
   const bench::GpuStart start =
       bench::start_gpu_benchmark("bench_paged_attention_gpu", flags->listing, flags->model,
@@ -289,8 +280,7 @@ int main(int argc, char** argv) {
   const DeviceInfo& info = start.info;
   const BandwidthSample& peak = start.peak;
   g_peak_gbps = peak.gbps;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
+  bench::run_benchmarks();
 
   const bench::GpuDatasheet* gpu = bench::model_gpu(flags->model, info.name);
   std::string md;

@@ -154,8 +154,7 @@ void shared_prefix(benchmark::State& state, int groups, int samples, int prefix)
 
 int main(int argc, char** argv) {
   using namespace kvheap;
-  const bool listing = bench::listing_only(argc, argv);
-  benchmark::Initialize(&argc, argv);
+  const bool listing = bench::initialize(argc, argv);
   for (int samples : {1, 2, 4, 8, 16}) {
     const int groups = 4, prefix = 8192;
     const std::string name =
@@ -169,8 +168,7 @@ int main(int argc, char** argv) {
   // A listing runs nothing, so it needs no peak: the names are all it prints.
   if (listing) return bench::list_benchmarks();
   g_peak_gbps = measure_read_bandwidth().gbps;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
+  bench::run_benchmarks();
   if (g_rows.empty()) return bench::exit_status("bench_shared_prefix_cpu");
   g_peak_gbps = std::max(g_peak_gbps, measure_read_bandwidth().gbps);
   fmt::print(

@@ -391,8 +391,7 @@ int main(int argc, char** argv) {
   const DeviceInfo& info = start.info;
   const BandwidthSample& peak = start.peak;
   g_peak_gbps = peak.gbps;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
+  bench::run_benchmarks();
   if (g_rows.empty()) return bench::exit_status("bench_shared_prefix_gpu");  // nothing measured
   const bench::GpuDatasheet* gpu = bench::model_gpu(flags->model, info.name);
   fmt::print(

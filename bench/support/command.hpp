@@ -73,11 +73,24 @@ inline bool listing_only(int argc, char** argv) {
   return listing;
 }
 
+/// \brief Reads whether the run only lists (listing_only), then lets Google Benchmark take its own
+/// flags (benchmark::Initialize); returns the former.
+inline bool initialize(int& argc, char** argv) {
+  const bool listing = listing_only(argc, argv);
+  benchmark::Initialize(&argc, argv);
+  return listing;
+}
+
+/// \brief Runs the registered benchmarks that the flags select, then ends Google Benchmark.
+inline void run_benchmarks() {
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+}
+
 /// \brief Lists the registered benchmarks (a listing run of benchmark::RunSpecifiedBenchmarks
 /// prints their names and runs none) and returns the program's exit code, 0.
 inline int list_benchmarks() {
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
+  run_benchmarks();
   return 0;
 }
 

@@ -10,6 +10,7 @@
 
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 
 #include "bench/support/command.hpp"
@@ -29,13 +30,27 @@ struct GpuBenchmarkFlags {
 /// (benchmark::Initialize). For a bad --gpu it prints why and returns nothing: main returns 2.
 inline std::optional<GpuBenchmarkFlags> read_gpu_benchmark_flags(const char* program, int& argc,
                                                                  char** argv) {
-  GpuBenchmarkFlags flags{listing_only(argc, argv), model_flags(argc, argv)};
-  if (!flags.model.error.empty()) {
-    fmt::print(stderr, "{}: {}\n", program, flags.model.error);
+  const ModelFlags model = model_flags(argc, argv);
+  if (!model.error.empty()) {
+    fmt::print(stderr, "{}: {}\n", program, model.error);
     return std::nullopt;
   }
-  benchmark::Initialize(&argc, argv);
-  return flags;
+  return GpuBenchmarkFlags{initialize(argc, argv), model};
+}
+
+/// \brief Registers `run(state, batch, ctx)` for every batch of `batches` and context of
+/// `contexts`, named `name(batch, ctx)`, each timed by the benchmark itself (manual time, in
+/// microseconds, for at least 0.2 s).
+template <class Name, class Run>
+void register_batch_by_context(std::span<const int> batches, std::span<const int> contexts,
+                               Name name, Run run) {
+  for (const int batch : batches)
+    for (const int ctx : contexts)
+      benchmark::RegisterBenchmark(name(batch, ctx).c_str(),
+                                   [run, batch, ctx](benchmark::State& s) { run(s, batch, ctx); })
+          ->UseManualTime()
+          ->Unit(benchmark::kMicrosecond)
+          ->MinTime(0.2);
 }
 
 /// \brief How a GPU benchmark's start ended.
