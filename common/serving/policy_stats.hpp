@@ -72,16 +72,16 @@ struct PagingStats {
 
 /// \brief Chapter 4: what sharing saved in positions computed, blocks stored and bytes read.
 struct SharingStats {
-  int block_size = 0;
-  int blocks_total = 0;
+  int block_size = 0;                ///< token slots per block
+  int blocks_total = 0;              ///< blocks cut from the budget
   long prompt_positions = 0;         ///< of the prefilled prompts
   long prompt_positions_reused = 0;  ///< of them taken from the prefix index
   long blocks_held = 0;              ///< at the end of the largest batch
   long blocks_referenced = 0;        ///< what unshared page tables would hold then
-  long forks = 0;
-  long copies_on_write = 0;
-  long evictions = 0;
-  bool read_once = false;  ///< the attention reads a shared prefix once per step
+  long forks = 0;                    ///< sequences made by forking another
+  long copies_on_write = 0;          ///< shared last blocks copied because a sequence wrote to them
+  long evictions = 0;                ///< cached blocks given back to the pool to make room
+  bool read_once = false;            ///< the attention reads a shared prefix once per step
 };
 
 /// \brief What the scheduler has done so far.
@@ -99,11 +99,11 @@ struct SchedulerCounters {
 
 /// \brief Chapter 5: what the scheduler did, and its limits.
 struct SchedulerStats {
-  SchedulerCounters counters;
-  int max_batch_tokens = 0;  ///< rows a pass may hold
-  int max_running = 0;       ///< requests that may run at once
-  int block_size = 0;
-  int blocks_total = 0;
+  SchedulerCounters counters;  ///< what it did
+  int max_batch_tokens = 0;    ///< rows a pass may hold
+  int max_running = 0;         ///< requests that may run at once
+  int block_size = 0;          ///< token slots per block
+  int blocks_total = 0;        ///< blocks cut from the budget
 };
 
 /// \brief What a policy says of one request beyond the loop's record.
@@ -119,7 +119,7 @@ struct PolicyStats {
   /// True when a pass may mix prompt and decode rows (continuous batching): the report then
   /// counts the whole run as decoding.
   bool mixed_passes = false;
-  PolicyCounters counters;
+  PolicyCounters counters;                  ///< preemptions and prefix reuse
   std::optional<PagingStats> paging;        ///< chapter 3's section
   std::optional<SharingStats> sharing;      ///< chapter 4's
   std::optional<SchedulerStats> scheduler;  ///< chapter 5's
