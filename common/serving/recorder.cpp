@@ -164,7 +164,10 @@ void Recorder::passed(const StepPlan& plan, ServingPolicy& policy, const Backend
 
 Recorder::Taken Recorder::take(std::size_t k, const SampledToken& pick, long step) {
   const int id = job_request_[k];
-  const int token = checked_token(pick, fmt::format("the logits of request {}", id));
+  // The message is formatted only for a pick that failed: this runs once per token.
+  const int token = pick.token >= 0
+                        ? pick.token
+                        : checked_token(pick, fmt::format("the logits of request {}", id));
   RequestRecord& rec = res_.requests[id];
   rec.top2_gaps.push_back(top2_gap(pick));
   if (!started_[id]) {
