@@ -29,9 +29,9 @@ KvOccupancy held_of_budget(std::size_t held, std::size_t budget);
 
 /// \brief The policy after a forward pass, before the pass's tokens are taken.
 struct PolicySnapshot {
-  int running = 0;        ///< requests holding memory
-  KvUsage usage;          ///< KV memory they hold
-  KvOccupancy occupancy;  ///< the pool by what holds it
+  int running = 0;          ///< requests holding memory
+  KvUsage usage{};          ///< KV memory they hold
+  KvOccupancy occupancy{};  ///< the pool by what holds it
 };
 
 /// \brief What a policy counts that the loop cannot see.
@@ -63,7 +63,7 @@ struct PoolStats {
 /// \brief Chapter 3: the pool at the end of the largest batch, and how many sequences the budget
 /// fits under each policy.
 struct PagingStats {
-  PoolStats pool;             ///< when the last batch ended, before its blocks went back
+  PoolStats pool{};           ///< when the last batch ended, before its blocks went back
   int num_blocks = 0;         ///< blocks cut from the budget
   int fit_contiguous = 0;     ///< sequences of a max_seq_len reservation the budget fits
   int fit_paged = 0;          ///< at this run's average blocks per sequence (0: nothing stored)
@@ -99,18 +99,18 @@ struct SchedulerCounters {
 
 /// \brief Chapter 5: what the scheduler did, and its limits.
 struct SchedulerStats {
-  SchedulerCounters counters;  ///< what it did
-  int max_batch_tokens = 0;    ///< rows a pass may hold
-  int max_running = 0;         ///< requests that may run at once
-  int block_size = 0;          ///< token slots per block
-  int blocks_total = 0;        ///< blocks cut from the budget
+  SchedulerCounters counters{};  ///< what it did
+  int max_batch_tokens = 0;      ///< rows a pass may hold
+  int max_running = 0;           ///< requests that may run at once
+  int block_size = 0;            ///< token slots per block
+  int blocks_total = 0;          ///< blocks cut from the budget
 };
 
 /// \brief What a policy says of one request beyond the loop's record.
 struct RequestStats {
-  std::optional<int> prompt;                ///< chapter 4: the index of its prompt
-  std::optional<int> prompt_tokens_reused;  ///< chapter 4: positions from the prefix index
-  std::optional<long> preemptions;          ///< chapter 5: times it gave its memory back
+  std::optional<int> prompt{};                ///< chapter 4: the index of its prompt
+  std::optional<int> prompt_tokens_reused{};  ///< chapter 4: positions from the prefix index
+  std::optional<long> preemptions{};          ///< chapter 5: times it gave its memory back
 };
 
 /// \brief What a policy did over a run, for the report.
@@ -119,12 +119,12 @@ struct PolicyStats {
   /// True when a pass may mix prompt and decode rows (continuous batching): the report then
   /// counts the whole run as decoding.
   bool mixed_passes = false;
-  PolicyCounters counters;                  ///< preemptions and prefix reuse
-  std::optional<PagingStats> paging;        ///< chapter 3's section
-  std::optional<SharingStats> sharing;      ///< chapter 4's
-  std::optional<SchedulerStats> scheduler;  ///< chapter 5's
-  std::vector<RequestStats> requests;       ///< by request id; may stop short
-  RequestStats others;                      ///< for the requests past the end of that list
+  PolicyCounters counters{};                  ///< preemptions and prefix reuse
+  std::optional<PagingStats> paging{};        ///< chapter 3's section
+  std::optional<SharingStats> sharing{};      ///< chapter 4's
+  std::optional<SchedulerStats> scheduler{};  ///< chapter 5's
+  std::vector<RequestStats> requests{};       ///< by request id; may stop short
+  RequestStats others{};                      ///< for the requests past the end of that list
 
   /// \brief What the policy says of request `id`.
   [[nodiscard]] const RequestStats& request(int id) const {

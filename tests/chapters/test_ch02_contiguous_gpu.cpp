@@ -206,8 +206,11 @@ TEST(Ch02ContiguousGpu, TheServingLoopPreparesEveryPassOnce) {
     StaticBatches policy(
         std::make_unique<ch01::ReservationAdmission<CountingCache>>(std::move(cache), 0));
     std::vector<Request> requests(3);
-    for (int i = 0; i < 3; ++i)
-      requests[i] = {.prompt = {1, 2 + i, 3}, .max_new_tokens = 5 + i, .ignore_eos = true};
+    for (int i = 0; i < 3; ++i) {
+      requests[i].prompt = {1, 2 + i, 3};
+      requests[i].max_new_tokens = 5 + i;
+      requests[i].ignore_eos = true;
+    }
     const ServeResult res = serve(policy, *backend, requests, w.config);
     EXPECT_EQ(res.passes, 7) << device << ": one prefill pass, then 6 decode steps";
     EXPECT_EQ(counted->prepares, res.passes) << device;
