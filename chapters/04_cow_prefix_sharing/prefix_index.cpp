@@ -2,49 +2,73 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace kvheap::ch04 {
 
 std::optional<PrefixHit> PrefixIndex::find(std::uint64_t parent,
                                            std::span<const int> tokens) const {
-  const auto it = blocks_.find(Key{parent, {tokens.begin(), tokens.end()}});
-  if (it == blocks_.end()) return std::nullopt;
-  return it->second;
+  const auto it = entries_.find(Key{parent, {tokens.begin(), tokens.end()}});
+  if (it == entries_.end()) return std::nullopt;
+  return it->second.hit;
 }
 
 std::uint64_t PrefixIndex::insert(std::uint64_t parent, std::span<const int> tokens, int block) {
-  if (contains(block))
+  if (entry_of_.contains(block))
     throw std::logic_error(fmt::format("prefix index: block {} is indexed already", block));
-  Key key{parent, {tokens.begin(), tokens.end()}};
-  const PrefixHit hit{block, next_chain_};
-  if (!blocks_.emplace(key, hit).second)
+  const auto [it, added] = entries_.emplace(Key{parent, {tokens.begin(), tokens.end()}},
+                                            Entry{PrefixHit{block, next_chain_}, {}});
+  if (!added)
     throw std::logic_error(
         fmt::format("prefix index: the content of block {} is indexed already", block));
-  key_of_.emplace(block, std::move(key));
+  entry_of_.emplace(block, it);
   return next_chain_++;
 }
 
-void PrefixIndex::erase(int block) {
-  const auto it = key_of_.find(block);
-  if (it == key_of_.end())
-    throw std::logic_error(fmt::format("prefix index: block {} is not indexed", block));
-  blocks_.erase(it->second);
-  key_of_.erase(it);
-  if (is_evictable(block)) remove_evictable(block);
+void PrefixIndex::add_copy(int indexed, int block) {
+  if (!contains(indexed) || entry_of_.contains(block))
+    throw std::logic_error(fmt::format(
+        "prefix index: block {} cannot be a copy of block {} (in the index already, or block {} "
+        "is not indexed)",
+        block, indexed, indexed));
+  const Entries::iterator it = entry_of_.at(indexed);
+  it->second.copies.push_back(block);
+  entry_of_.emplace(block, it);
 }
 
-void PrefixIndex::move_block(int from, int to) {
-  const auto it = key_of_.find(from);
-  if (it == key_of_.end() || contains(to))
-    throw std::logic_error(fmt::format(
-        "prefix index: cannot move block {} to block {} (not indexed, or the target is)", from,
-        to));
-  blocks_.at(it->second).block = to;
-  auto node = key_of_.extract(it);
-  node.key() = to;
-  key_of_.insert(std::move(node));
-  if (is_evictable(from)) remove_evictable(from);
+std::optional<int> PrefixIndex::evict(int block) {
+  if (!contains(block))
+    throw std::logic_error(fmt::format("prefix index: block {} is not indexed", block));
+  const Entries::iterator it = entry_of_.at(block);
+  entry_of_.erase(block);
+  if (is_evictable(block)) remove_evictable(block);
+  Entry& e = it->second;
+  if (e.copies.empty()) {
+    entries_.erase(it);
+    return std::nullopt;
+  }
+  // Any copy would do. The newest takes the key (same key, same chain id), and the others' order
+  // turns around: the order in which copies were promoted before the index kept them, so that
+  // every run's numbers stay what they were.
+  e.hit.block = e.copies.back();
+  e.copies.pop_back();
+  std::reverse(e.copies.begin(), e.copies.end());
+  return e.hit.block;
+}
+
+void PrefixIndex::forget(int block) {
+  const auto it = entry_of_.find(block);
+  if (it == entry_of_.end() || it->second->second.hit.block == block) return;
+  std::erase(it->second->second.copies, block);
+  entry_of_.erase(it);
+}
+
+std::vector<std::pair<int, int>> PrefixIndex::copies() const {
+  std::vector<std::pair<int, int>> out;
+  for (const auto& [key, e] : entries_)
+    for (const int c : e.copies) out.emplace_back(c, e.hit.block);
+  return out;
 }
 
 void PrefixIndex::push_evictable(int block) {

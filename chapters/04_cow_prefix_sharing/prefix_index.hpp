@@ -18,6 +18,12 @@
 // on each indexed block (the manager retains it), so a block whose sequences have all finished
 // stays cached; it is then *evictable*, and evicted least recently used first when the pool has no
 // free block left.
+//
+// A key names a set of blocks. Two sequences can fill a block with the same content on their own
+// (the same prompt twice in one batch, or a preempted request computing again what another one
+// kept): the first block is the one the index holds and hands out; the others are *copies*, held
+// only by their sequences and freed with them. Evicting the indexed block promotes a live copy in
+// its place, under the same chain id, so everything indexed after it stays reachable.
 #pragma once
 
 #include <cstddef>
@@ -28,6 +34,7 @@
 #include <span>
 #include <tuple>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace kvheap::ch04 {
@@ -50,18 +57,25 @@ class PrefixIndex {
   /// \brief Indexes `block` as holding `tokens` after `parent` and returns its new chain id.
   /// Throws std::logic_error when the key or the block is indexed already.
   std::uint64_t insert(std::uint64_t parent, std::span<const int> tokens, int block);
-  /// \brief Removes `block` from the index (and from the evictable list). Throws std::logic_error
-  /// when it is not indexed.
-  void erase(int block);
-  /// \brief Re-points the entry of indexed `from` at `to`, which holds the same content after the
-  /// same prefix (the same key, so the same chain id: everything indexed after it stays reachable).
-  /// `from` leaves the index and the evictable list; `to` must not be indexed. Throws
-  /// std::logic_error otherwise.
-  void move_block(int from, int to);
-  /// \brief True when `block` is indexed.
-  [[nodiscard]] bool contains(int block) const { return key_of_.count(block) != 0; }
-  /// \brief Blocks indexed.
-  [[nodiscard]] std::size_t size() const { return key_of_.size(); }
+  /// \brief Adds `block` to the key of indexed block `indexed` as a copy: it holds the same
+  /// content after the same prefix. Throws std::logic_error when `indexed` is not indexed or
+  /// `block` is in the index already.
+  void add_copy(int indexed, int block);
+  /// \brief Evicts indexed `block`: it leaves the index and the evictable list. Returns the copy
+  /// that takes its place under the same key (the index then holds a reference on it), or nothing
+  /// when the key had no copy and is gone. Throws std::logic_error when `block` is not indexed.
+  std::optional<int> evict(int block);
+  /// \brief A block that went back to the pool: if it was a copy, it leaves its key.
+  void forget(int block);
+  /// \brief True when `block` is the indexed block of its key (not a copy).
+  [[nodiscard]] bool contains(int block) const {
+    const auto it = entry_of_.find(block);
+    return it != entry_of_.end() && it->second->second.hit.block == block;
+  }
+  /// \brief Blocks indexed (one per key; copies not counted).
+  [[nodiscard]] std::size_t size() const { return entries_.size(); }
+  /// \brief Every copy, with the indexed block of its key: {copy, indexed}.
+  [[nodiscard]] std::vector<std::pair<int, int>> copies() const;
 
   /// \brief Marks an indexed block as held by nothing but the index: the newest evictable one.
   void push_evictable(int block);
@@ -82,10 +96,15 @@ class PrefixIndex {
       return std::tie(parent, tokens) < std::tie(o.parent, o.tokens);
     }
   };
-  std::map<Key, PrefixHit> blocks_;       // content -> block and chain id
-  std::unordered_map<int, Key> key_of_;   // block -> its key, to erase it
-  std::uint64_t next_chain_ = kRoot + 1;  // never reused
-  std::list<int> lru_;                    // evictable blocks, least recently used first
+  struct Entry {
+    PrefixHit hit;            // the indexed block and its chain id
+    std::vector<int> copies;  // other live blocks with the same content, newest last
+  };
+  using Entries = std::map<Key, Entry>;
+  Entries entries_;                                      // content -> its blocks
+  std::unordered_map<int, Entries::iterator> entry_of_;  // every block of every entry
+  std::uint64_t next_chain_ = kRoot + 1;                 // never reused
+  std::list<int> lru_;  // evictable blocks, least recently used first
   std::unordered_map<int, std::list<int>::iterator> lru_pos_;
 };
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 #include <stdexcept>
 #include <utility>
 
@@ -120,14 +121,12 @@ void SharedBlockManager::index_full_block(Sequence& s) {
   const std::size_t i = s.tokens.size() / bs - 1;
   const std::span<const int> content(s.tokens.data() + i * bs, bs);
   // Another sequence may have computed the same content into its own block (two prompts that
-  // begin alike, prefilled side by side). This one then stays private, a twin of the indexed
-  // block, and the chain continues under the indexed block's name. Should the indexed block be
-  // evicted while the twin lives, the index entry moves to the twin (take_block), so the chain
-  // and everything indexed after it stay reachable.
+  // begin alike, prefilled side by side). This one then joins the key as a copy, and the chain
+  // continues under the key's name; should the indexed block be evicted while the copy lives, the
+  // copy takes its place (take_block).
   if (const auto hit = index_.find(s.chain, content)) {
     s.chain = hit->chain;
-    twins_.emplace(hit->block, s.blocks[i]);
-    twin_of_.emplace(s.blocks[i], hit->block);
+    index_.add_copy(hit->block, s.blocks[i]);
     return;
   }
   s.chain = index_.insert(s.chain, content, s.blocks[i]);
@@ -156,26 +155,9 @@ void SharedBlockManager::free(int seq) {
 int SharedBlockManager::take_block() {
   if (pool_.num_free() == 0) {
     const int victim = index_.oldest_evictable();  // callers checked num_available()
-    const auto twin = twins_.find(victim);
-    if (twin == twins_.end()) {
-      index_.erase(victim);
-    } else {
-      // A live sequence holds the same content: the entry moves to its block, and the victim's
-      // other twins become that block's.
-      const int heir = twin->second;
-      twins_.erase(twin);
-      twin_of_.erase(heir);
-      index_.move_block(victim, heir);
-      pool_.retain(heir);  // the index's reference; a sequence holds it, so it is not evictable
-      const auto [first, last] = twins_.equal_range(victim);
-      std::vector<int> others;
-      for (auto it = first; it != last; ++it) others.push_back(it->second);
-      twins_.erase(victim);
-      for (const int t : others) {
-        twin_of_[t] = heir;
-        twins_.emplace(heir, t);
-      }
-    }
+    // A live copy of the victim takes its place in the index; the index's reference moves to it
+    // (a sequence holds it, so it is not evictable).
+    if (const std::optional<int> heir = index_.evict(victim)) pool_.retain(*heir);
     pool_.release(victim);
     ++counters_.evictions;
   }
@@ -190,19 +172,7 @@ void SharedBlockManager::retain(int block) {
 void SharedBlockManager::release(int block) {
   pool_.release(block);
   if (index_.contains(block) && pool_.ref_count(block) == 1) index_.push_evictable(block);
-  if (pool_.ref_count(block) == 0) forget_twin(block);
-}
-
-void SharedBlockManager::forget_twin(int block) {
-  const auto it = twin_of_.find(block);
-  if (it == twin_of_.end()) return;
-  const auto [first, last] = twins_.equal_range(it->second);
-  for (auto t = first; t != last; ++t)
-    if (t->second == block) {
-      twins_.erase(t);
-      break;
-    }
-  twin_of_.erase(it);
+  if (pool_.ref_count(block) == 0) index_.forget(block);  // a copy leaves its key
 }
 
 bool SharedBlockManager::is_live(int seq) const { return seqs_.is_live(seq); }
@@ -295,18 +265,11 @@ void SharedBlockManager::check_invariants() const {
                       should_be_evictable ? "only the index holds it" : "a sequence holds it"));
     evictable += should_be_evictable ? 1 : 0;
   }
-  for (const auto& [indexed, twin] : twins_) {
-    const auto back = twin_of_.find(twin);
-    if (!index_.contains(indexed) || index_.contains(twin) || owners[twin] == 0 ||
-        back == twin_of_.end() || back->second != indexed)
+  for (const auto& [copy, indexed] : index_.copies())
+    if (!index_.contains(indexed) || index_.contains(copy) || owners[copy] == 0)
       throw std::logic_error(fmt::format(
-          "block {} is listed as a twin of block {} but is not a held, unindexed block whose "
-          "indexed original is {}",
-          twin, indexed, indexed));
-  }
-  if (twins_.size() != twin_of_.size())
-    throw std::logic_error(
-        fmt::format("{} twins listed one way, {} the other", twins_.size(), twin_of_.size()));
+          "block {} is listed as a copy of indexed block {} but is not a held, unindexed block",
+          copy, indexed));
   if (evictable != index_.num_evictable())
     throw std::logic_error(fmt::format("{} blocks are evictable but the list holds {}", evictable,
                                        index_.num_evictable()));

@@ -17,7 +17,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
-#include <unordered_map>
 #include <vector>
 
 #include "chapters/03_paged_blocks/block_pool.hpp"
@@ -121,8 +120,8 @@ class SharedBlockManager {
 
   /// \brief Throws std::logic_error unless every block's reference count equals its page-table
   /// entries plus one if indexed, the evictable blocks are exactly the indexed ones no sequence
-  /// holds, only full blocks are indexed, every twin (a held block with content the index holds
-  /// elsewhere) is held and unindexed, and every sequence's table covers its length exactly.
+  /// holds, only full blocks are indexed, every copy (a block with content the index holds in
+  /// another) is held and unindexed, and every sequence's table covers its length exactly.
   void check_invariants() const;
 
  private:
@@ -135,7 +134,6 @@ class SharedBlockManager {
   int take_block();
   void retain(int block);
   void release(int block);
-  void forget_twin(int block);
   void index_full_block(Sequence& s);
   [[nodiscard]] std::vector<int> cached_prefix(std::span<const int> prompt) const;
 
@@ -144,10 +142,6 @@ class SharedBlockManager {
   ch03::SequenceTable<Sequence> seqs_;
   std::vector<BlockCopy> copies_;
   SharingCounters counters_;
-  // Full blocks a sequence filled with content the index already held in another block: indexed
-  // block -> its twins, and back. An evicted indexed block hands its entry to a twin.
-  std::unordered_multimap<int, int> twins_;
-  std::unordered_map<int, int> twin_of_;
 };
 
 }  // namespace kvheap::ch04

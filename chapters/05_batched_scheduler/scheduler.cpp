@@ -45,7 +45,7 @@ int Scheduler::submit(std::span<const int> prompt, int max_new_tokens) {
 bool Scheduler::computing_next_block(const Entry& r, long cached) const {
   // The block after r's cached ones, if r's prompt can take it from the index at all (never the
   // block of its last token), and a running request that holds the same tokens up to its end but
-  // has not computed it yet. Its K and V are the same, so r would compute a twin.
+  // has not computed it yet. Its K and V are the same, so r would compute a copy.
   const long bs = blocks_.pool().block_size();
   const long end = (cached + 1) * bs;
   if (end > static_cast<long>(r.tokens.size()) - 1) return false;

@@ -166,21 +166,21 @@ TEST(Ch04CowPrefixSharing, CachedBlocksOutliveTheirSequenceAndAreEvictedTailFirs
   EXPECT_EQ(m.pool().num_used(), static_cast<int>(m.index().size()));
 }
 
-TEST(Ch04CowPrefixSharing, AnEvictedBlockHandsItsIndexEntryToALiveTwin) {
+TEST(Ch04CowPrefixSharing, AnEvictedBlockHandsItsIndexEntryToALiveCopy) {
   // Two prompts that begin alike, prefilled side by side: both compute their first block, the
-  // first to fill it is indexed and the other's is its twin.
+  // first to fill it is indexed and the other's joins its key as a copy.
   SharedBlockManager m(5, 2, 0);
   const int a = m.allocate();
   const int b = m.allocate();
   append_all(m, a, {1, 2});
   append_all(m, b, {1, 2});
   const int original = m.page_table(a)[0];
-  const int twin = m.page_table(b)[0];
-  ASSERT_NE(original, twin);
+  const int copy = m.page_table(b)[0];
+  ASSERT_NE(original, copy);
   EXPECT_TRUE(m.index().contains(original));
-  EXPECT_FALSE(m.index().contains(twin));
+  EXPECT_FALSE(m.index().contains(copy));
   m.free(a);                 // the original is now only cached
-  append_all(m, b, {3, 4});  // indexed after the twin's chain
+  append_all(m, b, {3, 4});  // indexed after the copy's chain
   m.check_invariants();
 
   // Fill the pool so the original is evicted; b still lives and holds the same content.
@@ -189,8 +189,8 @@ TEST(Ch04CowPrefixSharing, AnEvictedBlockHandsItsIndexEntryToALiveTwin) {
   EXPECT_EQ(m.counters().evictions, 1);
   const std::vector<int> first = {1, 2};
   ASSERT_TRUE(m.index().find(ch04::PrefixIndex::kRoot, first));
-  EXPECT_EQ(m.index().find(ch04::PrefixIndex::kRoot, first)->block, twin)
-      << "the entry moved to the twin (block " << original << " went back to the pool)";
+  EXPECT_EQ(m.index().find(ch04::PrefixIndex::kRoot, first)->block, copy)
+      << "the entry moved to the copy (block " << original << " went back to the pool)";
   m.check_invariants();
   EXPECT_EQ(m.cached_blocks(std::vector<int>{1, 2, 3, 4, 5}), 2)
       << "the chain through the evicted block is still reachable";
@@ -203,9 +203,9 @@ TEST(Ch04CowPrefixSharing, AnEvictedBlockHandsItsIndexEntryToALiveTwin) {
   EXPECT_EQ(m.pool().num_used(), static_cast<int>(m.index().size()));
 }
 
-TEST(Ch04CowPrefixSharing, AnEvictedBlockWithSeveralTwinsHandsItsEntryToOneAndKeepsTheOthers) {
-  // Three sequences compute the same first block; the first is indexed, the other two are twins,
-  // and one twin is forked (a twin held twice).
+TEST(Ch04CowPrefixSharing, AnEvictedBlockWithSeveralCopiesHandsItsEntryToOneAndKeepsTheOthers) {
+  // Three sequences compute the same first block; the first is indexed, the other two are copies,
+  // and one copy is forked (a copy held twice).
   SharedBlockManager m(8, 2, 0);
   const int a = m.allocate(), b = m.allocate(), c = m.allocate();
   for (int s : {a, b, c}) append_all(m, s, {1, 2});
@@ -221,9 +221,9 @@ TEST(Ch04CowPrefixSharing, AnEvictedBlockWithSeveralTwinsHandsItsEntryToOneAndKe
   const auto hit = m.index().find(ch04::PrefixIndex::kRoot, first);
   ASSERT_TRUE(hit);
   EXPECT_TRUE(hit->block == m.page_table(b)[0] || hit->block == m.page_table(c)[0])
-      << "the entry of block " << original << " moved to one of its twins";
+      << "the entry of block " << original << " moved to one of its copies";
   m.check_invariants();
-  // The heir's holders finish; the entry stays (the index holds it), and the other twin can
+  // The heir's holders finish; the entry stays (the index holds it), and the other copy can
   // still inherit it later.
   m.free(b);
   m.free(b2);
