@@ -24,13 +24,15 @@
 #include "common/tokenizer/bpe_tokenizer.hpp"
 #include "common/tokenizer/tiktoken_file.hpp"
 #include "common/tokenizer/tokenizer_json.hpp"
+#include "tests/support/source_tree.hpp"
 
 namespace {
 
 namespace fs = std::filesystem;
 using kvheap::BpeTokenizer;
 
-const std::string kData = std::string(KVHEAP_SOURCE_DIR) + "/tests/data/tokenizers/";
+const std::string kData =
+    (kvheap::test::source_dir() / "tests" / "data" / "tokenizers").string() + "/";
 
 std::string read_file(const fs::path& p) {
   std::ifstream f(p, std::ios::binary);

@@ -1,6 +1,7 @@
 // Fuzz entry points for the BPE tokenizers: the tokenizer.json reader, the tiktoken reader, and
 // encoding with the committed real vocabularies.
 #include <algorithm>
+#include <filesystem>
 #include <limits>
 #include <map>
 #include <memory>
@@ -15,6 +16,7 @@
 #include "common/tokenizer/utf8.hpp"
 #include "fuzz/entry_points.hpp"
 #include "fuzz/fuzz_support.hpp"
+#include "tests/support/source_tree.hpp"
 
 namespace kvheap {
 
@@ -134,12 +136,13 @@ FuzzOutcome fuzz_tiktoken(std::span<const std::uint8_t> input, std::string* why)
 FuzzOutcome fuzz_bpe_encode(std::span<const std::uint8_t> input, std::string* /*why*/) {
   // The committed test vocabularies: Qwen's as a tokenizer.json (NFC first), Llama 3's tiktoken
   // form of it, and Mistral's SentencePiece-style file.
-  static const std::unique_ptr<BpeTokenizer> qwen = load_tokenizer_json(
-      std::string(KVHEAP_SOURCE_DIR) + "/tests/data/tokenizers/qwen16k.tokenizer.json");
+  static const std::filesystem::path data = test::source_dir() / "tests" / "data" / "tokenizers";
+  static const std::unique_ptr<BpeTokenizer> qwen =
+      load_tokenizer_json((data / "qwen16k.tokenizer.json").string());
   static const std::unique_ptr<BpeTokenizer> llama3 =
-      load_tiktoken(std::string(KVHEAP_SOURCE_DIR) + "/tests/data/tokenizers/qwen16k.tiktoken");
-  static const std::unique_ptr<BpeTokenizer> mistral = load_tokenizer_json(
-      std::string(KVHEAP_SOURCE_DIR) + "/tests/data/tokenizers/mistral_subset.tokenizer.json");
+      load_tiktoken((data / "qwen16k.tiktoken").string());
+  static const std::unique_ptr<BpeTokenizer> mistral =
+      load_tokenizer_json((data / "mistral_subset.tokenizer.json").string());
   const std::string_view text = fuzz::as_text(input);
   const std::string valid = utf8_replace_invalid(text);
   for (const BpeTokenizer* tok : {qwen.get(), llama3.get(), mistral.get()}) {

@@ -16,6 +16,7 @@
 #include "fuzz/fuzz_support.hpp"
 #include "tests/support/checkpoint_writers.hpp"
 #include "tests/support/gguf_writer.hpp"
+#include "tests/support/source_tree.hpp"
 
 namespace fs = std::filesystem;
 using namespace kvheap;
@@ -116,7 +117,7 @@ void gguf_seeds() {
   seed("fuzz_gguf", "valid_tiny_llama.gguf", test::tiny_model_gguf().bytes());
   // Every tensor type, quantized blocks next to their values (tests/data/gguf/quants.gguf).
   seed("fuzz_gguf", "every_tensor_type.gguf",  // architecture kvheap-quant-test: refused
-       test::read_bytes(std::string(KVHEAP_SOURCE_DIR) + "/tests/data/gguf/quants.gguf"));
+       test::read_bytes((test::source_dir() / "tests" / "data" / "gguf" / "quants.gguf").string()));
   test::GgufWriter spm;
   spm.string("tokenizer.ggml.model", "llama");
   spm.strings("tokenizer.ggml.tokens",
@@ -155,7 +156,7 @@ void tokenizer_seeds() {
 }
 
 std::string data_file(const std::string& name) {
-  return test::read_bytes(std::string(KVHEAP_SOURCE_DIR) + "/tests/data/tokenizers/" + name);
+  return test::read_bytes((test::source_dir() / "tests" / "data" / "tokenizers" / name).string());
 }
 
 // The BPE readers' seeds: small valid files cut from the committed test vocabularies, texts, and

@@ -13,8 +13,8 @@
 namespace kvheap {
 namespace {
 
-// The program's absolute path, from the build (run_program's folder does not apply to it).
-const char* kCapacity = KVHEAP_BENCH_CAPACITY;
+// The program, in the build folder's bench/ beside the bin/ that run_program starts from.
+const char* kCapacity = "../bench/bench_capacity";
 
 struct Row {
   int block_size = 0, contiguous = 0, paged = 0;

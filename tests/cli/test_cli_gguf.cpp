@@ -24,6 +24,7 @@
 #include "tests/support/gguf_writer.hpp"
 #include "tests/support/run_program.hpp"
 #include "tests/support/test_support.hpp"
+#include "tests/support/source_tree.hpp"
 
 namespace kvheap {
 namespace {
@@ -42,9 +43,8 @@ const bool kFull = std::string(KVHEAP_CUDA_MODE) == "sim" && !kSanitized;
 constexpr double kNearTie = 1e-4;
 
 const nlohmann::json& oracle() {
-  static const nlohmann::json j = nlohmann::json::parse(test::read_bytes(
-      (std::filesystem::path(KVHEAP_SOURCE_DIR) / "tests" / "data" / "gguf" / "smollm2.json")
-          .string()));
+  static const nlohmann::json j = nlohmann::json::parse(
+      test::read_bytes((test::source_dir() / "tests" / "data" / "gguf" / "smollm2.json").string()));
   return j;
 }
 

@@ -14,10 +14,7 @@
 #include <vector>
 
 #include "fuzz/entry_points.hpp"
-
-#ifndef KVHEAP_SOURCE_DIR
-#error "KVHEAP_SOURCE_DIR must point at the repository root"
-#endif
+#include "tests/support/source_tree.hpp"
 
 namespace kvheap {
 
@@ -34,7 +31,7 @@ namespace fs = std::filesystem;
 // Files of fuzz/<kind>/<target>/, sorted so failures are reported in a stable order. A folder
 // that does not exist (no regression found yet) holds no files.
 std::vector<fs::path> inputs(const std::string& kind, const std::string& target) {
-  const fs::path dir = fs::path(KVHEAP_SOURCE_DIR) / "fuzz" / kind / target;
+  const fs::path dir = test::source_dir() / "fuzz" / kind / target;
   std::vector<fs::path> files;
   if (!fs::is_directory(dir)) return files;
   for (const auto& e : fs::directory_iterator(dir))

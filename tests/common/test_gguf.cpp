@@ -25,6 +25,7 @@
 #include "tests/support/checkpoint_writers.hpp"
 #include "tests/support/gguf_writer.hpp"
 #include "tests/support/test_support.hpp"
+#include "tests/support/source_tree.hpp"
 
 namespace kvheap {
 namespace {
@@ -32,7 +33,7 @@ namespace {
 constexpr const char* kSmolLM2 = "SmolLM2-135M-Instruct.Q4_1.gguf";
 
 std::string gguf_data(const std::string& name) {
-  return (std::filesystem::path(KVHEAP_SOURCE_DIR) / "tests" / "data" / "gguf" / name).string();
+  return (test::source_dir() / "tests" / "data" / "gguf" / name).string();
 }
 
 const nlohmann::json& oracle() {

@@ -7,6 +7,7 @@
 
 #include "common/tokenizer/tiktoken_file.hpp"
 #include "common/tokenizer/tokenizer_json.hpp"
+#include "tests/support/source_tree.hpp"
 
 namespace kvheap::test {
 
@@ -23,7 +24,7 @@ std::string read_text(const std::string& path) {
 }  // namespace
 
 std::string tokenizer_data(const std::string& name) {
-  return std::string(KVHEAP_SOURCE_DIR) + "/tests/data/tokenizers/" + name;
+  return (source_dir() / "tests" / "data" / "tokenizers" / name).string();
 }
 
 const nlohmann::json& tokenizer_reference() {

@@ -6,10 +6,11 @@
 #include <string>
 
 #include "tests/support/layers.hpp"
+#include "tests/support/source_tree.hpp"
 
 int main(int argc, char** argv) {
   using namespace kvheap;
-  const std::filesystem::path root = argc > 1 ? argv[1] : KVHEAP_SOURCE_DIR;
+  const std::filesystem::path root = argc > 1 ? std::filesystem::path(argv[1]) : test::source_dir();
   if (!std::filesystem::is_directory(root)) {
     std::fprintf(stderr, "kvheap_layers: '%s' is not a folder; expected a kvheap source tree\n",
                  root.string().c_str());

@@ -13,10 +13,7 @@
 #include <vector>
 
 #include "common/model/model_config.hpp"
-
-#ifndef KVHEAP_SOURCE_DIR
-#error "KVHEAP_SOURCE_DIR must point at the repository root"
-#endif
+#include "tests/support/source_tree.hpp"
 
 namespace kvheap {
 namespace {
@@ -29,7 +26,7 @@ const std::vector<std::string> kSections = {
 
 std::vector<fs::path> chapter_folders() {
   std::vector<fs::path> out;
-  for (const auto& e : fs::directory_iterator(fs::path(KVHEAP_SOURCE_DIR) / "chapters"))
+  for (const auto& e : fs::directory_iterator(test::source_dir() / "chapters"))
     if (e.is_directory()) out.push_back(e.path());
   std::sort(out.begin(), out.end());
   return out;
@@ -79,7 +76,7 @@ TEST(Docs, EveryChapterPageHasTheTemplatesSectionsInOrder) {
 TEST(Docs, ChapterOneNamesEveryPreset) {
   std::string page;
   for (const std::string& line :
-       lines_of(fs::path(KVHEAP_SOURCE_DIR) / "chapters" / "01_cpu_reference" / "README.md"))
+       lines_of(test::source_dir() / "chapters" / "01_cpu_reference" / "README.md"))
     page += line + "\n";
   for (const std::string& name : preset_names())
     EXPECT_NE(page.find("`" + name + "`"), std::string::npos)
@@ -87,7 +84,7 @@ TEST(Docs, ChapterOneNamesEveryPreset) {
 }
 
 TEST(Docs, CodeToReadListsEveryChapterSourceWithATrueLineCount) {
-  const fs::path root = KVHEAP_SOURCE_DIR;
+  const fs::path root = test::source_dir();
   // "`chapters/03_paged_blocks/block_pool.cpp` (89 lines)", or a path inside the chapter's folder.
   const std::regex entry(R"re(`([A-Za-z0-9_./]+\.(?:cpp|hpp|cu|cuh))`[^`(]*\((\d+)\s+lines\))re");
   for (const fs::path& folder : chapter_folders()) {

@@ -11,10 +11,7 @@
 
 #include "tests/support/checkpoint_writers.hpp"
 #include "tests/support/layers.hpp"
-
-#ifndef KVHEAP_SOURCE_DIR
-#error "KVHEAP_SOURCE_DIR must point at the repository root"
-#endif
+#include "tests/support/source_tree.hpp"
 
 namespace kvheap {
 namespace {
@@ -28,7 +25,7 @@ std::string describe(const std::vector<layers::Edge>& edges) {
 }
 
 TEST(Layering, NoIncludeOrLinkOfTheTreePointsUp) {
-  const fs::path root = KVHEAP_SOURCE_DIR;
+  const fs::path root = test::source_dir();
   const std::vector<layers::Edge> includes = layers::include_edges(root);
   const std::vector<layers::Edge> links = layers::link_edges(root);
   ASSERT_GT(includes.size(), 100u) << "the scan found almost no includes: wrong root?";
@@ -63,7 +60,7 @@ TEST(Layering, FoldersAreRankedBottomUpAndChaptersInOrder) {
 // common/ holds its CMakeLists.txt and its layers' folders, nothing else: a new folder must take
 // its place in the order (tests/support/layers.cpp), and a new file a folder.
 TEST(Layering, CommonHoldsOnlyItsLayers) {
-  const fs::path common = fs::path(KVHEAP_SOURCE_DIR) / "common";
+  const fs::path common = test::source_dir() / "common";
   int folders = 0;
   for (const auto& e : fs::directory_iterator(common)) {
     const std::string name = e.path().filename().string();
@@ -71,10 +68,12 @@ TEST(Layering, CommonHoldsOnlyItsLayers) {
       ++folders;
       EXPECT_NE(layers::rank_of(layers::folder_of("common/" + name + "/x.hpp")), -1)
           << "common/" << name << "/ is not one of common/'s layers";
-      for (const auto& f : fs::recursive_directory_iterator(e.path()))
-        if (f.is_directory())
+      for (const auto& f : fs::recursive_directory_iterator(e.path())) {
+        if (f.is_directory()) {
           EXPECT_EQ(f.path().filename(), "cuda") << fs::relative(f.path(), common).generic_string()
                                                  << ": a layer's only sub-folder is cuda/";
+        }
+      }
     } else {
       EXPECT_EQ(name, "CMakeLists.txt") << "common/" << name << " belongs in one of its layers";
     }
@@ -127,7 +126,7 @@ std::string lines(const std::vector<std::string>& list) {
 
 TEST(Layering, ChaptersIncludeOnlyTheCacheServingProgramAndModelConfig) {
   const std::vector<std::string> found =
-      layers::chapter_includes_past_their_layers(KVHEAP_SOURCE_DIR);
+      layers::chapter_includes_past_their_layers(test::source_dir());
   EXPECT_TRUE(found.empty()) << lines(found);
 }
 
@@ -150,7 +149,7 @@ TEST(Layering, PlantedChapterIncludePastItsLayersIsCaught) {
 }
 
 TEST(Layering, DeviceCodeIncludesNoCpuOnlyHeader) {
-  const std::vector<std::string> found = layers::cpu_headers_in_device_code(KVHEAP_SOURCE_DIR);
+  const std::vector<std::string> found = layers::cpu_headers_in_device_code(test::source_dir());
   EXPECT_TRUE(found.empty()) << lines(found);
 }
 
