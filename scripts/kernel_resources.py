@@ -13,6 +13,12 @@ compile), for both architectures at once, with -O3 -DNDEBUG as the Release build
 -Xptxas -v. The table is docs/results/kernel-resources.md; its budget column is the committed
 budget the check holds the registers to.
 
+ptxas's report for a file is kept in a cache (~/.cache/kvheap/kernel-resources, or under
+$XDG_CACHE_HOME), keyed by nvcc's version, the device command (with the source and build folders
+taken out) and the content of every file in kernels/, device/ and base/, the folders a kernel may
+include from: a tree whose kernels did not change is checked in a second instead of minutes.
+--no-cache compiles every file.
+
 The check fails when a kernel spills (every kernel in kernels/ runs on the decode path), when a
 decode-attention kernel keeps any local memory (a stack frame: an array indexed at run time), when
 a kernel's registers exceed its committed budget, or when the committed table does
@@ -27,6 +33,7 @@ an assumed 0.7-0.9 us a load takes under full load (not measured here) that is 2
 leaves half as much again.
 """
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -202,7 +209,34 @@ def demangle(names):
     return [readable(n) for n in out]
 
 
-def measure(build, only=None):
+CACHE = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "kvheap",
+                     "kernel-resources")
+INCLUDABLE = ["kernels", "device", "base"]  # the folders a kernel's includes may reach
+
+
+def tree_digest():
+    """One hash of every file in the folders a kernel may include from."""
+    h = hashlib.sha256()
+    for top in INCLUDABLE:
+        for folder, dirs, files in sorted(os.walk(os.path.join(ROOT, top))):
+            dirs.sort()
+            for name in sorted(files):
+                path = os.path.join(folder, name)
+                h.update(os.path.relpath(path, ROOT).encode() + b"\0")
+                with open(path, "rb") as f:
+                    h.update(f.read() + b"\0")
+    return h.hexdigest()
+
+
+def cache_key(cmd, entry, digest, nvcc):
+    """The key of one file's ptxas report: what decides it, with no path of this clone in it."""
+    build = os.path.abspath(entry["directory"])
+    words = [a.replace(build, "<build>").replace(ROOT, "<root>") for a in cmd[:-2]]  # not -o OUT
+    h = hashlib.sha256("\0".join([nvcc, digest] + words).encode())
+    return h.hexdigest()
+
+
+def measure(build, only=None, use_cache=True):
     with open(os.path.join(build, "compile_commands.json")) as f:
         entries = [e for e in json.load(f)
                    if e["file"].endswith(".cu")
@@ -214,13 +248,26 @@ def measure(build, only=None):
     tmp = os.path.abspath(os.path.join(build, "kernel-resources"))  # the fatbins, for cuobjdump
     os.makedirs(tmp, exist_ok=True)
 
+    digest, nvcc = tree_digest(), nvcc_version()
+    cached = []
+
     def run(entry):
         out = os.path.join(tmp, os.path.basename(entry["file"]) + ".fatbin")
         cmd = device_command(entry, out)
+        saved = os.path.join(CACHE, cache_key(cmd, entry, digest, nvcc) + ".txt")
+        if use_cache and os.path.isfile(saved):
+            with open(saved) as f:
+                cached.append(entry["file"])
+                return os.path.relpath(entry["file"], ROOT), parse_ptxas(f.read())
         p = subprocess.run(cmd, cwd=entry["directory"], capture_output=True, text=True)
         if p.returncode != 0:
             sys.stderr.write(p.stdout + p.stderr)
             raise SystemExit(f"kernel_resources: compiling {entry['file']} failed")
+        if use_cache:  # written whole, then renamed: a reader never sees half a report
+            os.makedirs(CACHE, exist_ok=True)
+            with open(saved + ".part", "w") as f:
+                f.write(p.stdout + p.stderr)
+            os.replace(saved + ".part", saved)
         return os.path.relpath(entry["file"], ROOT), parse_ptxas(p.stdout + p.stderr)
 
     start = time.time()
@@ -235,7 +282,7 @@ def measure(build, only=None):
         k["name"] = name
     kernels.sort(key=lambda k: (k["source"], k["name"], k["arch"]))
     print(f"kernel_resources: {len(kernels)} kernel instantiations from {len(entries)} files "
-          f"in {time.time() - start:.0f} s")
+          f"({len(cached)} of them from the cache) in {time.time() - start:.0f} s")
     return kernels
 
 
@@ -348,11 +395,13 @@ def main():
     ap.add_argument("--table", default=TABLE, help="the committed table (default: %(default)s)")
     ap.add_argument("--only", nargs="+", metavar="FILE.cu",
                     help="check only these files of kernels/ (quicker; no --update)")
+    ap.add_argument("--no-cache", action="store_true",
+                    help="compile every file, and keep no report (see above)")
     args = ap.parse_args()
     if args.only and args.update:
         ap.error("--update rewrites the whole table: leave out --only")
 
-    kernels = measure(args.build, args.only)
+    kernels = measure(args.build, args.only, use_cache=not args.no_cache)
     measured = os.path.join(args.build, "kernel-resources.md")
     write_table(kernels, measured)
     if args.update:
