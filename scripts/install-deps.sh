@@ -13,7 +13,7 @@ packages=(
   libpcre2-dev libutf8proc-dev pkg-config
   doxygen doxygen-awesome-css graphviz
   python3-matplotlib
-  clang libclang-rt-14-dev libomp-dev clang-format clang-tidy
+  clang libclang-rt-14-dev libomp-dev clang-format clang-tidy clang-tools
 )
 
 missing=()
