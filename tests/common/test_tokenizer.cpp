@@ -15,20 +15,9 @@
 namespace kvheap {
 namespace {
 
-// ---- helpers ------------------------------------------------------------------------------------
+using test::expect_input_error;
 
-template <typename Fn>
-void expect_input_error(Fn&& fn, std::initializer_list<std::string_view> parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected InputError";
-  } catch (const InputError& e) {
-    for (const auto part : parts) {
-      EXPECT_NE(std::string(e.what()).find(part), std::string::npos)
-          << "'" << part << "' missing from: " << e.what();
-    }
-  }
-}
+// ---- helpers ------------------------------------------------------------------------------------
 
 std::vector<std::string> pieces_of(const Llama2cTokenizer& t, const std::vector<int>& ids) {
   std::vector<std::string> out;

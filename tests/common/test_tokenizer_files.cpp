@@ -14,9 +14,12 @@
 
 #include "base/error.hpp"
 #include "common/tokenizer/llama2c_tokenizer.hpp"
+#include "tests/support/test_support.hpp"
 
 namespace kvheap {
 namespace {
+
+using test::expect_input_error;
 
 namespace fs = std::filesystem;
 
@@ -75,20 +78,6 @@ std::string write_vocab(const TempDir& dir, const std::string& name,
   f.token(0.0f, "</s>");
   for (const auto& [piece, score] : pieces) f.token(score, piece);
   return f.save(dir, name);
-}
-
-// Expects `fn` to throw InputError whose message contains every one of `parts`.
-template <typename Fn>
-void expect_input_error(Fn&& fn, std::initializer_list<std::string_view> parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected InputError";
-  } catch (const InputError& e) {
-    for (const auto part : parts) {
-      EXPECT_NE(std::string(e.what()).find(part), std::string::npos)
-          << "'" << part << "' missing from: " << e.what();
-    }
-  }
 }
 
 std::vector<std::string> pieces_of(const Llama2cTokenizer& t, const std::vector<int>& ids) {

@@ -3,9 +3,13 @@
 
 #include <gtest/gtest.h>
 
+#include <initializer_list>
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
+
+#include "base/error.hpp"
 
 namespace kvheap::test {
 
@@ -24,6 +28,20 @@ double max_rel_diff(std::span<const float> a, std::span<const float> b, double f
 /// differ by rounding of the large ones it was computed alongside, so its own magnitude is not
 /// the right yardstick. Infinity when the sizes differ.
 double rel_inf_error(std::span<const float> a, std::span<const float> b);
+
+/// \brief Expects `fn` to throw an InputError whose message contains every one of `parts`.
+template <typename Fn>
+void expect_input_error(Fn&& fn, std::initializer_list<std::string_view> parts) {
+  try {
+    fn();
+    ADD_FAILURE() << "expected InputError";
+  } catch (const InputError& e) {
+    for (const auto part : parts) {
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos)
+          << "'" << part << "' missing from: " << e.what();
+    }
+  }
+}
 
 }  // namespace kvheap::test
 
