@@ -51,15 +51,7 @@ CpuForward::CpuForward(const ModelWeights& weights)
 void CpuForward::resize(int n) {
   const ModelConfig& c = w_.config;
   const auto rows = static_cast<std::size_t>(n);
-  x_.resize(rows * c.dim);
-  xn_.resize(rows * c.dim);
-  q_.resize(rows * c.q_dim());
-  k_.resize(rows * c.kv_dim());
-  v_.resize(rows * c.kv_dim());
-  att_.resize(rows * c.q_dim());
-  proj_.resize(rows * c.dim);
-  gate_.resize(rows * c.hidden_dim);
-  up_.resize(rows * c.hidden_dim);
+  a_.size_for(c, rows, [](std::vector<float>& b, std::size_t floats) { b.resize(floats); });
   pos_.resize(rows);
 }
 
@@ -80,7 +72,7 @@ std::span<const float> CpuForward::forward(const Batch& batch, KVCache& cache) {
   const bool interleaved = c.rope_style == RopeStyle::Interleaved;
 
   for (int r = 0; r < n; ++r) {
-    std::memcpy(&x_[static_cast<std::size_t>(r) * c.dim],
+    std::memcpy(&a_.x[static_cast<std::size_t>(r) * c.dim],
                 w_.token_embedding + static_cast<std::size_t>(batch.rows[r].token) * c.dim,
                 sizeof(float) * c.dim);
     pos_[r] = batch.rows[r].pos;
@@ -90,30 +82,30 @@ std::span<const float> CpuForward::forward(const Batch& batch, KVCache& cache) {
     const LayerWeights& L = w_.layers[l];
     // Attention block: x += Wo * attend(rope(Wq xn), cache <- (rope(Wk xn), Wv xn)), with Qwen3's
     // per-head norm of q and k between the projection and RoPE.
-    cpu::rmsnorm(xn_.data(), x_.data(), L.attn_norm, n, c.dim, c.norm_eps);
-    cpu::matmul(q_.data(), xn_.data(), L.wq, n, c.dim, c.q_dim());
-    cpu::matmul(k_.data(), xn_.data(), L.wk, n, c.dim, c.kv_dim());
-    cpu::matmul(v_.data(), xn_.data(), L.wv, n, c.dim, c.kv_dim());
-    cpu::add_bias(q_.data(), L.bq, n, c.q_dim());
-    cpu::add_bias(k_.data(), L.bk, n, c.kv_dim());
-    cpu::add_bias(v_.data(), L.bv, n, c.kv_dim());
+    cpu::rmsnorm(a_.xn.data(), a_.x.data(), L.attn_norm, n, c.dim, c.norm_eps);
+    cpu::matmul(a_.q.data(), a_.xn.data(), L.wq, n, c.dim, c.q_dim());
+    cpu::matmul(a_.k.data(), a_.xn.data(), L.wk, n, c.dim, c.kv_dim());
+    cpu::matmul(a_.v.data(), a_.xn.data(), L.wv, n, c.dim, c.kv_dim());
+    cpu::add_bias(a_.q.data(), L.bq, n, c.q_dim());
+    cpu::add_bias(a_.k.data(), L.bk, n, c.kv_dim());
+    cpu::add_bias(a_.v.data(), L.bv, n, c.kv_dim());
     if (c.qk_norm)
-      cpu::qk_norm(q_.data(), k_.data(), L.q_norm, L.k_norm, n, c.n_heads, c.n_kv_heads, c.head_dim,
-                   c.norm_eps);
-    cpu::rope(q_.data(), pos_.data(), n, c.n_heads, c.head_dim, inv_freq_.data(), interleaved);
-    cpu::rope(k_.data(), pos_.data(), n, c.n_kv_heads, c.head_dim, inv_freq_.data(), interleaved);
-    cache.write(l, batch, k_.data(), v_.data());
-    cache.attend(l, batch, q_.data(), att_.data());
-    cpu::matmul(proj_.data(), att_.data(), L.wo, n, c.q_dim(), c.dim);
-    cpu::residual_add(x_.data(), proj_.data(), static_cast<long>(n) * c.dim);
+      cpu::qk_norm(a_.q.data(), a_.k.data(), L.q_norm, L.k_norm, n, c.n_heads, c.n_kv_heads,
+                   c.head_dim, c.norm_eps);
+    cpu::rope(a_.q.data(), pos_.data(), n, c.n_heads, c.head_dim, inv_freq_.data(), interleaved);
+    cpu::rope(a_.k.data(), pos_.data(), n, c.n_kv_heads, c.head_dim, inv_freq_.data(), interleaved);
+    cache.write(l, batch, a_.k.data(), a_.v.data());
+    cache.attend(l, batch, a_.q.data(), a_.att.data());
+    cpu::matmul(a_.proj.data(), a_.att.data(), L.wo, n, c.q_dim(), c.dim);
+    cpu::residual_add(a_.x.data(), a_.proj.data(), static_cast<long>(n) * c.dim);
 
     // MLP block: x += W2 (silu(W1 xn) * W3 xn).
-    cpu::rmsnorm(xn_.data(), x_.data(), L.ffn_norm, n, c.dim, c.norm_eps);
-    cpu::matmul(gate_.data(), xn_.data(), L.w1, n, c.dim, c.hidden_dim);
-    cpu::matmul(up_.data(), xn_.data(), L.w3, n, c.dim, c.hidden_dim);
-    cpu::swiglu(gate_.data(), up_.data(), static_cast<long>(n) * c.hidden_dim);
-    cpu::matmul(proj_.data(), gate_.data(), L.w2, n, c.hidden_dim, c.dim);
-    cpu::residual_add(x_.data(), proj_.data(), static_cast<long>(n) * c.dim);
+    cpu::rmsnorm(a_.xn.data(), a_.x.data(), L.ffn_norm, n, c.dim, c.norm_eps);
+    cpu::matmul(a_.gate.data(), a_.xn.data(), L.w1, n, c.dim, c.hidden_dim);
+    cpu::matmul(a_.up.data(), a_.xn.data(), L.w3, n, c.dim, c.hidden_dim);
+    cpu::swiglu(a_.gate.data(), a_.up.data(), static_cast<long>(n) * c.hidden_dim);
+    cpu::matmul(a_.proj.data(), a_.gate.data(), L.w2, n, c.hidden_dim, c.dim);
+    cpu::residual_add(a_.x.data(), a_.proj.data(), static_cast<long>(n) * c.dim);
   }
 
   // Classifier only for rows that want logits: in a prompt that is just the last row, which saves
@@ -125,7 +117,7 @@ std::span<const float> CpuForward::forward(const Batch& batch, KVCache& cache) {
   for (int r = 0; r < n; ++r) {
     if (!batch.rows[r].wants_logits) continue;
     std::memcpy(&last_[static_cast<std::size_t>(j) * c.dim],
-                &x_[static_cast<std::size_t>(r) * c.dim], sizeof(float) * c.dim);
+                &a_.x[static_cast<std::size_t>(r) * c.dim], sizeof(float) * c.dim);
     ++j;
   }
   if (m > 0) {

@@ -7,6 +7,7 @@
 
 #include "common/cache/batch.hpp"
 #include "common/cache/kv_cache.hpp"
+#include "common/forward/activations.hpp"
 #include "common/model/weights.hpp"
 
 namespace kvheap {
@@ -37,20 +38,11 @@ class CpuForward {
   void resize(int n);
 
   const ModelWeights& w_;
-  std::vector<float> inv_freq_;  // [head_dim/2]
-  // Activations of the current batch (n rows).
-  std::vector<float> x_;       // [n, dim] residual stream
-  std::vector<float> xn_;      // [n, dim] normalised input of a sub-block
-  std::vector<float> q_;       // [n, q_dim]
-  std::vector<float> k_;       // [n, kv_dim]
-  std::vector<float> v_;       // [n, kv_dim]
-  std::vector<float> att_;     // [n, q_dim]
-  std::vector<float> proj_;    // [n, dim]
-  std::vector<float> gate_;    // [n, hidden_dim]
-  std::vector<float> up_;      // [n, hidden_dim]
-  std::vector<float> last_;    // [n_logit_rows, dim]
-  std::vector<float> logits_;  // [n_logit_rows, vocab_size]
-  std::vector<int> pos_;       // [n]
+  std::vector<float> inv_freq_;        // [head_dim/2]
+  Activations<std::vector<float>> a_;  // of the current batch (n rows)
+  std::vector<float> last_;            // [n_logit_rows, dim]
+  std::vector<float> logits_;          // [n_logit_rows, vocab_size]
+  std::vector<int> pos_;               // [n]
   double prepare_seconds_ = 0;
   bool prepared_ = false;  // prepare() ran for the next forward()
 };

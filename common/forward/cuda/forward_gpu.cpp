@@ -36,24 +36,17 @@ GpuForward::GpuForward(const ModelWeights& weights, DType weight_dtype)
 }
 
 std::size_t GpuForward::scratch_bytes() const noexcept {
-  return x_.bytes() + xn_.bytes() + q_.bytes() + k_.bytes() + v_.bytes() + att_.bytes() +
-         proj_.bytes() + gate_.bytes() + up_.bytes() + last_.bytes() + logits_.bytes() +
-         narrow_.bytes() + probs_.bytes() + picks_.bytes();
+  std::size_t bytes = 0;
+  a_.each([&](const DeviceBuffer<float>& b) { bytes += b.bytes(); });
+  return bytes + last_.bytes() + logits_.bytes() + narrow_.bytes() + probs_.bytes() +
+         picks_.bytes();
 }
 
 void GpuForward::reserve(int n, int m, int jobs, int draws) {
   const ModelConfig& c = config();
   const auto rows = static_cast<std::size_t>(n);
   const auto logit_rows = static_cast<std::size_t>(m);
-  x_.grow(rows * c.dim);
-  xn_.grow(rows * c.dim);
-  q_.grow(rows * c.q_dim());
-  k_.grow(rows * c.kv_dim());
-  v_.grow(rows * c.kv_dim());
-  att_.grow(rows * c.q_dim());
-  proj_.grow(rows * c.dim);
-  gate_.grow(rows * c.hidden_dim);
-  up_.grow(rows * c.hidden_dim);
+  a_.size_for(c, rows, [](DeviceBuffer<float>& b, std::size_t floats) { b.grow(floats); });
   last_.grow(logit_rows * c.dim);
   logits_.grow(logit_rows * c.vocab_size);
   if (w_.matrix_dtype() != DType::F32) {
@@ -80,21 +73,25 @@ void GpuForward::project(const void* a, const DeviceMatrix& w, float* y, int row
 void GpuForward::prepare(const Batch& batch, KVCache& cache) {
   const Clock::time_point t0 = Clock::now();
   validate_batch(batch, config());
+  stage_view(batch, cache);
+  prepare_seconds_ = std::chrono::duration<double>(Clock::now() - t0).count();
+  prepared_ = true;
+}
+
+void GpuForward::stage_view(const Batch& batch, KVCache& cache) {
   staged_.clear();  // the last pass waited for its tokens, so no copy still reads it
   if (batch.size() > 0) {
     const StagedUpload::Scope scope(staged_);  // the cache's view joins the pass's upload
     cache.prepare(batch);
   }
-  prepare_seconds_ = std::chrono::duration<double>(Clock::now() - t0).count();
-  prepared_ = true;
 }
 
 void GpuForward::run(const Batch& batch, KVCache& cache, std::span<const SamplingJob> jobs) {
   const Clock::time_point t0 = Clock::now();
-  const bool ahead = prepared_;  // else prepare() runs below, inside the time measured here
-  prepared_ = false;
+  const bool ahead = prepared_;  // else the cache is prepared below, inside the time measured here
+  prepared_ = false;             // the next pass prepares again
   const ModelConfig& c = config();
-  validate_batch(batch, c);
+  if (!ahead) validate_batch(batch, c);  // prepare() checked it otherwise
   const int n = batch.size();
   const int m = batch.num_logit_rows();
   times_ = PassTimes{};
@@ -116,8 +113,7 @@ void GpuForward::run(const Batch& batch, KVCache& cache, std::span<const Samplin
 
   // The pass's one upload: the cache's view (prepare() staged it), then the token ids,
   // positions, logit rows and sampling jobs. add() copies, so host_ints_ is reused.
-  if (!ahead) prepare(batch, cache);
-  prepared_ = false;  // the next pass prepares again
+  if (!ahead) stage_view(batch, cache);
   host_ints_.clear();
   for (const BatchRow& row : batch.rows) host_ints_.push_back(row.token);
   const std::size_t tokens_at = staged_.add<int>(host_ints_);
@@ -140,47 +136,47 @@ void GpuForward::run(const Batch& batch, KVCache& cache, std::span<const Samplin
       (ahead ? prepare_seconds_ : 0.0) + std::chrono::duration<double>(Clock::now() - t0).count();
 
   started_.record(kStream);
-  cuda::embedding(x_.data(), tokens_, w_.token_embedding().data(), w_.matrix_dtype(), n, c.dim,
+  cuda::embedding(a_.x.data(), tokens_, w_.token_embedding().data(), w_.matrix_dtype(), n, c.dim,
                   c.vocab_size, kStream);
 
   for (int l = 0; l < c.n_layers; ++l) {
     const DeviceLayerWeights& L = w_.layer(l);
     // Attention block: x += Wo * attend(rope(Wq xn), cache <- (rope(Wk xn), Wv xn)), with Qwen3's
     // per-head norm of q and k between the projection and RoPE.
-    cuda::rmsnorm(xn_.data(), x_.data(), L.attn_norm.data(), n, c.dim, c.norm_eps, kStream);
-    const void* xn = gemm_input(xn_.data(), n_dim);
-    project(xn, L.wq, q_.data(), n);
-    project(xn, L.wk, k_.data(), n);
-    project(xn, L.wv, v_.data(), n);
-    cuda::add_bias(q_.data(), L.bq.data(), n, c.q_dim(), kStream);  // no-ops without biases
-    cuda::add_bias(k_.data(), L.bk.data(), n, c.kv_dim(), kStream);
-    cuda::add_bias(v_.data(), L.bv.data(), n, c.kv_dim(), kStream);
+    cuda::rmsnorm(a_.xn.data(), a_.x.data(), L.attn_norm.data(), n, c.dim, c.norm_eps, kStream);
+    const void* xn = gemm_input(a_.xn.data(), n_dim);
+    project(xn, L.wq, a_.q.data(), n);
+    project(xn, L.wk, a_.k.data(), n);
+    project(xn, L.wv, a_.v.data(), n);
+    cuda::add_bias(a_.q.data(), L.bq.data(), n, c.q_dim(), kStream);  // no-ops without biases
+    cuda::add_bias(a_.k.data(), L.bk.data(), n, c.kv_dim(), kStream);
+    cuda::add_bias(a_.v.data(), L.bv.data(), n, c.kv_dim(), kStream);
     if (c.qk_norm)
-      cuda::qk_norm(q_.data(), k_.data(), L.q_norm.data(), L.k_norm.data(), n, c.n_heads,
+      cuda::qk_norm(a_.q.data(), a_.k.data(), L.q_norm.data(), L.k_norm.data(), n, c.n_heads,
                     c.n_kv_heads, c.head_dim, c.norm_eps, kStream);
-    cuda::rope(q_.data(), pos_, n, c.n_heads, c.head_dim, inv_freq_.data(), interleaved, kStream);
-    cuda::rope(k_.data(), pos_, n, c.n_kv_heads, c.head_dim, inv_freq_.data(), interleaved,
+    cuda::rope(a_.q.data(), pos_, n, c.n_heads, c.head_dim, inv_freq_.data(), interleaved, kStream);
+    cuda::rope(a_.k.data(), pos_, n, c.n_kv_heads, c.head_dim, inv_freq_.data(), interleaved,
                kStream);
-    cache.write(l, batch, k_.data(), v_.data());
-    cache.attend(l, batch, q_.data(), att_.data());
-    project(gemm_input(att_.data(), static_cast<long>(n) * c.q_dim()), L.wo, proj_.data(), n);
-    cuda::residual_add(x_.data(), proj_.data(), n_dim, kStream);
+    cache.write(l, batch, a_.k.data(), a_.v.data());
+    cache.attend(l, batch, a_.q.data(), a_.att.data());
+    project(gemm_input(a_.att.data(), static_cast<long>(n) * c.q_dim()), L.wo, a_.proj.data(), n);
+    cuda::residual_add(a_.x.data(), a_.proj.data(), n_dim, kStream);
 
     // MLP block: x += W2 (silu(W1 xn) * W3 xn).
-    cuda::rmsnorm(xn_.data(), x_.data(), L.ffn_norm.data(), n, c.dim, c.norm_eps, kStream);
-    const void* xn2 = gemm_input(xn_.data(), n_dim);
-    project(xn2, L.w1, gate_.data(), n);
-    project(xn2, L.w3, up_.data(), n);
+    cuda::rmsnorm(a_.xn.data(), a_.x.data(), L.ffn_norm.data(), n, c.dim, c.norm_eps, kStream);
+    const void* xn2 = gemm_input(a_.xn.data(), n_dim);
+    project(xn2, L.w1, a_.gate.data(), n);
+    project(xn2, L.w3, a_.up.data(), n);
     const long n_hidden = static_cast<long>(n) * c.hidden_dim;
-    cuda::swiglu(gate_.data(), up_.data(), n_hidden, kStream);
-    project(gemm_input(gate_.data(), n_hidden), L.w2, proj_.data(), n);
-    cuda::residual_add(x_.data(), proj_.data(), n_dim, kStream);
+    cuda::swiglu(a_.gate.data(), a_.up.data(), n_hidden, kStream);
+    project(gemm_input(a_.gate.data(), n_hidden), L.w2, a_.proj.data(), n);
+    cuda::residual_add(a_.x.data(), a_.proj.data(), n_dim, kStream);
   }
 
   // Classifier only for rows that want logits: in a prompt that is just the last row, which saves
   // the largest matrix product of a prefill.
   if (m > 0) {
-    cuda::gather_rows(last_.data(), logit_rows_, x_.data(), m, c.dim, n, kStream);
+    cuda::gather_rows(last_.data(), logit_rows_, a_.x.data(), m, c.dim, n, kStream);
     cuda::rmsnorm(last_.data(), last_.data(), w_.final_norm().data(), m, c.dim, c.norm_eps,
                   kStream);
     project(gemm_input(last_.data(), static_cast<long>(m) * c.dim), w_.classifier(), logits_.data(),

@@ -8,6 +8,7 @@
 
 #include "common/cache/batch.hpp"
 #include "common/cache/kv_cache.hpp"
+#include "common/forward/activations.hpp"
 #include "common/model/cuda/device_weights.hpp"
 #include "common/model/weights.hpp"
 #include "device/buffers.hpp"
@@ -68,6 +69,7 @@ class GpuForward {
 
  private:
   void run(const Batch& batch, KVCache& cache, std::span<const SamplingJob> jobs);
+  void stage_view(const Batch& batch, KVCache& cache);  // the cache's prepare(), into staged_
   void reserve(int n, int m, int jobs, int draws);
   const void* gemm_input(const float* x, long count);
   void project(const void* a, const DeviceMatrix& w, float* y, int rows);
@@ -77,23 +79,14 @@ class GpuForward {
   DeviceBuffer<float> inv_freq_;  // [head_dim / 2] RoPE inverse frequencies
   // The pass's one upload: the batch description and the jobs below, and the cache's view.
   StagedUpload staged_;
-  const int* tokens_ = nullptr;        // [n] token id of each row
-  const int* pos_ = nullptr;           // [n] position of each row
-  const int* logit_rows_ = nullptr;    // [m] batch rows that want logits
-  const SamplingJob* jobs_ = nullptr;  // [jobs]
-  const int* draws_ = nullptr;         // [draws] the jobs that draw
-  // Activations of the current batch.
-  DeviceBuffer<float> x_;             // [n, dim] residual stream
-  DeviceBuffer<float> xn_;            // [n, dim] normalised input of a sub-block
-  DeviceBuffer<float> q_;             // [n, q_dim]
-  DeviceBuffer<float> k_;             // [n, kv_dim]
-  DeviceBuffer<float> v_;             // [n, kv_dim]
-  DeviceBuffer<float> att_;           // [n, q_dim]
-  DeviceBuffer<float> proj_;          // [n, dim]
-  DeviceBuffer<float> gate_;          // [n, hidden_dim]
-  DeviceBuffer<float> up_;            // [n, hidden_dim]
-  DeviceBuffer<float> last_;          // [m, dim]
-  DeviceBuffer<float> logits_;        // [m, vocab_size]
+  const int* tokens_ = nullptr;         // [n] token id of each row
+  const int* pos_ = nullptr;            // [n] position of each row
+  const int* logit_rows_ = nullptr;     // [m] batch rows that want logits
+  const SamplingJob* jobs_ = nullptr;   // [jobs]
+  const int* draws_ = nullptr;          // [draws] the jobs that draw
+  Activations<DeviceBuffer<float>> a_;  // of the current batch (n rows)
+  DeviceBuffer<float> last_;            // [m, dim]
+  DeviceBuffer<float> logits_;          // [m, vocab_size]
   DeviceBuffer<std::byte> narrow_;    // [n, max(dim, q_dim, hidden_dim)] GEMM input in weight dtype
   DeviceBuffer<float> probs_;         // [draws, vocab_size] each draw's p (kernels/sample.hpp)
   DeviceBuffer<SampledToken> picks_;  // [jobs] what the jobs chose
