@@ -56,6 +56,7 @@ void CpuForward::resize(int n) {
 }
 
 void CpuForward::prepare(const Batch& batch, KVCache& cache) {
+  prepared_ = false;  // a prepare() that throws leaves nothing prepared
   validate_batch(batch, w_.config);
   const auto t0 = std::chrono::steady_clock::now();
   cache.prepare(batch);
@@ -65,7 +66,10 @@ void CpuForward::prepare(const Batch& batch, KVCache& cache) {
 
 std::span<const float> CpuForward::forward(const Batch& batch, KVCache& cache) {
   const ModelConfig& c = w_.config;
-  if (!prepared_) prepare(batch, cache);
+  if (prepared_)  // checked again: a pass given another batch than the one prepared is refused
+    validate_batch(batch, c);
+  else
+    prepare(batch, cache);
   prepared_ = false;
   const int n = batch.size();
   resize(n);

@@ -217,6 +217,30 @@ TEST(Ch02ContiguousGpu, TheServingLoopPreparesEveryPassOnce) {
   }
 }
 
+// A prepare() that throws leaves nothing prepared, and a pass checks its batch even after a
+// prepare() of another one: a token id past the vocabulary is an InputError on either device,
+// never a read past the end of the embedding table.
+TEST(Ch02ContiguousGpu, APassChecksItsBatchEvenAfterAPrepare) {
+  const ModelWeights w = make_synthetic_weights(preset("tiny"), 2);
+  for (const char* device : {"cpu", "cuda"}) {
+    if (std::string(device) == "cuda" && !cuda_device_available()) continue;
+    const auto backend = make_backend(w, {.device = device, .measure_peak = false});
+    ch02::ContiguousCache cache(w.config, DType::F32, 1, backend->memory());
+    const int slot = cache.admit();
+    Batch good;
+    Batch bad;
+    good.rows.push_back({1, slot, 0, true});
+    bad.rows.push_back({w.config.vocab_size, slot, 0, true});
+    backend->prepare(good, cache);
+    EXPECT_THROW(backend->prepare(bad, cache), InputError) << device;
+    EXPECT_THROW((void)backend->forward(bad, cache, {}), InputError)
+        << device << ": a forward after a prepare() that failed";
+    backend->prepare(good, cache);
+    EXPECT_THROW((void)backend->forward(bad, cache, {}), InputError)
+        << device << ": a forward of another batch than the one prepared";
+  }
+}
+
 // A re-admitted slot still holds its previous occupant's keys, so a row that skips ahead would
 // read them; and two rows writing one position would race in kv_write. Both are refused.
 TEST(Ch02ContiguousGpu, RowsMustWriteEachSlotsPositionsInOrder) {

@@ -72,6 +72,7 @@ void GpuForward::project(const void* a, const DeviceMatrix& w, float* y, int row
 
 void GpuForward::prepare(const Batch& batch, KVCache& cache) {
   const Clock::time_point t0 = Clock::now();
+  prepared_ = false;  // a prepare() that throws leaves nothing prepared
   validate_batch(batch, config());
   stage_view(batch, cache);
   prepare_seconds_ = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -91,7 +92,9 @@ void GpuForward::run(const Batch& batch, KVCache& cache, std::span<const Samplin
   const bool ahead = prepared_;  // else the cache is prepared below, inside the time measured here
   prepared_ = false;             // the next pass prepares again
   const ModelConfig& c = config();
-  if (!ahead) validate_batch(batch, c);  // prepare() checked it otherwise
+  // Checked again after a prepare(): a pass given another batch than the one prepared must be
+  // refused here, not read out of bounds on the device.
+  validate_batch(batch, c);
   const int n = batch.size();
   const int m = batch.num_logit_rows();
   times_ = PassTimes{};
