@@ -26,8 +26,17 @@ function(kvheap_use_compiler_cache)
   endif()
   set(native "")
   if(KVHEAP_NATIVE AND NOT KVHEAP_SANITIZE)
+    # Run from / because clang's expansion names the folder it runs in.
     execute_process(COMMAND "${CMAKE_CXX_COMPILER}" -march=native -### -E -x c++ /dev/null
-                    OUTPUT_QUIET ERROR_VARIABLE expansion)
+                    WORKING_DIRECTORY / OUTPUT_QUIET ERROR_VARIABLE expansion RESULT_VARIABLE failed)
+    if(failed OR NOT expansion MATCHES "march|target-cpu")
+      message(STATUS "kvheap: cannot tell what -march=native means here, so C++ compiles without "
+                     "the compiler cache")
+      set(CMAKE_CUDA_COMPILER_LAUNCHER "${CMAKE_COMMAND}" -E env
+          "CCACHE_BASEDIR=${PROJECT_SOURCE_DIR}" CCACHE_NOHASHDIR=1 "${KVHEAP_CCACHE_PROGRAM}"
+          PARENT_SCOPE)
+      return()
+    endif()
     set(native_file "${CMAKE_BINARY_DIR}/kvheap_native_target.txt")
     file(WRITE "${native_file}" "${expansion}")
     set(native "CCACHE_EXTRAFILES=${native_file}")

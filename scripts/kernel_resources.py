@@ -40,6 +40,7 @@ import re
 import shlex
 import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -245,10 +246,15 @@ def measure(build, only=None, use_cache=True):
     if not entries:
         sys.exit(f"kernel_resources: no kernels/*.cu in {build}/compile_commands.json; configure a "
                  "real CUDA build there first (cmake --preset cuda -B " + build + ")")
-    tmp = os.path.abspath(os.path.join(build, "kernel-resources"))  # the fatbins, for cuobjdump
+    tmp = os.path.abspath(os.path.join(build, "kernel-resources"))  # the fatbins nvcc writes
     os.makedirs(tmp, exist_ok=True)
 
-    digest, nvcc = tree_digest(), nvcc_version()
+    # The compilers as the commands name them: nvcc, and the host compiler it preprocesses with.
+    first = shlex.split(entries[0]["command"])
+    host = next((a.split("=", 1)[1] for a in first if a.startswith("-ccbin=")), "c++")
+    nvcc = "\n".join(subprocess.run([exe, "--version"], capture_output=True, text=True).stdout
+                     for exe in (first[0], host))
+    digest = tree_digest()
     cached = []
 
     def run(entry):
@@ -263,11 +269,13 @@ def measure(build, only=None, use_cache=True):
         if p.returncode != 0:
             sys.stderr.write(p.stdout + p.stderr)
             raise SystemExit(f"kernel_resources: compiling {entry['file']} failed")
-        if use_cache:  # written whole, then renamed: a reader never sees half a report
+        if use_cache:  # written whole under a name of its own, then renamed: a reader (another
+            # run, in another clone) never sees half a report
             os.makedirs(CACHE, exist_ok=True)
-            with open(saved + ".part", "w") as f:
+            fd, part = tempfile.mkstemp(dir=CACHE, suffix=".part")
+            with os.fdopen(fd, "w") as f:
                 f.write(p.stdout + p.stderr)
-            os.replace(saved + ".part", saved)
+            os.replace(part, saved)
         return os.path.relpath(entry["file"], ROOT), parse_ptxas(p.stdout + p.stderr)
 
     start = time.time()

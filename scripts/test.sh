@@ -76,8 +76,9 @@ if [ "$toolkit" = yes ]; then
   # no source has a branch for one architecture yet, and ptxas optimises device code whatever
   # -O says. scripts/gpu-check.sh builds for the GPU it runs on. The resource check compiles the
   # kernels' device code again, for sm_80 and sm_90 at -O3 as the Release build does, and fails on
-  # a spill or a kernel past its register budget (ptxas's reports are cached, keyed by the kernels'
-  # sources: unchanged kernels take no compile); the KernelCode tests disassemble the objects.
+  # a spill or a kernel past its register budget (ptxas's reports are cached, keyed by every file
+  # of kernels/, device/ and base/: while none changes, no kernel is compiled for it); the
+  # KernelCode tests disassemble the objects.
   step "3. real CUDA build: compile and link with nvcc, kernel resources, machine code"
   cmake --preset cuda -B build/cuda-check -DKVHEAP_BUILD_TESTS=ON -DKVHEAP_BUILD_DOCS=OFF \
     -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_CXX_FLAGS_RELEASE=-O0 -DCMAKE_CUDA_FLAGS_RELEASE=-O0

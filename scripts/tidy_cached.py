@@ -6,11 +6,12 @@
 REGEX selects the files of BUILD/compile_commands.json to check, as run-clang-tidy's file
 arguments do. clang-scan-deps lists every file each source includes, in a second or two; a source
 whose key is recorded as clean is skipped, and run-clang-tidy checks the rest. The key is a hash of
-the clang-tidy version, .clang-tidy, the arguments below, the source's compile command (with this
-clone's folder taken out) and the content of the source and of every file it includes, system
-headers too: a finding can only change when one of those does. Only a run with no finding records
-its files as clean (in ~/.cache/kvheap/clang-tidy, or under $XDG_CACHE_HOME), so a finding is
-reported every time until it is fixed. --no-cache checks every file.
+the clang-tidy version, .clang-tidy, the arguments below, what -march=native means on this CPU,
+the source's compile command (with this clone's folder taken out) and the content of the source
+and of every file it includes, system headers too: a finding can only change when one of those
+does. Only a run with no finding records its files as clean (in ~/.cache/kvheap/clang-tidy, or
+under $XDG_CACHE_HOME), so a finding is reported every time until it is fixed. --no-cache checks
+every file.
 """
 import argparse
 import hashlib
@@ -37,6 +38,12 @@ def tool(*names):
              "(scripts/install-deps.sh installs clang-tidy and clang-tools)")
 
 
+def source_of(entry):
+    """The entry's source file, named as run-clang-tidy names it (absolute, as given)."""
+    f = entry["file"]
+    return f if os.path.isabs(f) else os.path.normpath(os.path.join(entry["directory"], f))
+
+
 def dependencies(scan_deps, entries, jobs):
     """{source: [every file it reads]} from clang-scan-deps; a source it cannot scan is left out
     (clang-tidy then checks it, and reports what is wrong)."""
@@ -54,7 +61,7 @@ def dependencies(scan_deps, entries, jobs):
             continue
         files = rest.split()
         if files:
-            deps[os.path.abspath(files[0])] = [os.path.abspath(f) for f in files]
+            deps[files[0]] = files
     return deps
 
 
@@ -78,7 +85,13 @@ def main():
     version = subprocess.run([tidy, "--version"], capture_output=True, text=True).stdout
     with open(os.path.join(ROOT, ".clang-tidy"), "rb") as f:
         config = f.read()
-    common = hashlib.sha256(version.encode() + config + EXTRA_ARG.encode()).hexdigest()
+    # The compile commands say -march=native, which clang reads as this CPU's features (and the
+    # sources branch on them); what it expands to is part of every key. Run from /, since clang's
+    # expansion names the folder it runs in.
+    native = subprocess.run([tool("clang++"), "-march=native", "-###", "-E", "-x", "c++",
+                             "/dev/null"], capture_output=True, text=True, cwd="/").stderr
+    common = hashlib.sha256(
+        "\0".join([version, config.decode(), EXTRA_ARG, native]).encode()).hexdigest()
     digests = {}
 
     def digest(path):
@@ -93,7 +106,7 @@ def main():
     deps = {} if args.no_cache else dependencies(scan_deps, entries, jobs)
     keys, todo = {}, []
     for e in entries:
-        source = os.path.abspath(e["file"])
+        source = source_of(e)
         if source not in deps:
             todo.append(source)
             continue
@@ -108,7 +121,8 @@ def main():
           f"clean check", flush=True)
     if todo:
         pattern = "^(" + "|".join(re.escape(f) for f in sorted(todo)) + ")$"
-        p = subprocess.run([runner, "-p", build, "-quiet", "-j", str(jobs), EXTRA_ARG, pattern])
+        p = subprocess.run([runner, "-clang-tidy-binary", tidy, "-p", build, "-quiet", "-j",
+                            str(jobs), EXTRA_ARG, pattern])
         if p.returncode != 0:
             return p.returncode
     if not args.no_cache:

@@ -48,7 +48,8 @@ ProgramResult run_program(const std::string& program, const std::vector<std::str
                           const std::string& stdout_path) {
   const char* bin_dir = std::getenv("KVHEAP_BIN_DIR");
   if (bin_dir == nullptr) throw std::runtime_error("KVHEAP_BIN_DIR is not set (ctest sets it)");
-  const std::string exe = (std::filesystem::path(bin_dir) / program).string();
+  // Lexically normal, so that "../bench/x" needs no bin/ folder to pass through.
+  const std::string exe = (std::filesystem::path(bin_dir) / program).lexically_normal().string();
   const auto tmp = std::filesystem::temp_directory_path();
   const std::string stem = "kvheap_cli_" + std::to_string(getpid()) + "_";
   const std::string out_path = (tmp / (stem + "out")).string();
