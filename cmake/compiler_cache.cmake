@@ -27,7 +27,7 @@ function(kvheap_use_compiler_cache)
   set(native "")
   if(KVHEAP_NATIVE AND NOT KVHEAP_SANITIZE)
     # Run from / because clang's expansion names the folder it runs in.
-    execute_process(COMMAND "${CMAKE_CXX_COMPILER}" -march=native -### -E -x c++ /dev/null
+    execute_process(COMMAND "${CMAKE_CXX_COMPILER}" -march=native "-###" -E -x c++ /dev/null
                     WORKING_DIRECTORY / OUTPUT_QUIET ERROR_VARIABLE expansion RESULT_VARIABLE failed)
     if(failed OR NOT expansion MATCHES "march|target-cpu")
       message(STATUS "kvheap: cannot tell what -march=native means here, so C++ compiles without "
