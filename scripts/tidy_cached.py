@@ -104,30 +104,30 @@ def main():
         return text.replace(build, "<build>").replace(ROOT, "<root>")
 
     deps = {} if args.no_cache else dependencies(scan_deps, entries, jobs)
-    keys, todo = {}, []
+    keys, unchecked = {}, []
     for e in entries:
         source = source_of(e)
         if source not in deps:
-            todo.append(source)
+            unchecked.append(source)
             continue
         h = hashlib.sha256((common + local(e.get("command") or " ".join(e["arguments"]))).encode())
         for dep in deps[source]:
             h.update(f"\0{local(dep)}\0{digest(dep)}".encode())
         keys[source] = h.hexdigest()
         if not os.path.isfile(os.path.join(CACHE, keys[source])):
-            todo.append(source)
+            unchecked.append(source)
 
-    print(f"clang-tidy: {len(entries)} files, {len(entries) - len(todo)} of them unchanged since a "
+    print(f"clang-tidy: {len(entries)} files, {len(entries) - len(unchecked)} of them unchanged since a "
           f"clean check", flush=True)
-    if todo:
-        pattern = "^(" + "|".join(re.escape(f) for f in sorted(todo)) + ")$"
+    if unchecked:
+        pattern = "^(" + "|".join(re.escape(f) for f in sorted(unchecked)) + ")$"
         p = subprocess.run([runner, "-clang-tidy-binary", tidy, "-p", build, "-quiet", "-j",
                             str(jobs), EXTRA_ARG, pattern])
         if p.returncode != 0:
             return p.returncode
     if not args.no_cache:
         os.makedirs(CACHE, exist_ok=True)
-        for source in todo:
+        for source in unchecked:
             if source in keys:
                 open(os.path.join(CACHE, keys[source]), "w").close()
     return 0

@@ -13,6 +13,7 @@
 
 #include "base/error.hpp"
 #include "common/serving/sampler.hpp"
+#include "tests/support/test_support.hpp"
 
 namespace kvheap {
 namespace {
@@ -46,18 +47,7 @@ std::vector<double> frequencies(Sampler& s, const std::vector<float>& logits, in
 // Five standard errors of a frequency over `draws`, plus a little slack for rounding.
 double tolerance(double p, int draws) { return 5.0 * std::sqrt(p * (1.0 - p) / draws) + 1e-3; }
 
-template <typename E, typename Fn>
-void expect_error_mentioning(Fn&& fn, std::initializer_list<std::string_view> parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected an exception";
-  } catch (const E& e) {
-    for (const auto part : parts) {
-      EXPECT_NE(std::string(e.what()).find(part), std::string::npos)
-          << "'" << part << "' missing from: " << e.what();
-    }
-  }
-}
+using test::expect_error_mentioning;
 
 // ---- argmax and greedy --------------------------------------------------------------------------
 

@@ -8,6 +8,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "base/error.hpp"
 
@@ -29,18 +30,24 @@ double max_rel_diff(std::span<const float> a, std::span<const float> b, double f
 /// the right yardstick. Infinity when the sizes differ.
 double rel_inf_error(std::span<const float> a, std::span<const float> b);
 
-/// \brief Expects `fn` to throw an InputError whose message contains every one of `parts`.
-template <typename Fn>
-void expect_input_error(Fn&& fn, std::initializer_list<std::string_view> parts) {
+/// \brief Expects `fn` to throw an `E` whose message contains every one of `parts`.
+template <typename E, typename Fn>
+void expect_error_mentioning(Fn&& fn, std::initializer_list<std::string_view> parts) {
   try {
     fn();
-    ADD_FAILURE() << "expected InputError";
-  } catch (const InputError& e) {
+    ADD_FAILURE() << "expected an exception";
+  } catch (const E& e) {
     for (const auto part : parts) {
       EXPECT_NE(std::string(e.what()).find(part), std::string::npos)
           << "'" << part << "' missing from: " << e.what();
     }
   }
+}
+
+/// \brief expect_error_mentioning for the InputError that bad input gets.
+template <typename Fn>
+void expect_input_error(Fn&& fn, std::initializer_list<std::string_view> parts) {
+  expect_error_mentioning<InputError>(std::forward<Fn>(fn), parts);
 }
 
 }  // namespace kvheap::test
