@@ -237,16 +237,15 @@ int main(int argc, char** argv) {
     for (const Policy& p : policies)
       out.push_back(serve(*backend, work, p, max_batch_tokens, num_blocks, block_size, c, kv));
     // Verify before reporting: every policy generated the same ids for every request, except
-    // after a near tie. Batches of different sizes may round differently (on the CPU a pass of
-    // more than kDotRows rows takes Eigen's matrix product, on a GPU cuBLAS picks its kernels by
-    // shape), so where the best two logits are within rounding of each other greedy decoding may
-    // go either way; after that the two runs are different texts, both correct. Any other
-    // difference is a bug, and nothing is printed.
-    // How near is near depends on the element types: in fp32 the runs differ only in how sums
-    // are ordered (about 1e-6 of a logit); a 16-bit cache stores each K and V rounded to 8 (bf16)
-    // or 11 (fp16) bits, so a last-bit difference before the rounding becomes a whole unit of
-    // 2^-8 or 2^-11 after it, on every later token. (A bf16 run of stories260K parted at a
-    // top-2 gap of 0.0021.)
+    // after a near tie. Batches of different sizes may round differently (on a GPU cuBLAS picks
+    // its kernels by shape), so where the best two logits are within rounding of each other
+    // greedy decoding may go either way; after that the two runs are different texts, both
+    // correct. Any other difference is a bug, and nothing is printed. How
+    // near is near depends on the element types: in fp32 the runs differ only in how sums are
+    // ordered (about 1e-6 of a logit); a 16-bit cache stores each K and V rounded to 8 (bf16) or 11
+    // (fp16) bits, so a last-bit difference before the rounding becomes a whole unit of 2^-8 or
+    // 2^-11 after it, on every later token. (A bf16 run of stories260K parted at a top-2 gap of
+    // 0.0021.)
     const float tie = near_tie(wt, kv);  // top-2 gap relative to the largest |logit|
     int diverged = 0;
     for (std::size_t i = 1; i < out.size(); ++i)

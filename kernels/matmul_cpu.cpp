@@ -1,116 +1,307 @@
-// CPU matrix products for the forward pass: OpenMP across output columns, and inside each thread
-// either register-blocked dot products (batches of up to kDotRows rows) or Eigen's matrix product.
+// CPU matrix products for the forward pass: weights packed once into panels, an outer-product
+// kernel that keeps a block of outputs in vector registers, and OpenMP across the panels.
 //
-// A decode step's cost is reading the weights once, and Eigen's product first copies ("packs")
-// the weight slice, which for a handful of rows costs more than the product itself; the dot-product
-// path reads each weight row once and reuses it for every row of the batch. Longer batches
-// (prompts) go to Eigen, whose packing then pays for itself (docs/pages/cpu_twin.md has the
-// measurements, and what a batch-invariant product would need).
+// The kernel takes MR batch rows and one panel of NR vectors' worth of output columns. For each
+// input index k it loads the panel's NR weight vectors once, and for each of the MR rows
+// broadcasts x[row, k] and does NR multiply-adds: MR x NR accumulators, NR + MR loads per MR x NR
+// multiply-adds. With 32 vector registers 8 rows x 3 vectors (24 accumulators) leave room for the
+// loads; with 16, 6 rows x 2 vectors. On 2 threads of an AVX-512 Xeon that beat 6 x 4, 4 x 4,
+// 8 x 2, 10 x 2 and 12 x 2, and blocking over k did not pay (bench/bench_matmul_cpu.cpp compares
+// the kernel with Eigen's product and a BLAS; docs/results/ has its tables).
 //
-// Every output element of the dot-product path is one dot product whose order is fixed by
-// in_dim alone: element d goes to lane d % P of one packet accumulator (P floats per packet,
-// multiply-adds through Eigen's pmadd, an FMA where the target has one), a zero-padded last
-// packet takes the tail, and Eigen's predux sums the lanes. So a row's outputs are bitwise the
-// same whatever else is in the batch (up to kDotRows rows) and whatever the thread count.
+// The panel layout makes every product, one row or 512, read the weights front to back: the
+// first block of rows reads a panel from memory, the others from L2. Each loaded weight vector
+// serves MR rows from registers. Left to the hardware prefetchers, the first block waited on
+// memory while the others computed, so the blocks fetch ahead in software (see product()): over
+// stories110m's matrices on that Xeon a pass of 16 rows went from 40 to 26 ms, and a bf16 decode
+// step from 10.6 to 8.7 ms. No output element is split into partial sums: a lane accumulates
+// x[r, k] W[j, k] for k in order, so the result never depends on the batch or the thread count.
+//
+// bf16 weights are the top halves of fp32 ones: a panel stores, for each k, pairs of columns in
+// one 32-bit word (column c in the low half, column c + P in the high half, P floats per vector),
+// so one load and a shift or a mask give two vectors of fp32 in column order. fp16 weights are
+// widened by the F16C instruction where the target has it.
 #include "kernels/matmul.hpp"
 
+#include <fmt/format.h>
 #include <omp.h>
 
 #include <Eigen/Core>
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
 #include <algorithm>
 #include <array>
+#include <bit>
+#include <cstdint>
+#include <cstring>
+
+#include "base/error.hpp"
+#include "base/half.hpp"
 
 namespace kvheap::cpu {
 
 namespace {
 
-using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using Packet = Eigen::internal::packet_traits<float>::type;
-constexpr int kP = Eigen::internal::packet_traits<float>::size;  // floats per packet
-constexpr int kW = 4;  // weight rows per block: each loaded x packet serves four
-// Batch rows per block: with 32 vector registers 16 accumulators and the loaded packets fit;
-// with 16, eight do.
-constexpr int kX = EIGEN_ARCH_DEFAULT_NUMBER_OF_REGISTERS >= 32 ? 4 : 2;
+constexpr int kP = Eigen::internal::packet_traits<float>::size;  // floats per vector
+constexpr bool kManyRegisters = EIGEN_ARCH_DEFAULT_NUMBER_OF_REGISTERS >= 32;
+/// The bits of one vector of floats as 32-bit words (GCC and Clang vector extension).
+using Words = std::uint32_t __attribute__((vector_size(kP * sizeof(std::uint32_t))));
 
-/// y[c * ldy + r] = x_c . w_r for R weight rows and C batch rows, each a dense [in_dim] row (x_c at
-/// x + c * in_dim, w_r at w + r * in_dim): R x C packet accumulators walk in_dim together.
-template <int R, int C>
-void dot_block(const float* x, const float* w, int in_dim, float* y, long ldy) {
-  using Eigen::internal::ploadu;
-  using Eigen::internal::pmadd;
-  Packet acc[R][C];
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) acc[r][c] = Eigen::internal::pset1<Packet>(0.0f);
-  // One step: the packets at w_r + d and x_c + d (wt and xt say where they are read from).
-  const auto step = [&](auto wt, auto xt) {
-    Packet wp[R];
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) wp[r] = wt(r);
-#pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) {
-      const Packet xp = xt(c);
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) acc[r][c] = pmadd(wp[r], xp, acc[r][c]);
-    }
-  };
-  const long ld = in_dim;
-  int d = 0;
-  for (; d + kP <= in_dim; d += kP)
-    step([&](int r) { return ploadu<Packet>(w + r * ld + d); },
-         [&](int c) { return ploadu<Packet>(x + c * ld + d); });
-  if (d < in_dim) {  // the tail, zero-padded to a whole packet: 0 x 0 adds nothing
-    std::array<std::array<float, kP>, R> wt{};
-    std::array<std::array<float, kP>, C> xt{};
-    for (int r = 0; r < R; ++r) std::copy(w + r * ld + d, w + r * ld + in_dim, wt[r].begin());
-    for (int c = 0; c < C; ++c) std::copy(x + c * ld + d, x + c * ld + in_dim, xt[c].begin());
-    step([&](int r) { return ploadu<Packet>(wt[r].data()); },
-         [&](int c) { return ploadu<Packet>(xt[c].data()); });
+/// Storage element of each weight dtype.
+struct Bf16 {
+  std::uint16_t bits;
+};
+struct Fp16 {
+  std::uint16_t bits;
+};
+
+/// Block shape per element type: NR weight vectors per k, MR batch rows.
+template <class T>
+struct Tile {
+  static constexpr int kNR = kManyRegisters ? 3 : 2;
+  static constexpr int kMR = kManyRegisters ? 8 : 6;
+};
+/// bf16 widens two vectors from one load, so it takes them in pairs.
+template <>
+struct Tile<Bf16> {
+  static constexpr int kNR = kManyRegisters ? 4 : 2;
+  static constexpr int kMR = 6;
+};
+
+template <class T>
+constexpr int kWidth = Tile<T>::kNR* kP;  // columns per panel
+
+/// Where W[j, k] (column c of its panel) is stored within the panel's step k, in elements.
+template <class T>
+int slot(int c) {
+  if constexpr (std::is_same_v<T, Bf16>) {
+    const int pair = c / (2 * kP), in_pair = c % (2 * kP);
+    return 2 * (pair * kP + in_pair % kP) + in_pair / kP;  // low half: first vector of the pair
+  } else {
+    return c;
   }
-  for (int r = 0; r < R; ++r)
-    for (int c = 0; c < C; ++c) y[c * ldy + r] = Eigen::internal::predux(acc[r][c]);
 }
 
-/// y[:, r] for R weight rows and every batch row: kX batch rows at a time, then fewer.
-template <int R>
-void dot_rows(const float* x, int n, const float* w, int in_dim, float* y, long ldy) {
+template <class T>
+T narrow(float v) {
+  if constexpr (std::is_same_v<T, Bf16>)
+    return {float_to_bf16(v)};
+  else if constexpr (std::is_same_v<T, Fp16>)
+    return {float_to_fp16(v)};
+  else
+    return v;
+}
+
+/// The NR weight vectors of one step, widened to fp32.
+template <class T>
+void load_step(const T* p, Packet (&b)[Tile<T>::kNR]) {
+  constexpr int kNR = Tile<T>::kNR;
+  if constexpr (std::is_same_v<T, float>) {
+#pragma GCC unroll 8
+    for (int v = 0; v < kNR; ++v) b[v] = Eigen::internal::pload<Packet>(p + v * kP);
+  } else if constexpr (std::is_same_v<T, Bf16>) {
+    static_assert(std::endian::native == std::endian::little, "column c is a word's low half");
+#pragma GCC unroll 8
+    for (int v = 0; v < kNR; v += 2) {
+      Words w;
+      std::memcpy(&w, p + v * kP, sizeof w);
+      b[v] = std::bit_cast<Packet>(Words(w << 16));
+      b[v + 1] = std::bit_cast<Packet>(Words(w & 0xffff0000u));
+    }
+  } else {
+#pragma GCC unroll 8
+    for (int v = 0; v < kNR; ++v) {
+#if defined(__F16C__) && defined(__AVX512F__)
+      b[v] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + v * kP)));
+#elif defined(__F16C__) && defined(__AVX__)
+      b[v] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + v * kP)));
+#else
+      std::array<float, kP> f;
+      for (int l = 0; l < kP; ++l) f[l] = fp16_to_float(p[v * kP + l].bits);
+      b[v] = Eigen::internal::ploadu<Packet>(f.data());
+#endif
+    }
+  }
+}
+
+/// Lines fetched into L2 ahead of the kernel: at step k, kAhead lines from at + k * stride.
+struct Ahead {
+  const char* at = nullptr;
+  long stride = 0;
+};
+
+/// out[MR rows, cols] = x[MR rows, :] W_panel^T: the outputs of MR batch rows and one panel,
+/// fetching kAhead lines a step into L2 as `ahead` says.
+template <class T, int MR, int kAhead>
+void block(const float* x, long ldx, const T* panel, int in_dim, float* out, long ldo, int cols,
+           Ahead ahead) {
+  using Eigen::internal::pmadd;
+  using Eigen::internal::pset1;
+  constexpr int kNR = Tile<T>::kNR;
+  Packet acc[MR][kNR];
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 8
+    for (int v = 0; v < kNR; ++v) acc[i][v] = pset1<Packet>(0.0f);
+  const T* wp = panel;
+  for (int k = 0; k < in_dim; ++k, wp += kWidth<T>) {
+    Packet b[kNR];
+    if constexpr (kAhead > 0) {
+#pragma GCC unroll 4
+      for (int l = 0; l < kAhead; ++l)
+        __builtin_prefetch(ahead.at + k * ahead.stride + l * 64, 0, 2);  // 2: into L2
+    }
+    load_step<T>(wp, b);
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i) {
+      const Packet a = pset1<Packet>(x[i * ldx + k]);
+#pragma GCC unroll 8
+      for (int v = 0; v < kNR; ++v) acc[i][v] = pmadd(a, b[v], acc[i][v]);
+    }
+  }
+  if (cols == kWidth<T>) {
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 8
+      for (int v = 0; v < kNR; ++v) Eigen::internal::pstoreu(out + i * ldo + v * kP, acc[i][v]);
+    return;
+  }
+  for (int i = 0; i < MR; ++i) {  // the last panel's padding columns are not written
+    alignas(64) std::array<float, kWidth<T>> row;
+    for (int v = 0; v < kNR; ++v) Eigen::internal::pstore(row.data() + v * kP, acc[i][v]);
+    std::copy_n(row.data(), cols, out + i * ldo);
+  }
+}
+
+/// block<T, MR, kAhead> for MR = rows, 1 <= rows <= R, and kAhead = lines (at most 3; none
+/// when ahead.at is null).
+template <class T, int R>
+void any_block(int rows, int lines, const float* x, long ldx, const T* panel, int in_dim,
+               float* out, long ldo, int cols, Ahead ahead) {
+  if constexpr (R > 0) {
+    if (rows != R)
+      return any_block<T, R - 1>(rows, lines, x, ldx, panel, in_dim, out, ldo, cols, ahead);
+    if (ahead.at == nullptr) lines = 0;
+    switch (lines) {
+      case 0: return block<T, R, 0>(x, ldx, panel, in_dim, out, ldo, cols, ahead);
+      case 1: return block<T, R, 1>(x, ldx, panel, in_dim, out, ldo, cols, ahead);
+      case 2: return block<T, R, 2>(x, ldx, panel, in_dim, out, ldo, cols, ahead);
+      default: return block<T, R, 3>(x, ldx, panel, in_dim, out, ldo, cols, ahead);
+    }
+  }
+}
+
+template <class T>
+void product(float* out, const float* x, const PackedMatrix& w, int n) {
+  constexpr int kMR = Tile<T>::kMR;
+  const int in_dim = w.in_dim(), out_dim = w.out_dim(), panels = w.panels();
   const long ld = in_dim;
-  int i = 0;
-  for (; i + kX <= n; i += kX) dot_block<R, kX>(x + i * ld, w, in_dim, y + i * ldy, ldy);
-  for (; i + 2 <= n; i += 2) dot_block<R, 2>(x + i * ld, w, in_dim, y + i * ldy, ldy);
-  for (; i < n; ++i) dot_block<R, 1>(x + i * ld, w, in_dim, y + i * ldy, ldy);
+  const bool parallel = static_cast<long>(n) * in_dim * out_dim >= kParallelMacs;
+#pragma omp parallel if (parallel)
+  {
+    // Contiguous ranges of panels: each thread streams its own part of the weights.
+    const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+    const int q0 = static_cast<int>(static_cast<long>(panels) * t / nt);
+    const int q1 = static_cast<int>(static_cast<long>(panels) * (t + 1) / nt);
+    // What the blocks fetch into L2 ahead of their loads. A product of one block of rows streams
+    // each panel from memory: it fetches the lines 4 KiB ahead of those it reads. With several
+    // blocks, all but the first read the panel from L2, so the first ones fetch the next panel,
+    // a line or more a step, while they compute: its memory stream then overlaps arithmetic.
+    constexpr long kStepBytes = kWidth<T> * static_cast<long>(sizeof(T));
+    constexpr int kStepLines = static_cast<int>((kStepBytes + 63) / 64);
+    static_assert(kStepLines <= 3, "any_block fetches at most 3 lines a step");
+    const int blocks = (n + kMR - 1) / kMR;
+    const int lines = blocks == 1 ? kStepLines : (kStepLines + blocks - 1) / blocks;
+    const long panel_bytes = in_dim * kStepBytes;
+    for (int q = q0; q < q1; ++q) {
+      const auto* panel = static_cast<const T*>(w.panel(q));
+      const auto* start = static_cast<const char*>(w.panel(q));
+      const int j = q * kWidth<T>;
+      const int cols = std::min(kWidth<T>, out_dim - j);
+      long fetched = 0;  // bytes of the next panel that the blocks before this one fetch
+      for (int i = 0; i < n; i += kMR) {
+        Ahead ahead;
+        if (blocks == 1)
+          ahead = {start + 4096, kStepBytes};
+        else if (q + 1 < q1 && fetched < panel_bytes)
+          ahead = {start + panel_bytes + fetched, lines * 64L};
+        any_block<T, kMR>(std::min(kMR, n - i), lines, x + i * ld, ld, panel, in_dim,
+                          out + i * static_cast<long>(out_dim) + j, out_dim, cols, ahead);
+        fetched += in_dim * lines * 64L;
+      }
+    }
+  }
+}
+
+template <class T>
+void pack(unsigned char* dst, const float* w, int out_dim, int in_dim, int panels) {
+  constexpr int kW = kWidth<T>;
+  std::array<int, kW> slots;
+  for (int c = 0; c < kW; ++c) slots[c] = slot<T>(c);
+#pragma omp parallel for schedule(static)
+  for (int q = 0; q < panels; ++q) {
+    T* p = reinterpret_cast<T*>(dst) + static_cast<std::size_t>(q) * kW * in_dim;
+    const int cols = std::min(kW, out_dim - q * kW);
+    for (int c = 0; c < kW; ++c) {  // W's rows one at a time, each read front to back
+      const float* row = w + static_cast<std::size_t>(q * kW + c) * in_dim;
+      for (int k = 0; k < in_dim; ++k)
+        p[static_cast<std::size_t>(k) * kW + slots[c]] = narrow<T>(c < cols ? row[k] : 0.0f);
+    }
+  }
+}
+
+/// Calls f(T{}) with T the storage element of weight dtype `d`.
+template <class F>
+void with_element(DType d, F&& f) {
+  switch (d) {
+    case DType::F32: f(float{}); break;
+    case DType::BF16: f(Bf16{}); break;
+    case DType::F16: f(Fp16{}); break;
+  }
 }
 
 }  // namespace
 
-void matmul(float* out, const float* x, const float* w, int n, int in_dim, int out_dim) {
-  Eigen::Map<const RowMajor> X(x, n, in_dim);        // [n, in_dim]
-  Eigen::Map<const RowMajor> W(w, out_dim, in_dim);  // [out_dim, in_dim]
-  Eigen::Map<RowMajor> Y(out, n, out_dim);           // [n, out_dim]
-  // Slices are multiples of 16 output columns, so that no two threads write one 64-byte line.
-  constexpr int kAlign = 16;
-  const bool parallel = static_cast<long>(n) * in_dim * out_dim >= kParallelMacs;
-#pragma omp parallel if (parallel)
-  {
-    const int nt = omp_get_num_threads();
-    const int t = omp_get_thread_num();
-    const int per = ((out_dim + nt - 1) / nt + kAlign - 1) / kAlign * kAlign;
-    const int begin = std::min(out_dim, t * per);
-    const int end = std::min(out_dim, begin + per);
-    if (end > begin && n <= kDotRows) {
-      int j = begin;
-      if (n == 1)  // one batch row: eight weight rows at a time, enough multiply-adds in flight
-        for (; j + 2 * kW <= end; j += 2 * kW)
-          dot_block<2 * kW, 1>(x, w + static_cast<long>(j) * in_dim, in_dim, out + j, out_dim);
-      for (; j + kW <= end; j += kW)
-        dot_rows<kW>(x, n, w + static_cast<long>(j) * in_dim, in_dim, out + j, out_dim);
-      for (; j < end; ++j)
-        dot_rows<1>(x, n, w + static_cast<long>(j) * in_dim, in_dim, out + j, out_dim);
-    } else if (end > begin) {
-      Y.middleCols(begin, end - begin).noalias() = X * W.middleRows(begin, end - begin).transpose();
-    }
+PackedMatrix::PackedMatrix(const float* w, int out_dim, int in_dim, DType dtype)
+    : out_dim_(out_dim), in_dim_(in_dim), dtype_(dtype) {
+  with_element(dtype, [&](auto t) { width_ = kWidth<decltype(t)>; });
+  panels_ = (out_dim + width_ - 1) / width_;
+  bytes_ = static_cast<std::size_t>(panels_) * panel_bytes();
+  if (bytes_ == 0) return;
+  constexpr std::size_t kAlign = 64;  // panels_bytes() is a multiple of it for every tile
+  data_.reset(static_cast<unsigned char*>(
+      std::aligned_alloc(kAlign, (bytes_ + kAlign - 1) / kAlign * kAlign)));
+  if (!data_)
+    throw ResourceError(fmt::format("cannot allocate {:.6g} MB for a packed {} x {} weight matrix",
+                                    static_cast<double>(bytes_) / 1e6, out_dim, in_dim));
+  with_element(dtype, [&](auto t) { pack<decltype(t)>(data_.get(), w, out_dim, in_dim, panels_); });
+}
+
+void matmul(float* out, const float* x, const PackedMatrix& w, int n) {
+  if (n <= 0 || w.out_dim() == 0) return;
+  if (w.in_dim() == 0) {
+    std::fill_n(out, static_cast<long>(n) * w.out_dim(), 0.0f);
+    return;
   }
+  with_element(w.dtype(), [&](auto t) { product<decltype(t)>(out, x, w, n); });
+}
+
+std::string matmul_path(DType dtype) {
+  std::string widen = "loaded as is";
+  if (dtype == DType::BF16) widen = "bf16 widened in registers by a shift and a mask";
+#if defined(__F16C__) && (defined(__AVX512F__) || defined(__AVX__))
+  if (dtype == DType::F16) widen = "fp16 widened in registers by F16C";
+#else
+  if (dtype == DType::F16) widen = "fp16 widened element by element (no F16C)";
+#endif
+  std::string shape;
+  with_element(dtype, [&](auto t) {
+    using T = decltype(t);
+    shape = fmt::format("{} rows x {} columns", Tile<T>::kMR, kWidth<T>);
+  });
+  return fmt::format("{}-bit vectors, blocks of {}, {}", kP * 32, shape, widen);
 }
 
 void add_bias(float* out, const float* bias, int n, int dim) {

@@ -11,13 +11,18 @@
 namespace kvheap {
 namespace {
 
-/// Chapter 1's forward pass (Eigen and the CPU twins) over host-memory caches.
+/// Chapter 1's forward pass (the packed matrix products and the CPU twins) over host-memory
+/// caches.
 class CpuBackend final : public Backend {
  public:
   CpuBackend(const ModelWeights& weights, const BackendConfig& config)
-      : Backend(fmt::format("cpu ({} threads)", config.threads),
-                config.measure_peak ? cpu_read_peak() : MeasuredPeak{}, DType::F32),
-        forward_(weights) {}
+      : Backend({.device_name = fmt::format("cpu ({} threads)", config.threads),
+                 .peak = config.measure_peak ? cpu_read_peak() : MeasuredPeak{},
+                 .weight_dtype = config.weights,
+                 .products = "packed panels, " + cpu::matmul_path(config.weights)}),
+        forward_(weights, config.weights) {
+    set_setup_seconds(forward_.pack_seconds());
+  }
 
   void prepare(const Batch& batch, KVCache& cache) override {
     forward_.prepare(batch, cache);
@@ -70,11 +75,6 @@ std::unique_ptr<Backend> make_backend(const ModelWeights& weights, const Backend
   if (config.device == "cuda") return make_cuda_backend(weights, config);
   if (config.device != "cpu")
     throw UsageError(fmt::format("--device {}: expected cpu or cuda", config.device));
-  if (config.weights != DType::F32)
-    throw UsageError(
-        fmt::format("--weight-dtype {} needs --device cuda: the CPU backend computes "
-                    "with fp32 weights",
-                    dtype_name(config.weights)));
   return std::make_unique<CpuBackend>(weights, config);
 }
 

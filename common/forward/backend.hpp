@@ -19,7 +19,7 @@ namespace kvheap {
 /// \brief What to build a backend with.
 struct BackendConfig {
   std::string device = "cpu";  ///< cpu or cuda (the CPU simulator in a sim build)
-  DType weights = DType::F32;  ///< weight matrices as the forward pass reads them (cpu: fp32)
+  DType weights = DType::F32;  ///< weight matrices as the forward pass reads them
   bool measure_peak = true;    ///< measure the bandwidth peak that reports compare against
   int threads = 1;             ///< CPU threads, for the device's description
 };
@@ -64,21 +64,41 @@ class Backend {
   [[nodiscard]] const MeasuredPeak& peak() const { return peak_; }
   /// \brief The weights' element type as the forward pass reads them.
   [[nodiscard]] DType weight_dtype() const { return weight_dtype_; }
+  /// \brief How the weight products run ("cuBLAS", or the CPU kernel's loops: cpu::matmul_path).
+  [[nodiscard]] const std::string& products() const { return products_; }
+  /// \brief Seconds spent making the weights ready at construction (packing them on a CPU,
+  /// uploading them to a GPU).
+  [[nodiscard]] double setup_seconds() const { return setup_seconds_; }
 
  protected:
-  /// \brief Names the device, and keeps the peak measured on it and the weights' element type.
-  Backend(std::string device_name, MeasuredPeak peak, DType weight_dtype)
-      : device_name_(std::move(device_name)), peak_(std::move(peak)), weight_dtype_(weight_dtype) {}
+  /// \brief What a backend says of itself: the device's name, the peak measured on it, the
+  /// weights' element type, and how its products run.
+  struct Description {
+    std::string device_name;
+    MeasuredPeak peak;
+    DType weight_dtype = DType::F32;
+    std::string products;
+  };
+  /// \brief Keeps the backend's description.
+  explicit Backend(Description d)
+      : device_name_(std::move(d.device_name)),
+        peak_(std::move(d.peak)),
+        weight_dtype_(d.weight_dtype),
+        products_(std::move(d.products)) {}
+  /// \brief Records setup_seconds() (derived constructors, once their weights are ready).
+  void set_setup_seconds(double s) { setup_seconds_ = s; }
 
  private:
   std::string device_name_;
   MeasuredPeak peak_;
   DType weight_dtype_;
+  std::string products_;
+  double setup_seconds_ = 0;
 };
 
 /// \brief The backend for `config.device`. The weights must outlive a CPU backend; a CUDA one
-/// uploads them. Throws UsageError for a device name other than cpu or cuda, and for fp16/bf16
-/// weights on the CPU; ResourceError for cuda in a build without CUDA code or without a device.
+/// uploads them. Throws UsageError for a device name other than cpu or cuda; ResourceError for cuda
+/// in a build without CUDA code or without a device.
 std::unique_ptr<Backend> make_backend(const ModelWeights& weights, const BackendConfig& config);
 
 /// \brief --device auto|cpu|cuda: auto becomes cuda where a CUDA device is usable, else cpu.

@@ -43,9 +43,30 @@ void check_qk_norm_gains(const ModelWeights& w) {
           l, w.config.head_dim));
 }
 
-CpuForward::CpuForward(const ModelWeights& weights)
-    : w_(weights), inv_freq_(rope_inv_freq(weights.config)) {
+CpuForward::CpuForward(const ModelWeights& weights, DType weight_dtype)
+    : w_(weights), weight_dtype_(weight_dtype), inv_freq_(rope_inv_freq(weights.config)) {
   check_qk_norm_gains(weights);
+  const ModelConfig& c = weights.config;
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto pack = [&](const float* m, int out_dim, int in_dim) {
+    return cpu::PackedMatrix(m, out_dim, in_dim, weight_dtype);
+  };
+  layers_.reserve(weights.layers.size());
+  for (const LayerWeights& L : weights.layers)
+    layers_.push_back({pack(L.wq, c.q_dim(), c.dim), pack(L.wk, c.kv_dim(), c.dim),
+                       pack(L.wv, c.kv_dim(), c.dim), pack(L.wo, c.dim, c.q_dim()),
+                       pack(L.w1, c.hidden_dim, c.dim), pack(L.w2, c.dim, c.hidden_dim),
+                       pack(L.w3, c.hidden_dim, c.dim)});
+  classifier_ = pack(weights.classifier, c.vocab_size, c.dim);
+  pack_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::size_t CpuForward::packed_bytes() const {
+  std::size_t total = classifier_.bytes();
+  for (const PackedLayer& L : layers_)
+    for (const cpu::PackedMatrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w1, &L.w2, &L.w3})
+      total += m->bytes();
+  return total;
 }
 
 void CpuForward::resize(int n) {
@@ -84,12 +105,13 @@ std::span<const float> CpuForward::forward(const Batch& batch, KVCache& cache) {
 
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = w_.layers[l];
+    const PackedLayer& P = layers_[l];
     // Attention block: x += Wo * attend(rope(Wq xn), cache <- (rope(Wk xn), Wv xn)), with Qwen3's
     // per-head norm of q and k between the projection and RoPE.
     cpu::rmsnorm(a_.xn.data(), a_.x.data(), L.attn_norm, n, c.dim, c.norm_eps);
-    cpu::matmul(a_.q.data(), a_.xn.data(), L.wq, n, c.dim, c.q_dim());
-    cpu::matmul(a_.k.data(), a_.xn.data(), L.wk, n, c.dim, c.kv_dim());
-    cpu::matmul(a_.v.data(), a_.xn.data(), L.wv, n, c.dim, c.kv_dim());
+    cpu::matmul(a_.q.data(), a_.xn.data(), P.wq, n);
+    cpu::matmul(a_.k.data(), a_.xn.data(), P.wk, n);
+    cpu::matmul(a_.v.data(), a_.xn.data(), P.wv, n);
     cpu::add_bias(a_.q.data(), L.bq, n, c.q_dim());
     cpu::add_bias(a_.k.data(), L.bk, n, c.kv_dim());
     cpu::add_bias(a_.v.data(), L.bv, n, c.kv_dim());
@@ -100,15 +122,15 @@ std::span<const float> CpuForward::forward(const Batch& batch, KVCache& cache) {
     cpu::rope(a_.k.data(), pos_.data(), n, c.n_kv_heads, c.head_dim, inv_freq_.data(), interleaved);
     cache.write(l, batch, a_.k.data(), a_.v.data());
     cache.attend(l, batch, a_.q.data(), a_.att.data());
-    cpu::matmul(a_.proj.data(), a_.att.data(), L.wo, n, c.q_dim(), c.dim);
+    cpu::matmul(a_.proj.data(), a_.att.data(), P.wo, n);
     cpu::residual_add(a_.x.data(), a_.proj.data(), static_cast<long>(n) * c.dim);
 
     // MLP block: x += W2 (silu(W1 xn) * W3 xn).
     cpu::rmsnorm(a_.xn.data(), a_.x.data(), L.ffn_norm, n, c.dim, c.norm_eps);
-    cpu::matmul(a_.gate.data(), a_.xn.data(), L.w1, n, c.dim, c.hidden_dim);
-    cpu::matmul(a_.up.data(), a_.xn.data(), L.w3, n, c.dim, c.hidden_dim);
+    cpu::matmul(a_.gate.data(), a_.xn.data(), P.w1, n);
+    cpu::matmul(a_.up.data(), a_.xn.data(), P.w3, n);
     cpu::swiglu(a_.gate.data(), a_.up.data(), static_cast<long>(n) * c.hidden_dim);
-    cpu::matmul(a_.proj.data(), a_.gate.data(), L.w2, n, c.hidden_dim, c.dim);
+    cpu::matmul(a_.proj.data(), a_.gate.data(), P.w2, n);
     cpu::residual_add(a_.x.data(), a_.proj.data(), static_cast<long>(n) * c.dim);
   }
 
@@ -126,7 +148,7 @@ std::span<const float> CpuForward::forward(const Batch& batch, KVCache& cache) {
   }
   if (m > 0) {
     cpu::rmsnorm(last_.data(), last_.data(), w_.final_norm, m, c.dim, c.norm_eps);
-    cpu::matmul(logits_.data(), last_.data(), w_.classifier, m, c.dim, c.vocab_size);
+    cpu::matmul(logits_.data(), last_.data(), classifier_, m);
   }
   return {logits_.data(), logits_.size()};
 }

@@ -9,16 +9,20 @@
 #include "common/cache/kv_cache.hpp"
 #include "common/forward/activations.hpp"
 #include "common/model/weights.hpp"
+#include "kernels/matmul.hpp"
 
 namespace kvheap {
 
-/// \brief Runs batches through the model on the CPU (Eigen + OpenMP), reading and extending a
-/// KVCache. Holds only scratch activations; all model state lives in the weights and the cache.
+/// \brief Runs batches through the model on the CPU (OpenMP), reading and extending a KVCache.
+/// Holds its own copy of the weight matrices, packed for cpu::matmul, and scratch activations;
+/// the rest of the model state lives in the weights and the cache.
 class CpuForward {
  public:
-  /// \brief Keeps a reference to `weights`, which must outlive this object. Throws InputError
-  /// as check_qk_norm_gains does.
-  explicit CpuForward(const ModelWeights& weights);
+  /// \brief Keeps a reference to `weights`, which must outlive this object (the embedding table
+  /// and the norms are read from it), and packs its matrices as `weight_dtype` (fp32, bf16 or
+  /// fp16; the narrow ones rounded to nearest even). Throws InputError as check_qk_norm_gains
+  /// does, ResourceError when the packed copy does not fit in memory.
+  explicit CpuForward(const ModelWeights& weights, DType weight_dtype = DType::F32);
 
   /// \brief Checks `batch` and lays out `cache` for it (its prepare()); the next forward() runs
   /// this batch over it. Throws InputError as forward() does.
@@ -33,11 +37,27 @@ class CpuForward {
   [[nodiscard]] const ModelWeights& weights() const { return w_; }
   /// \brief Seconds the last prepare() spent in the cache's prepare().
   [[nodiscard]] double prepare_seconds() const { return prepare_seconds_; }
+  /// \brief Element type of the packed weight matrices.
+  [[nodiscard]] DType weight_dtype() const { return weight_dtype_; }
+  /// \brief Bytes of the packed weight matrices (what the passes read of the weights).
+  [[nodiscard]] std::size_t packed_bytes() const;
+  /// \brief Seconds the constructor spent packing the weights (for a memory-mapped file, this
+  /// includes faulting its pages in).
+  [[nodiscard]] double pack_seconds() const { return pack_seconds_; }
 
  private:
   void resize(int n);
 
+  /// One layer's matrices, packed.
+  struct PackedLayer {
+    cpu::PackedMatrix wq, wk, wv, wo, w1, w2, w3;
+  };
+
   const ModelWeights& w_;
+  DType weight_dtype_;
+  std::vector<PackedLayer> layers_;
+  cpu::PackedMatrix classifier_;
+  double pack_seconds_ = 0;
   std::vector<float> inv_freq_;        // [head_dim/2]
   Activations<std::vector<float>> a_;  // of the current batch (n rows)
   std::vector<float> last_;            // [n_logit_rows, dim]

@@ -1,5 +1,6 @@
 #include "common/forward/reference_forward.hpp"
 
+#include <Eigen/Core>
 #include <cmath>
 #include <cstring>
 
@@ -12,6 +13,19 @@
 #include "kernels/swiglu.hpp"
 
 namespace kvheap {
+
+namespace {
+
+/// out[n, out_dim] = x[n, in_dim] W^T with Eigen's general product on W as loaded, not the
+/// forward pass's packed kernel: the oracle shares no matrix code with what it checks.
+void product(float* out, const float* x, const float* w, int n, int in_dim, int out_dim) {
+  using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  Eigen::Map<RowMajor>(out, n, out_dim).noalias() =
+      Eigen::Map<const RowMajor>(x, n, in_dim) *
+      Eigen::Map<const RowMajor>(w, out_dim, in_dim).transpose();
+}
+
+}  // namespace
 
 std::vector<float> reference_logits(const ModelWeights& w, std::span<const int> tokens,
                                     int first_pos) {
@@ -39,9 +53,9 @@ std::vector<float> reference_logits(const ModelWeights& w, std::span<const int> 
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = w.layers[l];
     cpu::rmsnorm(xn.data(), x.data(), L.attn_norm, n, c.dim, c.norm_eps);
-    cpu::matmul(q.data(), xn.data(), L.wq, n, c.dim, c.q_dim());
-    cpu::matmul(k.data(), xn.data(), L.wk, n, c.dim, c.kv_dim());
-    cpu::matmul(v.data(), xn.data(), L.wv, n, c.dim, c.kv_dim());
+    product(q.data(), xn.data(), L.wq, n, c.dim, c.q_dim());
+    product(k.data(), xn.data(), L.wk, n, c.dim, c.kv_dim());
+    product(v.data(), xn.data(), L.wv, n, c.dim, c.kv_dim());
     cpu::add_bias(q.data(), L.bq, n, c.q_dim());
     cpu::add_bias(k.data(), L.bk, n, c.kv_dim());
     cpu::add_bias(v.data(), L.bv, n, c.kv_dim());
@@ -75,18 +89,18 @@ std::vector<float> reference_logits(const ModelWeights& w, std::span<const int> 
         for (int e = 0; e < c.head_dim; ++e) out[e] = static_cast<float>(acc[e] / sum);
       }
     }
-    cpu::matmul(proj.data(), att.data(), L.wo, n, c.q_dim(), c.dim);
+    product(proj.data(), att.data(), L.wo, n, c.q_dim(), c.dim);
     cpu::residual_add(x.data(), proj.data(), n * d);
     cpu::rmsnorm(xn.data(), x.data(), L.ffn_norm, n, c.dim, c.norm_eps);
-    cpu::matmul(gate.data(), xn.data(), L.w1, n, c.dim, c.hidden_dim);
-    cpu::matmul(up.data(), xn.data(), L.w3, n, c.dim, c.hidden_dim);
+    product(gate.data(), xn.data(), L.w1, n, c.dim, c.hidden_dim);
+    product(up.data(), xn.data(), L.w3, n, c.dim, c.hidden_dim);
     cpu::swiglu(gate.data(), up.data(), static_cast<long>(n) * c.hidden_dim);
-    cpu::matmul(proj.data(), gate.data(), L.w2, n, c.hidden_dim, c.dim);
+    product(proj.data(), gate.data(), L.w2, n, c.hidden_dim, c.dim);
     cpu::residual_add(x.data(), proj.data(), n * d);
   }
   cpu::rmsnorm(xn.data(), x.data(), w.final_norm, n, c.dim, c.norm_eps);
   std::vector<float> logits(static_cast<std::size_t>(n) * c.vocab_size);
-  cpu::matmul(logits.data(), xn.data(), w.classifier, n, c.dim, c.vocab_size);
+  product(logits.data(), xn.data(), w.classifier, n, c.dim, c.vocab_size);
   return logits;
 }
 

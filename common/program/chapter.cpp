@@ -165,6 +165,8 @@ RunReport run_report(const Chapter& chapter, const ServeResult& res,
   report.chapter = chapter.name;
   report.device = backend.device_name();
   report.weight_dtype = wt;
+  report.products = backend.products();
+  report.weight_setup_seconds = backend.setup_seconds();
   report.kv_budget_bytes = stats.budget_bytes;
   report.weight_bytes_per_step = static_cast<double>(weight_bytes_per_decode_step(c, wt));
   report.peak = backend.peak();

@@ -187,7 +187,8 @@ void add_common_options(CommandLine& cli, CommonOptions& o, const std::string& n
              "Where to run: cpu or cuda; in chapter 2 also auto, its default: cuda when a GPU "
              "is found, else cpu")
       .show_default();
-  cli.option("--weight-dtype", o.weight_dtype, "Weights on the device: fp32, fp16 or bf16")
+  cli.option("--weight-dtype", o.weight_dtype,
+             "Weight matrices as the forward pass reads them: fp32, fp16 or bf16")
       .show_default();
   cli.option("--kv-dtype", o.kv_dtype, "KV cache element type: fp32, fp16 or bf16").show_default();
   cli.option("--kv-budget-mb", o.kv_budget_mb,

@@ -117,6 +117,9 @@ void print_report(const RunReport& r, std::ostream& os) {
              dtype_name(r.weight_dtype), dtype_name(r.kv_dtype));
   if (r.kv_budget_bytes > 0) fmt::print(os, " | budget {:.3f} MB", r.kv_budget_bytes / 1e6);
   fmt::print(os, "\n");
+  if (!r.products.empty())
+    fmt::print(os, "  weight products: {} (weights made ready in {:.3f} s)\n", r.products,
+               r.weight_setup_seconds);
   fmt::print(os, "  requests: {} served", r.requests - r.not_admitted);
   if (r.not_admitted > 0) fmt::print(os, ", {} not admitted", r.not_admitted);
   fmt::print(os, ", at most {} at once; {} forward passes, {} rows ({} prompt, {} decode)\n",
@@ -242,6 +245,8 @@ nlohmann::json metrics_json(const RunReport& r) {
             {"cache_note", r.peak.partly_cached(r.step_bytes()) ? r.peak.cached_note("step") : ""},
             {"device", r.device},
             {"weight_dtype", dtype_name(r.weight_dtype)},
+            {"weight_products", r.products},
+            {"weight_setup_s", r.weight_setup_seconds},
             {"kv_dtype", dtype_name(r.kv_dtype)}});
   if (!r.whole_run) {  // a continuous batcher has no prefill phase and no single stop
     m["stop_reason"] = r.stop_reason;

@@ -40,8 +40,11 @@ struct RunReport {
   std::string model;                ///< model name from its config
   std::string device;               ///< "cpu (2 threads)", "NVIDIA H200", ...
   DType weight_dtype = DType::F32;  ///< element type of the weights as read each step
-  DType kv_dtype = DType::F32;      ///< element type of the KV cache
-  bool whole_run = false;           ///< passes mix prompt and decode rows
+  std::string products;             ///< how the weight products ran (Backend::products)
+  double weight_setup_seconds =
+      0;                        ///< packing (CPU) or uploading (GPU) the weights, before the run
+  DType kv_dtype = DType::F32;  ///< element type of the KV cache
+  bool whole_run = false;       ///< passes mix prompt and decode rows
 
   int requests = 0;            ///< requests given
   int not_admitted = 0;        ///< requests turned away

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "base/error.hpp"
+#include "base/half.hpp"
 #include "chapters/01_cpu_reference/admission.hpp"
 #include "chapters/01_cpu_reference/reserved_cache.hpp"
 #include "common/forward/backend.hpp"
@@ -260,6 +261,67 @@ TEST(Ch01CpuReference, HalfPrecisionKvStaysCloseToFp32) {
     // tokens. bf16 keeps 8 mantissa bits (relative error 2^-9), fp16 keeps 11.
     EXPECT_LT(test::rel_inf_error(half.steps[0], f32.steps[0]), kv == DType::BF16 ? 5e-2 : 5e-3);
     EXPECT_GT(test::rel_inf_error(half.steps[0], f32.steps[0]), 0.0) << "KV was not rounded";
+  }
+}
+
+/// Logits of `tokens` fed as one prompt, then of one decode step after it, through CpuForward
+/// with weights packed as `wt`.
+std::vector<std::vector<float>> prompt_then_step(const ModelWeights& w, DType wt,
+                                                 const std::vector<int>& tokens) {
+  ReservedCache cache(w.config, DType::F32);
+  const int slot = cache.admit();
+  CpuForward fwd(w, wt);
+  Batch prompt;
+  for (std::size_t i = 0; i < tokens.size(); ++i)
+    prompt.rows.push_back({tokens[i], slot, static_cast<int>(i), true});
+  std::vector<std::vector<float>> out;
+  const auto a = fwd.forward(prompt, cache);
+  out.emplace_back(a.begin(), a.end());
+  Batch step;
+  step.rows.push_back({7, slot, static_cast<int>(tokens.size()), true});
+  const auto b = fwd.forward(step, cache);
+  out.emplace_back(b.begin(), b.end());
+  return out;
+}
+
+// bf16 and fp16 weights are widened exactly in registers: the pass gives bitwise the logits of
+// fp32 weights rounded to that type on the host (the embedding table, read one row at a time,
+// stays fp32 in both), and within the type's rounding of the unrounded weights' logits.
+TEST(Ch01CpuReference, HalfWeightsEqualWeightsRoundedOnTheHost) {
+  const ModelWeights w = make_synthetic_weights(preset("tiny"), 9);
+  const ModelConfig& c = w.config;
+  const std::vector<int> tokens = {1, 50, 60, 61};
+  const auto f32 = prompt_then_step(w, DType::F32, tokens);
+  for (const DType wt : {DType::BF16, DType::F16}) {
+    SCOPED_TRACE(std::string(dtype_name(wt)));
+    ModelWeights r = w;  // shares w's buffers; the matrices below are rounded copies
+    const auto round = [&](const float* m, std::size_t n) {
+      float* copy = r.allocate(n);
+      for (std::size_t i = 0; i < n; ++i)
+        copy[i] = wt == DType::BF16 ? bf16_to_float(float_to_bf16(m[i]))
+                                    : fp16_to_float(float_to_fp16(m[i]));
+      return copy;
+    };
+    const auto d = static_cast<std::size_t>(c.dim), h = static_cast<std::size_t>(c.hidden_dim);
+    for (LayerWeights& L : r.layers) {
+      L.wq = round(L.wq, c.q_dim() * d);
+      L.wk = round(L.wk, c.kv_dim() * d);
+      L.wv = round(L.wv, c.kv_dim() * d);
+      L.wo = round(L.wo, d * c.q_dim());
+      L.w1 = round(L.w1, h * d);
+      L.w2 = round(L.w2, d * h);
+      L.w3 = round(L.w3, h * d);
+    }
+    r.classifier = round(r.classifier, static_cast<std::size_t>(c.vocab_size) * d);
+    const auto narrow = prompt_then_step(w, wt, tokens);
+    const auto host = prompt_then_step(r, DType::F32, tokens);
+    for (std::size_t s = 0; s < narrow.size(); ++s) {
+      EXPECT_EQ(narrow[s], host[s]) << "pass " << s;
+      // bf16 keeps 8 mantissa bits (relative error 2^-9 per weight), fp16 11.
+      const double err = test::rel_inf_error(narrow[s], f32[s]);
+      EXPECT_LT(err, wt == DType::BF16 ? 5e-2 : 5e-3) << "pass " << s;
+      EXPECT_GT(err, 0.0) << "pass " << s << ": the weights were not rounded";
+    }
   }
 }
 

@@ -1,6 +1,7 @@
 // The CPU matrix product (kernels/matmul.hpp): against a double-precision product over awkward
-// shapes on both of its paths, and, for batches of up to kDotRows rows, bitwise the same for a
-// row whatever else is in its batch and however many threads run it.
+// shapes, for fp32 weights and for bf16 and fp16 ones (against the same weights rounded on the
+// host); and bitwise the same for a row whatever else is in its batch and however many threads
+// run it.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -8,12 +9,11 @@
 #include <random>
 #include <vector>
 
+#include "base/half.hpp"
 #include "kernels/matmul.hpp"
 
 namespace kvheap {
 namespace {
-
-using cpu::kDotRows;
 
 std::vector<float> random_floats(std::size_t n, unsigned seed) {
   std::mt19937 rng(seed);
@@ -24,72 +24,106 @@ std::vector<float> random_floats(std::size_t n, unsigned seed) {
 }
 
 /// out = x W^T with `threads` OpenMP threads.
-std::vector<float> product(const std::vector<float>& x, const std::vector<float>& w, int n,
-                           int in_dim, int out_dim, int threads) {
-  std::vector<float> out(static_cast<std::size_t>(n) * out_dim, -1.0f);
+std::vector<float> product(const std::vector<float>& x, const cpu::PackedMatrix& w, int n,
+                           int threads) {
+  std::vector<float> out(static_cast<std::size_t>(n) * w.out_dim(), -1.0f);
   const int saved = omp_get_max_threads();
   omp_set_num_threads(threads);
-  cpu::matmul(out.data(), x.data(), w.data(), n, in_dim, out_dim);
+  cpu::matmul(out.data(), x.data(), w, n);
   omp_set_num_threads(saved);
   return out;
 }
 
-// Sizes that leave tails (in_dim not a multiple of the packet width, out_dim not a multiple of
-// the weight rows a block takes) and some that do not, batches around kDotRows (both paths), and
-// products large enough to run on several threads, one row among them.
+/// W's elements as the packed matrix holds them: fp32 as is, bf16 and fp16 rounded to nearest even.
+std::vector<float> rounded(const std::vector<float>& w, DType t) {
+  std::vector<float> r(w);
+  for (float& v : r) {
+    if (t == DType::BF16) v = bf16_to_float(float_to_bf16(v));
+    if (t == DType::F16) v = fp16_to_float(float_to_fp16(v));
+  }
+  return r;
+}
+
+// Sizes that leave tails (out_dim not a multiple of any panel width, batches not a multiple of
+// the rows a block takes) and some that do not, and products large enough to run on several
+// threads, one row among them; for each weight dtype.
 TEST(MatmulCpu, MatchesDoublePrecisionOnAwkwardShapes) {
   struct Shape {
     int n, in_dim, out_dim;
   };
-  for (const Shape s : {Shape{1, 1, 1}, Shape{1, 7, 3}, Shape{3, 33, 17}, Shape{5, 288, 9},
-                        Shape{8, 100, 64}, Shape{kDotRows, 31, 13}, Shape{kDotRows + 1, 31, 13},
-                        Shape{40, 257, 35}, Shape{7, 1000, 301}, Shape{1, 1000, 301}}) {
-    const auto x = random_floats(static_cast<std::size_t>(s.n) * s.in_dim, 1);
-    const auto w = random_floats(static_cast<std::size_t>(s.out_dim) * s.in_dim, 2);
-    for (int threads : {1, 2, 3}) {
-      const auto got = product(x, w, s.n, s.in_dim, s.out_dim, threads);
-      for (int i = 0; i < s.n; ++i)
-        for (int j = 0; j < s.out_dim; ++j) {
-          double want = 0.0, mag = 0.0;  // the exact sum, and the size of its terms
-          for (int d = 0; d < s.in_dim; ++d) {
-            const double t = double{x[static_cast<std::size_t>(i) * s.in_dim + d]} *
-                             w[static_cast<std::size_t>(j) * s.in_dim + d];
-            want += t;
-            mag += std::fabs(t);
+  for (const DType t : {DType::F32, DType::BF16, DType::F16})
+    for (const Shape s :
+         {Shape{1, 1, 1}, Shape{1, 7, 3}, Shape{3, 33, 17}, Shape{5, 288, 9}, Shape{8, 100, 64},
+          Shape{16, 31, 13}, Shape{17, 31, 96}, Shape{40, 257, 35}, Shape{7, 1000, 301},
+          Shape{1, 1000, 301}, Shape{2, 0, 5}}) {
+      const auto x = random_floats(static_cast<std::size_t>(s.n) * s.in_dim, 1);
+      const auto w = random_floats(static_cast<std::size_t>(s.out_dim) * s.in_dim, 2);
+      const cpu::PackedMatrix packed(w.data(), s.out_dim, s.in_dim, t);
+      ASSERT_EQ(packed.bytes(), static_cast<std::size_t>(packed.panels()) * packed.panel_width() *
+                                    s.in_dim * dtype_size(t));
+      const auto wr = rounded(w, t);
+      for (int threads : {1, 2, 3}) {
+        const auto got = product(x, packed, s.n, threads);
+        for (int i = 0; i < s.n; ++i)
+          for (int j = 0; j < s.out_dim; ++j) {
+            double want = 0.0, mag = 0.0;  // the exact sum, and the size of its terms
+            for (int d = 0; d < s.in_dim; ++d) {
+              const double term = double{x[static_cast<std::size_t>(i) * s.in_dim + d]} *
+                                  wr[static_cast<std::size_t>(j) * s.in_dim + d];
+              want += term;
+              mag += std::fabs(term);
+            }
+            // One chain of in_dim fp32 roundings: with these random signs the error stays near
+            // 2^-24 sqrt(in_dim) of the terms' magnitude, far under this bound (about 17 x 2^-24
+            // of it), which a dropped or doubled term, or a weight widened wrongly, exceeds.
+            ASSERT_NEAR(got[static_cast<std::size_t>(i) * s.out_dim + j], want, 1e-6 * mag + 1e-30)
+                << dtype_name(t) << " row " << i << ", column " << j << " of " << s.n << " x "
+                << s.in_dim << " x " << s.out_dim << " on " << threads << " threads";
           }
-          // Each lane rounds about in_dim / P sums in fp32; with these random signs the error of
-          // the total stays near 2^-24 sqrt(in_dim) of the terms' magnitude, far under this bound
-          // (about 17 x 2^-24 of it), which a dropped or doubled term still exceeds.
-          ASSERT_NEAR(got[static_cast<std::size_t>(i) * s.out_dim + j], want, 1e-6 * mag + 1e-30)
-              << "row " << i << ", column " << j << " of " << s.n << " x " << s.in_dim << " x "
-              << s.out_dim << " on " << threads << " threads";
-        }
+      }
     }
+}
+
+// What makes a decode row's logits the same alone, batched or in a prompt (chapters 3-5): each
+// row of a batch of any size gets exactly the outputs it gets alone, on any number of threads.
+TEST(MatmulCpu, RowsOfAnyBatchAreBitwiseTheSameAlone) {
+  const int in_dim = 301, out_dim = 1003, rows = 40;  // tails everywhere
+  static_assert(long{in_dim} * out_dim >= cpu::kParallelMacs, "even one row runs on threads");
+  const auto w = random_floats(static_cast<std::size_t>(out_dim) * in_dim, 3);
+  const auto x = random_floats(static_cast<std::size_t>(rows) * in_dim, 4);
+  for (const DType t : {DType::F32, DType::BF16}) {
+    const cpu::PackedMatrix packed(w.data(), out_dim, in_dim, t);
+    std::vector<std::vector<float>> alone;
+    for (int i = 0; i < rows; ++i) {
+      const std::vector<float> row(x.begin() + static_cast<long>(i) * in_dim,
+                                   x.begin() + static_cast<long>(i + 1) * in_dim);
+      alone.push_back(product(row, packed, 1, 1));
+    }
+    for (int n : {2, 3, 5, 8, 13, 16, rows})
+      for (int threads : {1, 2, 3}) {
+        const std::vector<float> xs(x.begin(), x.begin() + static_cast<long>(n) * in_dim);
+        const auto got = product(xs, packed, n, threads);
+        for (int i = 0; i < n; ++i)
+          for (int j = 0; j < out_dim; ++j)
+            ASSERT_EQ(got[static_cast<std::size_t>(i) * out_dim + j], alone[i][j])
+                << dtype_name(t) << " row " << i << " of " << n << ", column " << j << ", "
+                << threads << " threads";
+      }
   }
 }
 
-// What makes a decode row's logits the same alone or batched (chapters 3-5): each row of a batch
-// of up to kDotRows rows gets exactly the outputs it gets alone, on any number of threads.
-TEST(MatmulCpu, RowsOfSmallBatchesAreBitwiseTheSameAlone) {
-  const int in_dim = 301, out_dim = 1003;  // tails in both dimensions
-  static_assert(long{in_dim} * out_dim >= cpu::kParallelMacs, "even one row runs on threads");
-  const auto w = random_floats(static_cast<std::size_t>(out_dim) * in_dim, 3);
-  const auto x = random_floats(static_cast<std::size_t>(kDotRows) * in_dim, 4);
-  std::vector<std::vector<float>> alone;
-  for (int i = 0; i < kDotRows; ++i) {
-    const std::vector<float> row(x.begin() + static_cast<long>(i) * in_dim,
-                                 x.begin() + static_cast<long>(i + 1) * in_dim);
-    alone.push_back(product(row, w, 1, in_dim, out_dim, 1));
+// Narrow weights take half the bytes, padding included.
+TEST(MatmulCpu, NarrowWeightsHoldHalfTheBytes) {
+  const auto w = random_floats(static_cast<std::size_t>(768) * 512, 5);
+  const cpu::PackedMatrix f32(w.data(), 768, 512, DType::F32);
+  for (const DType t : {DType::BF16, DType::F16}) {
+    const cpu::PackedMatrix narrow(w.data(), 768, 512, t);
+    EXPECT_LE(narrow.bytes(),
+              f32.bytes() / 2 + static_cast<std::size_t>(narrow.panel_width()) * 512 * 2)
+        << dtype_name(t);
+    EXPECT_GE(narrow.bytes(), std::size_t{768} * 512 * 2) << dtype_name(t);
   }
-  for (int n : {2, 3, 5, 8, kDotRows})
-    for (int threads : {1, 2, 3}) {
-      const std::vector<float> xs(x.begin(), x.begin() + static_cast<long>(n) * in_dim);
-      const auto got = product(xs, w, n, in_dim, out_dim, threads);
-      for (int i = 0; i < n; ++i)
-        for (int j = 0; j < out_dim; ++j)
-          ASSERT_EQ(got[static_cast<std::size_t>(i) * out_dim + j], alone[i][j])
-              << "row " << i << " of " << n << ", column " << j << ", " << threads << " threads";
-    }
+  EXPECT_GE(f32.bytes(), std::size_t{768} * 512 * 4);
 }
 
 }  // namespace

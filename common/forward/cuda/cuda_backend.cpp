@@ -1,5 +1,6 @@
 // The CUDA backend: GpuForward (cuBLAS and the CUDA kernels, or the simulator of them) over
 // device-memory caches.
+#include <chrono>
 #include <memory>
 
 #include "common/forward/backend.hpp"
@@ -13,10 +14,16 @@ namespace {
 class CudaBackend final : public Backend {
  public:
   CudaBackend(const ModelWeights& weights, const BackendConfig& config, const DeviceInfo& info)
-      : Backend(info.is_simulator ? info.name + " (not a performance model)" : info.name,
-                config.measure_peak && !info.is_simulator ? gpu_copy_peak() : MeasuredPeak{},
-                config.weights),
-        forward_(weights, config.weights) {}
+      : Backend(
+            {.device_name =
+                 info.is_simulator ? info.name + " (not a performance model)" : info.name,
+             .peak = config.measure_peak && !info.is_simulator ? gpu_copy_peak() : MeasuredPeak{},
+             .weight_dtype = config.weights,
+             .products = info.is_simulator ? "the simulator's Eigen product" : "cuBLAS"}),
+        forward_(weights, config.weights) {
+    set_setup_seconds(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
+  }
 
   void prepare(const Batch& batch, KVCache& cache) override { forward_.prepare(batch, cache); }
   std::span<const SampledToken> forward(const Batch& batch, KVCache& cache,
@@ -28,6 +35,8 @@ class CudaBackend final : public Backend {
   [[nodiscard]] Memory memory() const override { return Memory::kDevice; }
 
  private:
+  std::chrono::steady_clock::time_point start_ =
+      std::chrono::steady_clock::now();  // before forward_
   GpuForward forward_;
 };
 
