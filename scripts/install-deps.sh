@@ -8,7 +8,7 @@ set -euo pipefail
 
 packages=(
   cmake ninja-build g++ make ccache
-  libeigen3-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libeigen3-dev libgtest-dev libgmock-dev libbenchmark-dev libopenblas-openmp-dev
   libcli11-dev nlohmann-json3-dev libfmt-dev
   libpcre2-dev libutf8proc-dev pkg-config
   doxygen doxygen-awesome-css graphviz
