@@ -1,10 +1,12 @@
-// bench_decode_cpu: the chapter 1 decode step on the CPU, against the read bandwidth measured in
-// the same process.
+// bench_decode_cpu: the chapter 1 decode step and a prompt's prefill on the CPU, against both
+// roofs measured in the same process: the read bandwidth and the fp32 multiply-add rate.
 //
 // Decode is a bandwidth problem: a step multiplies one token's activations by every weight
-// matrix, so it reads all weights once (2 flops per 4 bytes in fp32) plus K and V of every cached
-// position. tokens/s x bytes/step = achieved GB/s, which the table compares with a STREAM-like
-// read of a buffer 8x the last-level cache.
+// matrix, so it reads all weights once (2 flops per 4 bytes in fp32, per 2 bytes in bf16) plus K
+// and V of every cached position. A prefill pass multiplies 128 rows by the same weights: 128
+// times the flops for the same bytes, so it is bound by the multiply-adds. Each row of the table
+// gives bytes and flops, both rates, and the fraction of the roofline max(bytes / read peak,
+// flops / FMA peak) it reached.
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 #include <omp.h>
@@ -21,7 +23,9 @@
 #include "bench/support/rows.hpp"
 #include "chapters/01_cpu_reference/reserved_cache.hpp"
 #include "common/measure/bandwidth.hpp"
+#include "common/measure/fma_peak.hpp"
 #include "common/forward/forward_cpu.hpp"
+#include "kernels/matmul.hpp"
 #include "common/model/llama2c_loader.hpp"
 #include "common/serving/report.hpp"
 #include "common/model/synthetic_weights.hpp"
@@ -34,49 +38,83 @@ double g_peak_gbps = 0.0;
 /// One line of the summary table printed after the run.
 struct Row {
   std::string config;
-  double kv_budget_mb, mb_per_step, ms_per_step, gbps;
+  double kv_budget_mb, mb_per_step, gflop_per_step, ms_per_step;
+  int tokens_per_step;
 };
 std::vector<Row> g_rows;  // one per benchmark: Google Benchmark reruns a function while it sizes
                           // the iteration count, and only the last, longest run is kept
 
+/// Flops of `rows` consecutive positions first..first + rows - 1 of one sequence, the last of
+/// which wants logits: every weight matrix once per row (the classifier for the last row only)
+/// and attention over each row's context (q.k and p.v, 2 flops per element of each).
+double pass_flops(const ModelConfig& c, int first, int rows) {
+  const double classifier = 2.0 * c.vocab_size * static_cast<double>(c.dim);
+  const double per_row = matmul_flops_per_row(c) - classifier;
+  double attended = 0;  // positions attended, summed over rows
+  for (int i = 0; i < rows; ++i) attended += first + i + 1;
+  const double attention = 4.0 * c.n_layers * c.n_heads * static_cast<double>(c.head_dim);
+  return rows * per_row + classifier + attention * attended;
+}
+
+/// Times `pass` (one forward over `batch`) and records its row of the table.
+void time_pass(benchmark::State& state, const ModelConfig& c, DType wt, CpuForward& fwd,
+               ch01::ReservedCache& cache, const Batch& batch, const std::string& what) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    auto logits = fwd.forward(batch, cache);
+    benchmark::DoNotOptimize(logits.data());
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double per_step = seconds / static_cast<double>(state.iterations());
+  const int rows = batch.size(), first = batch.rows[0].pos;
+  // Napkin math: weights read once (params x their size, the embedding table only for its rows
+  // unless tied) + K and V of positions 0..first + rows - 1 in every layer, read or written.
+  const double weight_bytes = static_cast<double>(weight_bytes_per_decode_step(c, wt));
+  const double kv_bytes = static_cast<double>(kv_bytes_for_context(c, DType::F32, first + rows));
+  const double bytes = weight_bytes + kv_bytes;
+  const double flops = pass_flops(c, first, rows);
+  state.counters["tokens_per_s"] = rows / per_step;
+  state.counters["MB_per_step"] = bytes / 1e6;
+  state.counters["GFLOP_per_step"] = flops / 1e9;
+  state.counters["KV_budget_MB"] = static_cast<double>(cache.bytes_reserved()) / 1e6;
+  state.counters["GBps"] = bytes / per_step / 1e9;
+  const std::string config =
+      fmt::format("{} {}, {}, {} threads", c.name, dtype_name(wt), what, omp_get_max_threads());
+  state.SetLabel(config);
+  const Row row{config,         static_cast<double>(cache.bytes_reserved()) / 1e6,
+                bytes / 1e6,    flops / 1e9,
+                per_step * 1e3, rows};
+  bench::keep_last(g_rows, row);
+}
+
 /// One model prepared for decoding at a fixed context: the cache holds `context` tokens and each
 /// iteration decodes position `context` again, so every iteration moves the same bytes.
-void decode_step(benchmark::State& state, const ModelWeights& w, int context) {
+void decode_step(benchmark::State& state, const ModelWeights& w, int context, DType wt) {
   const ModelConfig& c = w.config;
   ch01::ReservedCache cache(c, DType::F32);
   const int slot = cache.admit();
-  CpuForward fwd(w);
+  CpuForward fwd(w, wt);
   Batch prompt;
   for (int i = 0; i < context; ++i)
     prompt.rows.push_back({(i * 7 + 1) % c.vocab_size, slot, i, false});
   (void)fwd.forward(prompt, cache);
   Batch step;
   step.rows.push_back({1, slot, context, true});
-  const auto t0 = std::chrono::steady_clock::now();
-  for (auto _ : state) {
-    auto logits = fwd.forward(step, cache);
-    benchmark::DoNotOptimize(logits.data());
-  }
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const double per_step = seconds / static_cast<double>(state.iterations());
-  // Napkin math: weights read once (params x 4 B, the embedding table only for its one row unless
-  // tied) + K and V of positions 0..context in every layer.
-  const double weight_bytes = static_cast<double>(weight_bytes_per_decode_step(c, DType::F32));
-  const double kv_bytes = static_cast<double>(kv_bytes_for_context(c, DType::F32, context + 1));
-  const double bytes = weight_bytes + kv_bytes;
-  const double gbps = bytes / per_step / 1e9;
-  state.counters["tokens_per_s"] = 1.0 / per_step;
-  state.counters["MB_per_step"] = bytes / 1e6;
-  state.counters["KV_budget_MB"] = static_cast<double>(cache.bytes_reserved()) / 1e6;
-  state.counters["GBps"] = gbps;
-  state.counters["frac_of_peak"] = gbps / g_peak_gbps;
-  const std::string config =
-      fmt::format("{} fp32, ctx {}, {} threads", c.name, context, omp_get_max_threads());
-  state.SetLabel(config);
-  const Row row{config, static_cast<double>(cache.bytes_reserved()) / 1e6, bytes / 1e6,
-                per_step * 1e3, gbps};
-  bench::keep_last(g_rows, row);
+  time_pass(state, c, wt, fwd, cache, step, fmt::format("decode at ctx {}", context));
+}
+
+/// A prompt of `tokens` tokens in one pass, the last row wanting logits; each iteration writes
+/// the same positions again.
+void prefill(benchmark::State& state, const ModelWeights& w, int tokens, DType wt) {
+  const ModelConfig& c = w.config;
+  ch01::ReservedCache cache(c, DType::F32);
+  const int slot = cache.admit();
+  CpuForward fwd(w, wt);
+  Batch prompt;
+  for (int i = 0; i < tokens; ++i)
+    prompt.rows.push_back({(i * 7 + 1) % c.vocab_size, slot, i, i == tokens - 1});
+  time_pass(state, c, wt, fwd, cache, prompt, fmt::format("prefill of {} tokens", tokens));
 }
 
 void read_bandwidth(benchmark::State& state) {
@@ -96,6 +134,13 @@ ModelWeights stories260k_weights() {
              : make_synthetic_weights(preset("stories260k"), 1);
 }
 
+/// The stories110M shape with synthetic weights (440 MB in fp32), made on first use, so that a
+/// listing run makes none.
+const ModelWeights& stories110m() {
+  static const ModelWeights big = make_synthetic_weights(preset("stories110m"), 1);
+  return big;
+}
+
 }  // namespace
 }  // namespace kvheap
 
@@ -107,23 +152,27 @@ int main(int argc, char** argv) {
       ->Iterations(1)
       ->Unit(benchmark::kMillisecond);
 
-  // A >= 100M-parameter model: the stories110M shape with synthetic weights (440 MB in fp32),
-  // made on the first run, so that a listing run makes none.
-  benchmark::RegisterBenchmark("decode_step/stories110m/ctx256",
-                               [](benchmark::State& s) {
-                                 static const ModelWeights big =
-                                     make_synthetic_weights(preset("stories110m"), 1);
-                                 decode_step(s, big, 256);
-                               })
-      ->Unit(benchmark::kMillisecond)
-      ->MinTime(2.0);
+  // A >= 100M-parameter model, its weights in fp32 and in bf16: a decode step (bound by the read
+  // bandwidth) and a 128-token prompt (bound by the multiply-adds).
+  for (const DType wt : {DType::F32, DType::BF16}) {
+    const std::string dtype(dtype_name(wt));
+    benchmark::RegisterBenchmark(
+        ("decode_step/stories110m/ctx256/" + dtype).c_str(),
+        [wt](benchmark::State& s) { decode_step(s, stories110m(), 256, wt); })
+        ->Unit(benchmark::kMillisecond)
+        ->MinTime(2.0);
+    benchmark::RegisterBenchmark(("prefill/stories110m/128/" + dtype).c_str(),
+                                 [wt](benchmark::State& s) { prefill(s, stories110m(), 128, wt); })
+        ->Unit(benchmark::kMillisecond)
+        ->MinTime(2.0);
+  }
 
   // The real stories260K checkpoint when available (it fits in cache: a latency, not a bandwidth,
   // measurement), else its shape with synthetic weights; also made on the first run.
-  benchmark::RegisterBenchmark("decode_step/stories260k/ctx256",
+  benchmark::RegisterBenchmark("decode_step/stories260k/ctx256/fp32",
                                [](benchmark::State& s) {
                                  static const ModelWeights small = stories260k_weights();
-                                 decode_step(s, small, 256);
+                                 decode_step(s, small, 256, DType::F32);
                                })
       ->Unit(benchmark::kMicrosecond)
       ->MinTime(1.0);
@@ -131,26 +180,40 @@ int main(int argc, char** argv) {
   if (listing) return bench::list_benchmarks();
   const BandwidthSample peak = measure_read_bandwidth();
   g_peak_gbps = peak.gbps;
+  double fma_gflops = measure_fma_peak().gflops;
   bench::run_benchmarks();
   if (g_rows.empty()) return 0;  // nothing measured: no table
 
-  // The peak again after the runs: the table uses the better of the two, so a busy moment at
-  // start cannot flatter the fraction.
+  // Both peaks again after the runs: the table uses the better of each, so a busy moment at start
+  // cannot flatter the fractions.
   g_peak_gbps = std::max(g_peak_gbps, measure_read_bandwidth().gbps);
+  fma_gflops = std::max(fma_gflops, measure_fma_peak().gflops);
   fmt::print("\nSTREAM-like read peak: {:.2f} GB/s ({} threads, {:.0f} MiB buffer, LLC {} KiB)\n",
              g_peak_gbps, peak.threads, static_cast<double>(peak.bytes) / (1 << 20),
              last_level_cache_bytes() / 1024);
+  fmt::print("fp32 multiply-add peak: {:.1f} GFLOP/s\n", fma_gflops);
+  fmt::print("Weight products: fp32 {}; bf16 {}\n", cpu::matmul_path(DType::F32),
+             cpu::matmul_path(DType::BF16));
   fmt::print(
-      "| config | KV budget MB | MB moved/step | ms/step | GB/s | % of read peak | tokens/s |\n");
-  fmt::print("|---|---:|---:|---:|---:|---:|---:|\n");
+      "| config | KV budget MB | MB moved/step | GFLOP/step | ms/step | GB/s | % of read peak | "
+      "GFLOP/s | % of FMA peak | % of roofline | tokens/s |\n");
+  fmt::print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   const MeasuredPeak read_peak{g_peak_gbps, "STREAM-like read", last_level_cache_bytes()};
   bool any_cached = false;
   for (const Row& r : g_rows) {
     const bool cached = read_peak.partly_cached(r.mb_per_step * 1e6);
     any_cached = any_cached || cached;
-    fmt::print("| {} | {:.2f} | {:.2f} | {:.3f} | {:.2f} | {:.1f}{} | {:.1f} |\n", r.config,
-               r.kv_budget_mb, r.mb_per_step, r.ms_per_step, r.gbps, 100.0 * r.gbps / g_peak_gbps,
-               cached ? "*" : "", 1e3 / r.ms_per_step);
+    const double gbps = r.mb_per_step / r.ms_per_step;  // MB per ms = GB/s
+    const double gflops = r.gflop_per_step / r.ms_per_step * 1e3;
+    const double roof_ms =
+        std::max(r.mb_per_step / g_peak_gbps, r.gflop_per_step / fma_gflops * 1e3);
+    fmt::print(
+        "| {} | {:.2f} | {:.2f} | {:.3f} | {:.3f} | {:.2f} | {:.1f}{} | {:.1f} | {:.1f} | {:.1f}{} "
+        "| {:.1f} |\n",
+        r.config, r.kv_budget_mb, r.mb_per_step, r.gflop_per_step, r.ms_per_step, gbps,
+        100.0 * gbps / g_peak_gbps, cached ? "*" : "", gflops, 100.0 * gflops / fma_gflops,
+        100.0 * roof_ms / r.ms_per_step, cached ? "*" : "",
+        1e3 * r.tokens_per_step / r.ms_per_step);
   }
   if (any_cached) fmt::print("\n* {}\n", read_peak.cached_note("step"));
   return 0;

@@ -7,12 +7,9 @@
 #include <string>
 
 #include "base/dtype.hpp"
+#include "kernels/cpu_threads.hpp"
 
 namespace kvheap::cpu {
-
-/// \brief Products of fewer multiply-adds (n x in_dim x out_dim) run on one thread: below that
-/// a parallel region costs more than it saves, and far more when other processes share the cores.
-inline constexpr long kParallelMacs = 1L << 18;
 
 /// \brief A weight matrix W [out_dim, in_dim] repacked, once, in the order matmul reads it.
 ///
