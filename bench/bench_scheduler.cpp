@@ -17,7 +17,10 @@
 // Napkin math per pass: weights (weight_bytes_per_decode_step) + the KV its attention read
 // (positions read x kv_bytes_per_token). GB/s is that over the policy's wall time, against the
 // peak measured in the same process (a STREAM-like read on the CPU, a device-to-device copy on a
-// GPU; the simulator gets no peak and its times are not a GPU's).
+// GPU; the simulator gets no peak and its times are not a GPU's). Flops per pass: every weight
+// matrix once per row, the classifier once per logit row, and 4 flops per attended position,
+// query head and head element in every layer (q.k and p.v). On the CPU both roofs are measured,
+// and the last column is the fraction of max(bytes / read peak, flops / FMA peak) reached.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -74,7 +77,7 @@ struct Outcome {
   std::vector<std::vector<float>> margin;  // [request] each token's top-2 gap / max |logit|
   double seconds = 0;
   long passes = 0, rows = 0, generated = 0, preemptions = 0;
-  double kv_bytes_read = 0;
+  double kv_bytes_read = 0, flops = 0;
   std::size_t peak_kv_held_bytes = 0;  // held by running requests (cached-only blocks not counted)
   int peak_running = 0;
   PhaseTimes phases;  // summed over the passes
@@ -141,6 +144,12 @@ Outcome serve(Backend& backend, const std::vector<Request>& work, const Policy& 
   o.generated = res.generated_tokens();
   o.preemptions = batching.scheduler().counters().preemptions;
   o.kv_bytes_read = res.positions_read * static_cast<double>(kv_bytes_per_token(c, kv));
+  double chosen = 0;  // logit rows: a token chosen each, a stop token's included
+  for (const std::vector<float>& gaps : o.margin) chosen += static_cast<double>(gaps.size());
+  const double classifier = 2.0 * c.vocab_size * static_cast<double>(c.dim);
+  o.flops = static_cast<double>(o.rows) * (matmul_flops_per_row(c) - classifier) +
+            chosen * classifier +
+            res.positions_read * 4.0 * c.n_layers * c.n_heads * static_cast<double>(c.head_dim);
   o.peak_running = res.peak_running;
   return o;
 }
@@ -281,7 +290,8 @@ int main(int argc, char** argv) {
     fmt::print(
         "| policy | passes | rows/pass | peak running | preemptions | KV held peak MB | weights "
         "MB/token | MB read/pass | time s | tokens/s | vs one at a time | GB/s | % of peak "
-        "|\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+        "| GFLOP/pass | % of FMA peak | % of roofline |\n"
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     bool any_cached = false;
     for (std::size_t i = 0; i < out.size(); ++i) {
       const Outcome& o = out[i];
@@ -290,18 +300,28 @@ int main(int argc, char** argv) {
       const double bytes = w * o.passes + o.kv_bytes_read;
       const double gbps = bytes / o.seconds / 1e9;
       const double tps = o.generated / o.seconds;
+      const double fma = peak.gflops * 1e9;
+      const double roof =
+          std::max(peak.gbps > 0 ? bytes / (peak.gbps * 1e9) : 0.0, fma > 0 ? o.flops / fma : 0.0);
       fmt::print(
           "| {} | {} | {:.1f} | {} | {} | {:.2f} | {:.2f} | {:.2f} | {:.3f} | {:.0f} | "
-          "{:.2f} | {:.2f} | {} |\n",
+          "{:.2f} | {:.2f} | {} | {:.3f} | {} | {} |\n",
           policies[i].name, o.passes, static_cast<double>(o.rows) / o.passes, o.peak_running,
           o.preemptions, static_cast<double>(o.peak_kv_held_bytes) / 1e6,
           w * o.passes / o.generated / 1e6, bytes / o.passes / 1e6, o.seconds, tps,
           tps / (out[0].generated / out[0].seconds), gbps,
           peak.gbps > 0 ? fmt::format("{:.1f}{}", 100.0 * gbps / peak.gbps, cached ? "*" : "")
-                        : "-");
+                        : "-",
+          o.flops / o.passes / 1e9,
+          fma > 0 ? fmt::format("{:.1f}", 100.0 * o.flops / o.seconds / fma) : "-",
+          roof > 0 && fma > 0 && peak.gbps > 0
+              ? fmt::format("{:.1f}{}", 100.0 * roof / o.seconds, cached ? "*" : "")
+              : "-");
     }
     if (peak.gbps > 0)
       fmt::print("\npeak: {} {:.2f} GB/s, measured at start\n", peak.kind, peak.gbps);
+    if (peak.gflops > 0)
+      fmt::print("fp32 multiply-add peak: {:.1f} GFLOP/s, measured at start\n", peak.gflops);
     if (any_cached) fmt::print("* {}\n", peak.cached_note("pass"));
     print_phases(policies, out);
   });
