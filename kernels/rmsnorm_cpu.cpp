@@ -8,7 +8,8 @@
 namespace kvheap::cpu {
 
 void rmsnorm(float* out, const float* x, const float* weight, int n, int dim, float eps) {
-#pragma omp parallel for schedule(static) if (static_cast <long>(n) * dim >= kParallelElements)
+  const bool parallel = static_cast<long>(n) * dim >= kParallelElements;
+#pragma omp parallel for schedule(static) if (parallel)
   for (int r = 0; r < n; ++r) {
     const float* xr = x + static_cast<long>(r) * dim;
     float* yr = out + static_cast<long>(r) * dim;

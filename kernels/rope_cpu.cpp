@@ -10,8 +10,8 @@ namespace kvheap::cpu {
 void rope(float* x, const int* pos, int n, int n_heads, int head_dim, const float* inv_freq,
           bool interleaved) {
   const int half = head_dim / 2;
-#pragma omp parallel for schedule(static) if (static_cast <long>(n) * n_heads * head_dim >= \
-                                              kParallelElements)
+  const bool parallel = static_cast<long>(n) * n_heads * head_dim >= kParallelElements;
+#pragma omp parallel for schedule(static) if (parallel)
   for (int r = 0; r < n; ++r) {
     for (int i = 0; i < half; ++i) {
       const float angle = static_cast<float>(pos[r]) * inv_freq[i];
