@@ -145,13 +145,17 @@ int main(int argc, char** argv) {
                peak.gbps);
     fmt::print("kvheap: packed panels, {}\n", cpu::matmul_path(DType::F32));
     fmt::print("kvheap bf16: {}\n", cpu::matmul_path(DType::BF16));
+    const bool pairs = cpu::bf16_pairs_built();
+    fmt::print("kvheap bf16 pairs: {}\n",
+               pairs ? cpu::matmul_path(DType::BF16, cpu::Bf16Products::kPairs)
+                     : "not built (no AVX512-BF16 on the build's target)");
     fmt::print("Eigen: general product per thread's columns; BLAS: {}\n\n", blas);
     fmt::print(
         "| weights | in x out | rows | GFLOP | MB read (fp32) | kvheap fp32 ms | Eigen ms | BLAS "
         "ms "
         "| fastest fp32 | kvheap GFLOP/s | of FMA peak | of roofline | kvheap bf16 ms | bf16 of "
-        "roofline |\n");
-    fmt::print("|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|\n");
+        "roofline | bf16 pairs ms |\n");
+    fmt::print("|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|\n");
     std::mt19937 rng(1);
     std::normal_distribution<float> nd(0.0f, 1.0f);
     bool any_cached = false;
@@ -160,6 +164,10 @@ int main(int argc, char** argv) {
       for (float& v : w) v = nd(rng);
       const cpu::PackedMatrix f32(w.data(), s.out_dim, s.in_dim, DType::F32);
       const cpu::PackedMatrix bf16(w.data(), s.out_dim, s.in_dim, DType::BF16);
+      const cpu::PackedMatrix bf16_pairs =
+          pairs ? cpu::PackedMatrix(w.data(), s.out_dim, s.in_dim, DType::BF16,
+                                    cpu::Bf16Products::kPairs)
+                : cpu::PackedMatrix();
       for (const int n : rows) {
         std::vector<float> x(static_cast<std::size_t>(n) * s.in_dim);
         for (float& v : x) v = nd(rng);
@@ -175,6 +183,10 @@ int main(int argc, char** argv) {
             best_seconds([&] { cpu::matmul(out.data(), x.data(), f32, n); }, min_time);
         const double t_bf16 =
             best_seconds([&] { cpu::matmul(out.data(), x.data(), bf16, n); }, min_time);
+        const double t_pairs =
+            pairs
+                ? best_seconds([&] { cpu::matmul(out.data(), x.data(), bf16_pairs, n); }, min_time)
+                : 0.0;
         const double t_eigen = best_seconds(
             [&] { eigen_product(out.data(), x.data(), w.data(), n, s.in_dim, s.out_dim); },
             min_time);
@@ -197,11 +209,11 @@ int main(int argc, char** argv) {
         any_cached = any_cached || cached;
         fmt::print(
             "| {} | {} x {} | {} | {:.4f} | {:.2f} | {:.3f} | {:.3f} | {} | {} | {:.0f} | {:.2f} | "
-            "{:.2f}{} | {:.3f} | {:.2f} |\n",
+            "{:.2f}{} | {:.3f} | {:.2f} | {} |\n",
             s.name, s.in_dim, s.out_dim, n, flops / 1e9, b32 / 1e6, t_packed * 1e3, t_eigen * 1e3,
             t_blas > 0 ? fmt::format("{:.3f}", t_blas * 1e3) : "-", fastest, flops / t_packed / 1e9,
             flops / t_packed / 1e9 / peak.gflops, roof(b32) / t_packed, cached ? "*" : "",
-            t_bf16 * 1e3, roof(b16) / t_bf16);
+            t_bf16 * 1e3, roof(b16) / t_bf16, pairs ? fmt::format("{:.3f}", t_pairs * 1e3) : "-");
       }
     }
     if (any_cached) fmt::print("\n* {}\n", peak.cached_note("product"));

@@ -27,7 +27,7 @@
 #include <omp.h>
 
 #include <Eigen/Core>
-#if defined(__F16C__)
+#if defined(__F16C__) || defined(__AVX512BF16__)
 #include <immintrin.h>
 #endif
 #include <algorithm>
@@ -35,6 +35,8 @@
 #include <bit>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
+#include <vector>
 
 #include "base/error.hpp"
 #include "base/half.hpp"
@@ -56,6 +58,25 @@ struct Bf16 {
 struct Fp16 {
   std::uint16_t bits;
 };
+/// bf16 weights for AVX512-BF16's dot products: W[j, 2i] and W[j, 2i + 1] in one 32-bit word
+/// (low and high half), which vdpbf16ps multiplies by the same pair of the activations.
+struct Bf16Pair {
+  std::uint32_t bits;
+};
+
+/// AVX512-BF16 is there to run Bf16Pair.
+#if defined(__AVX512BF16__) && defined(__AVX512F__)
+constexpr bool kPairsBuilt = true;
+#else
+constexpr bool kPairsBuilt = false;
+#endif
+
+/// The activations' element as the kernel reads them: fp32, or bf16 pairs for Bf16Pair.
+template <class T>
+using Activation = std::conditional_t<std::is_same_v<T, Bf16Pair>, std::uint32_t, float>;
+/// Input indices a step takes: one, or a pair for Bf16Pair.
+template <class T>
+constexpr int kPerStep = std::is_same_v<T, Bf16Pair> ? 2 : 1;
 
 /// Block shape per element type: NR weight vectors per k, MR batch rows.
 template <class T>
@@ -84,6 +105,11 @@ int slot(int c) {
   }
 }
 
+/// The bf16 pair (lo, hi) as vdpbf16ps reads it.
+std::uint32_t bf16_pair(float lo, float hi) {
+  return float_to_bf16(lo) | static_cast<std::uint32_t>(float_to_bf16(hi)) << 16;
+}
+
 template <class T>
 T narrow(float v) {
   if constexpr (std::is_same_v<T, Bf16>)
@@ -101,6 +127,10 @@ void load_step(const T* p, Packet (&b)[Tile<T>::kNR]) {
   if constexpr (std::is_same_v<T, float>) {
 #pragma GCC unroll 8
     for (int v = 0; v < kNR; ++v) b[v] = Eigen::internal::pload<Packet>(p + v * kP);
+  } else if constexpr (std::is_same_v<T, Bf16Pair>) {  // the pairs' bits, for vdpbf16ps
+#pragma GCC unroll 8
+    for (int v = 0; v < kNR; ++v)
+      b[v] = Eigen::internal::pload<Packet>(reinterpret_cast<const float*>(p + v * kP));
   } else if constexpr (std::is_same_v<T, Bf16>) {
     static_assert(std::endian::native == std::endian::little, "column c is a word's low half");
 #pragma GCC unroll 8
@@ -132,12 +162,28 @@ struct Ahead {
   long stride = 0;
 };
 
-/// out[MR rows, cols] = x[MR rows, :] W_panel^T: the outputs of MR batch rows and one panel,
-/// fetching kAhead lines a step into L2 as `ahead` says.
+/// acc += a b for one row's broadcast activation and one weight vector: a multiply-add, or for
+/// Bf16Pair two products of a pair (vdpbf16ps).
+template <class T>
+Packet madd(Activation<T> a, const Packet& b, const Packet& acc) {
+  if constexpr (std::is_same_v<T, Bf16Pair>) {
+#if defined(__AVX512BF16__) && defined(__AVX512F__)
+    return _mm512_dpbf16_ps(acc, std::bit_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(a))),
+                            std::bit_cast<__m512bh>(b));
+#else
+    static_assert(!kPairsBuilt);
+    return acc;  // never runs: PackedMatrix refuses Bf16Pair where it is not built
+#endif
+  } else {
+    return Eigen::internal::pmadd(Eigen::internal::pset1<Packet>(a), b, acc);
+  }
+}
+
+/// out[MR rows, cols] = x[MR rows, :] W_panel^T: the outputs of MR batch rows and one panel over
+/// `steps` steps, fetching kAhead lines a step into L2 as `ahead` says.
 template <class T, int MR, int kAhead>
-void block(const float* x, long ldx, const T* panel, int in_dim, float* out, long ldo, int cols,
-           Ahead ahead) {
-  using Eigen::internal::pmadd;
+void block(const Activation<T>* x, long ldx, const T* panel, int steps, float* out, long ldo,
+           int cols, Ahead ahead) {
   using Eigen::internal::pset1;
   constexpr int kNR = Tile<T>::kNR;
   Packet acc[MR][kNR];
@@ -146,7 +192,7 @@ void block(const float* x, long ldx, const T* panel, int in_dim, float* out, lon
 #pragma GCC unroll 8
     for (int v = 0; v < kNR; ++v) acc[i][v] = pset1<Packet>(0.0f);
   const T* wp = panel;
-  for (int k = 0; k < in_dim; ++k, wp += kWidth<T>) {
+  for (int k = 0; k < steps; ++k, wp += kWidth<T>) {
     Packet b[kNR];
     if constexpr (kAhead > 0) {
 #pragma GCC unroll 4
@@ -156,9 +202,9 @@ void block(const float* x, long ldx, const T* panel, int in_dim, float* out, lon
     load_step<T>(wp, b);
 #pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) {
-      const Packet a = pset1<Packet>(x[i * ldx + k]);
+      const Activation<T> a = x[i * ldx + k];
 #pragma GCC unroll 8
-      for (int v = 0; v < kNR; ++v) acc[i][v] = pmadd(a, b[v], acc[i][v]);
+      for (int v = 0; v < kNR; ++v) acc[i][v] = madd<T>(a, b[v], acc[i][v]);
     }
   }
   if (cols == kWidth<T>) {
@@ -178,26 +224,50 @@ void block(const float* x, long ldx, const T* panel, int in_dim, float* out, lon
 /// block<T, MR, kAhead> for MR = rows, 1 <= rows <= R, and kAhead = lines (at most 3; none
 /// when ahead.at is null).
 template <class T, int R>
-void any_block(int rows, int lines, const float* x, long ldx, const T* panel, int in_dim,
+void any_block(int rows, int lines, const Activation<T>* x, long ldx, const T* panel, int steps,
                float* out, long ldo, int cols, Ahead ahead) {
   if constexpr (R > 0) {
     if (rows != R)
-      return any_block<T, R - 1>(rows, lines, x, ldx, panel, in_dim, out, ldo, cols, ahead);
+      return any_block<T, R - 1>(rows, lines, x, ldx, panel, steps, out, ldo, cols, ahead);
     if (ahead.at == nullptr) lines = 0;
     switch (lines) {
-      case 0: return block<T, R, 0>(x, ldx, panel, in_dim, out, ldo, cols, ahead);
-      case 1: return block<T, R, 1>(x, ldx, panel, in_dim, out, ldo, cols, ahead);
-      case 2: return block<T, R, 2>(x, ldx, panel, in_dim, out, ldo, cols, ahead);
-      default: return block<T, R, 3>(x, ldx, panel, in_dim, out, ldo, cols, ahead);
+      case 0: return block<T, R, 0>(x, ldx, panel, steps, out, ldo, cols, ahead);
+      case 1: return block<T, R, 1>(x, ldx, panel, steps, out, ldo, cols, ahead);
+      case 2: return block<T, R, 2>(x, ldx, panel, steps, out, ldo, cols, ahead);
+      default: return block<T, R, 3>(x, ldx, panel, steps, out, ldo, cols, ahead);
     }
   }
 }
 
+/// The activations as block<T> reads them: x itself, or for Bf16Pair its rows rounded to bf16
+/// pairs in `pairs` ([n, steps]).
 template <class T>
-void product(float* out, const float* x, const PackedMatrix& w, int n) {
+const Activation<T>* activations(const float* x, int n, int in_dim, int steps,
+                                 std::vector<std::uint32_t>& pairs) {
+  if constexpr (std::is_same_v<T, Bf16Pair>) {
+    pairs.resize(static_cast<std::size_t>(n) * steps);
+    for (int r = 0; r < n; ++r)
+      for (int i = 0; i < steps; ++i) {
+        const float* xr = x + static_cast<long>(r) * in_dim;
+        const int k = 2 * i;
+        pairs[static_cast<std::size_t>(r) * steps + i] =
+            bf16_pair(xr[k], k + 1 < in_dim ? xr[k + 1] : 0.0f);
+      }
+    return pairs.data();
+  } else {
+    (void)n, (void)in_dim, (void)steps, (void)pairs;
+    return x;
+  }
+}
+
+template <class T>
+void product(float* out, const float* x_in, const PackedMatrix& w, int n) {
   constexpr int kMR = Tile<T>::kMR;
   const int in_dim = w.in_dim(), out_dim = w.out_dim(), panels = w.panels();
-  const long ld = in_dim;
+  const int steps = (in_dim + kPerStep<T> - 1) / kPerStep<T>;
+  thread_local std::vector<std::uint32_t> pairs;
+  const Activation<T>* x = activations<T>(x_in, n, in_dim, steps, pairs);
+  const long ld = steps;
   const bool parallel = static_cast<long>(n) * in_dim * out_dim >= kParallelMacs;
 #pragma omp parallel if (parallel)
   {
@@ -214,7 +284,7 @@ void product(float* out, const float* x, const PackedMatrix& w, int n) {
     static_assert(kStepLines <= 3, "any_block fetches at most 3 lines a step");
     const int blocks = (n + kMR - 1) / kMR;
     const int lines = blocks == 1 ? kStepLines : (kStepLines + blocks - 1) / blocks;
-    const long panel_bytes = in_dim * kStepBytes;
+    const long panel_bytes = steps * kStepBytes;
     for (int q = q0; q < q1; ++q) {
       const auto* panel = static_cast<const T*>(w.panel(q));
       const auto* start = static_cast<const char*>(w.panel(q));
@@ -227,9 +297,9 @@ void product(float* out, const float* x, const PackedMatrix& w, int n) {
           ahead = {start + 4096, kStepBytes};
         else if (q + 1 < q1 && fetched < panel_bytes)
           ahead = {start + panel_bytes + fetched, lines * 64L};
-        any_block<T, kMR>(std::min(kMR, n - i), lines, x + i * ld, ld, panel, in_dim,
+        any_block<T, kMR>(std::min(kMR, n - i), lines, x + i * ld, ld, panel, steps,
                           out + i * static_cast<long>(out_dim) + j, out_dim, cols, ahead);
-        fetched += in_dim * lines * 64L;
+        fetched += steps * lines * 64L;
       }
     }
   }
@@ -238,37 +308,60 @@ void product(float* out, const float* x, const PackedMatrix& w, int n) {
 template <class T>
 void pack(unsigned char* dst, const float* w, int out_dim, int in_dim, int panels) {
   constexpr int kW = kWidth<T>;
+  const int steps = (in_dim + kPerStep<T> - 1) / kPerStep<T>;
   std::array<int, kW> slots;
   for (int c = 0; c < kW; ++c) slots[c] = slot<T>(c);
 #pragma omp parallel for schedule(static)
   for (int q = 0; q < panels; ++q) {
-    T* p = reinterpret_cast<T*>(dst) + static_cast<std::size_t>(q) * kW * in_dim;
+    T* p = reinterpret_cast<T*>(dst) + static_cast<std::size_t>(q) * kW * steps;
     const int cols = std::min(kW, out_dim - q * kW);
     for (int c = 0; c < kW; ++c) {  // W's rows one at a time, each read front to back
       const float* row = w + static_cast<std::size_t>(q * kW + c) * in_dim;
-      for (int k = 0; k < in_dim; ++k)
-        p[static_cast<std::size_t>(k) * kW + slots[c]] = narrow<T>(c < cols ? row[k] : 0.0f);
+      const auto at = [&](int k) { return c < cols && k < in_dim ? row[k] : 0.0f; };
+      for (int i = 0; i < steps; ++i) {
+        T& e = p[static_cast<std::size_t>(i) * kW + slots[c]];
+        if constexpr (std::is_same_v<T, Bf16Pair>)
+          e = {bf16_pair(at(2 * i), at(2 * i + 1))};
+        else
+          e = narrow<T>(at(i));
+      }
     }
   }
 }
 
-/// Calls f(T{}) with T the storage element of weight dtype `d`.
+/// Calls f(T{}) with T the storage element of weight dtype `d` (bf16 as `bf16` says).
 template <class F>
-void with_element(DType d, F&& f) {
+void with_element(DType d, Bf16Products bf16, F&& f) {
   switch (d) {
     case DType::F32: f(float{}); break;
-    case DType::BF16: f(Bf16{}); break;
+    case DType::BF16:
+      if (bf16 == Bf16Products::kPairs)
+        f(Bf16Pair{});
+      else
+        f(Bf16{});
+      break;
     case DType::F16: f(Fp16{}); break;
   }
 }
 
 }  // namespace
 
-PackedMatrix::PackedMatrix(const float* w, int out_dim, int in_dim, DType dtype)
-    : out_dim_(out_dim), in_dim_(in_dim), dtype_(dtype) {
-  with_element(dtype, [&](auto t) { width_ = kWidth<decltype(t)>; });
+bool bf16_pairs_built() { return kPairsBuilt; }
+
+PackedMatrix::PackedMatrix(const float* w, int out_dim, int in_dim, DType dtype, Bf16Products bf16)
+    : out_dim_(out_dim), in_dim_(in_dim), dtype_(dtype), bf16_(bf16) {
+  if (bf16 == Bf16Products::kPairs && !kPairsBuilt)
+    throw InputError(
+        "bf16 products by pairs (vdpbf16ps) need a build for a CPU with AVX512-BF16; this one "
+        "widens bf16 weights to fp32 instead");
+  with_element(dtype, bf16, [&](auto t) {
+    using T = decltype(t);
+    width_ = kWidth<T>;
+    panel_bytes_ =
+        static_cast<std::size_t>(width_) * ((in_dim + kPerStep<T> - 1) / kPerStep<T>)*sizeof(T);
+  });
   panels_ = (out_dim + width_ - 1) / width_;
-  bytes_ = static_cast<std::size_t>(panels_) * panel_bytes();
+  bytes_ = static_cast<std::size_t>(panels_) * panel_bytes_;
   if (bytes_ == 0) return;
   constexpr std::size_t kAlign = 64;  // panels_bytes() is a multiple of it for every tile
   data_.reset(static_cast<unsigned char*>(
@@ -276,7 +369,8 @@ PackedMatrix::PackedMatrix(const float* w, int out_dim, int in_dim, DType dtype)
   if (!data_)
     throw ResourceError(fmt::format("cannot allocate {:.6g} MB for a packed {} x {} weight matrix",
                                     static_cast<double>(bytes_) / 1e6, out_dim, in_dim));
-  with_element(dtype, [&](auto t) { pack<decltype(t)>(data_.get(), w, out_dim, in_dim, panels_); });
+  with_element(dtype, bf16,
+               [&](auto t) { pack<decltype(t)>(data_.get(), w, out_dim, in_dim, panels_); });
 }
 
 void matmul(float* out, const float* x, const PackedMatrix& w, int n) {
@@ -285,19 +379,23 @@ void matmul(float* out, const float* x, const PackedMatrix& w, int n) {
     std::fill_n(out, static_cast<long>(n) * w.out_dim(), 0.0f);
     return;
   }
-  with_element(w.dtype(), [&](auto t) { product<decltype(t)>(out, x, w, n); });
+  with_element(w.dtype(), w.bf16_products(), [&](auto t) { product<decltype(t)>(out, x, w, n); });
 }
 
-std::string matmul_path(DType dtype) {
+std::string matmul_path(DType dtype, Bf16Products bf16) {
   std::string widen = "loaded as is";
-  if (dtype == DType::BF16) widen = "bf16 widened in registers by a shift and a mask";
+  if (dtype == DType::BF16)
+    widen =
+        bf16 == Bf16Products::kPairs
+            ? "bf16 pairs multiplied by AVX512-BF16 (vdpbf16ps), the activations rounded to bf16"
+            : "bf16 widened in registers by a shift and a mask";
 #if defined(__F16C__) && (defined(__AVX512F__) || defined(__AVX__))
   if (dtype == DType::F16) widen = "fp16 widened in registers by F16C";
 #else
   if (dtype == DType::F16) widen = "fp16 widened element by element (no F16C)";
 #endif
   std::string shape;
-  with_element(dtype, [&](auto t) {
+  with_element(dtype, bf16, [&](auto t) {
     using T = decltype(t);
     shape = fmt::format("{} rows x {} columns", Tile<T>::kMR, kWidth<T>);
   });

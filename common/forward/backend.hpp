@@ -74,10 +74,10 @@ class Backend {
   /// \brief What a backend says of itself: the device's name, the peak measured on it, the
   /// weights' element type, and how its products run.
   struct Description {
-    std::string device_name;
-    MeasuredPeak peak;
-    DType weight_dtype = DType::F32;
-    std::string products;
+    std::string device_name;          ///< device_name()
+    MeasuredPeak peak;                ///< peak()
+    DType weight_dtype = DType::F32;  ///< weight_dtype()
+    std::string products;             ///< products()
   };
   /// \brief Keeps the backend's description.
   explicit Backend(Description d)

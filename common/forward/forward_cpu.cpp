@@ -43,13 +43,13 @@ void check_qk_norm_gains(const ModelWeights& w) {
           l, w.config.head_dim));
 }
 
-CpuForward::CpuForward(const ModelWeights& weights, DType weight_dtype)
+CpuForward::CpuForward(const ModelWeights& weights, DType weight_dtype, cpu::Bf16Products bf16)
     : w_(weights), weight_dtype_(weight_dtype), inv_freq_(rope_inv_freq(weights.config)) {
   check_qk_norm_gains(weights);
   const ModelConfig& c = weights.config;
   const auto t0 = std::chrono::steady_clock::now();
   const auto pack = [&](const float* m, int out_dim, int in_dim) {
-    return cpu::PackedMatrix(m, out_dim, in_dim, weight_dtype);
+    return cpu::PackedMatrix(m, out_dim, in_dim, weight_dtype, bf16);
   };
   layers_.reserve(weights.layers.size());
   for (const LayerWeights& L : weights.layers)

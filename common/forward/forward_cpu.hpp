@@ -20,9 +20,11 @@ class CpuForward {
  public:
   /// \brief Keeps a reference to `weights`, which must outlive this object (the embedding table
   /// and the norms are read from it), and packs its matrices as `weight_dtype` (fp32, bf16 or
-  /// fp16; the narrow ones rounded to nearest even). Throws InputError as check_qk_norm_gains
-  /// does, ResourceError when the packed copy does not fit in memory.
-  explicit CpuForward(const ModelWeights& weights, DType weight_dtype = DType::F32);
+  /// fp16; the narrow ones rounded to nearest even), bf16 ones multiplied as `bf16` says. Throws
+  /// InputError as check_qk_norm_gains and cpu::PackedMatrix do, ResourceError when the packed
+  /// copy does not fit in memory.
+  explicit CpuForward(const ModelWeights& weights, DType weight_dtype = DType::F32,
+                      cpu::Bf16Products bf16 = cpu::Bf16Products::kWiden);
 
   /// \brief Checks `batch` and lays out `cache` for it (its prepare()); the next forward() runs
   /// this batch over it. Throws InputError as forward() does.

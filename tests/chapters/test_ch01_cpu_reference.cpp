@@ -265,12 +265,13 @@ TEST(Ch01CpuReference, HalfPrecisionKvStaysCloseToFp32) {
 }
 
 /// Logits of `tokens` fed as one prompt, then of one decode step after it, through CpuForward
-/// with weights packed as `wt`.
-std::vector<std::vector<float>> prompt_then_step(const ModelWeights& w, DType wt,
-                                                 const std::vector<int>& tokens) {
+/// with weights packed as `wt` (bf16 multiplied as `bf16` says).
+std::vector<std::vector<float>> prompt_then_step(
+    const ModelWeights& w, DType wt, const std::vector<int>& tokens,
+    cpu::Bf16Products bf16 = cpu::Bf16Products::kWiden) {
   ReservedCache cache(w.config, DType::F32);
   const int slot = cache.admit();
-  CpuForward fwd(w, wt);
+  CpuForward fwd(w, wt, bf16);
   Batch prompt;
   for (std::size_t i = 0; i < tokens.size(); ++i)
     prompt.rows.push_back({tokens[i], slot, static_cast<int>(i), true});
@@ -284,9 +285,10 @@ std::vector<std::vector<float>> prompt_then_step(const ModelWeights& w, DType wt
   return out;
 }
 
-// bf16 and fp16 weights are widened exactly in registers: the pass gives bitwise the logits of
-// fp32 weights rounded to that type on the host (the embedding table, read one row at a time,
-// stays fp32 in both), and within the type's rounding of the unrounded weights' logits.
+// bf16 and fp16 weights widened exactly in registers: the pass gives bitwise the logits of fp32
+// weights rounded to that type on the host (the embedding table, read one row at a time, stays
+// fp32 in both), and within the type's rounding of the unrounded weights' logits. bf16 pairs
+// (AVX512-BF16) round the activations too: tier 2, within the same bound of both.
 TEST(Ch01CpuReference, HalfWeightsEqualWeightsRoundedOnTheHost) {
   const ModelWeights w = make_synthetic_weights(preset("tiny"), 9);
   const ModelConfig& c = w.config;
@@ -315,12 +317,21 @@ TEST(Ch01CpuReference, HalfWeightsEqualWeightsRoundedOnTheHost) {
     r.classifier = round(r.classifier, static_cast<std::size_t>(c.vocab_size) * d);
     const auto narrow = prompt_then_step(w, wt, tokens);
     const auto host = prompt_then_step(r, DType::F32, tokens);
+    // bf16 keeps 8 mantissa bits (relative error 2^-9 per weight), fp16 11.
+    const double bound = wt == DType::BF16 ? 5e-2 : 5e-3;
     for (std::size_t s = 0; s < narrow.size(); ++s) {
       EXPECT_EQ(narrow[s], host[s]) << "pass " << s;
-      // bf16 keeps 8 mantissa bits (relative error 2^-9 per weight), fp16 11.
       const double err = test::rel_inf_error(narrow[s], f32[s]);
-      EXPECT_LT(err, wt == DType::BF16 ? 5e-2 : 5e-3) << "pass " << s;
+      EXPECT_LT(err, bound) << "pass " << s;
       EXPECT_GT(err, 0.0) << "pass " << s << ": the weights were not rounded";
+    }
+    if (wt != DType::BF16 || !cpu::bf16_pairs_built()) continue;
+    const auto pairs = prompt_then_step(w, wt, tokens, cpu::Bf16Products::kPairs);
+    for (std::size_t s = 0; s < pairs.size(); ++s) {
+      EXPECT_LT(test::rel_inf_error(pairs[s], host[s]), bound) << "pairs, pass " << s;
+      EXPECT_GT(test::rel_inf_error(pairs[s], host[s]), 0.0)
+          << "pairs, pass " << s << ": the activations were not rounded";
+      EXPECT_LT(test::rel_inf_error(pairs[s], f32[s]), bound) << "pairs, pass " << s;
     }
   }
 }
