@@ -121,17 +121,19 @@ int main(int argc, char** argv) {
       "product and OpenBLAS"};
   std::string model = "stories110m", rows_list = "1,4,16,32,64,128,512";
   double min_time = 0.2;
+  bool no_peak = false;
   cli.option("--model", model, "Preset whose weight shapes to time").show_default();
   cli.option("--rows", rows_list, "Batch rows per product, comma-separated").show_default();
   cli.option("--min-time", min_time, "Seconds of repeats per product, at least (0-60)")
       .show_default();
+  cli.flag("--no-peak", no_peak, "Skip measuring the peaks (no fractions are printed)");
   return run_cli(cli, argc, argv, [&] {
     const std::vector<int> rows = parse_rows(rows_list);
     if (!(min_time >= 0.0 && min_time <= 60.0))
       throw UsageError(fmt::format("--min-time {}: expected seconds from 0 to 60", min_time));
     const int threads = apply_threads(CommonOptions{});
     const ModelConfig c = preset(model);
-    const MeasuredPeak peak = cpu_read_peak();
+    const MeasuredPeak peak = no_peak ? MeasuredPeak{} : cpu_read_peak();
     std::string blas = "not built (no OpenBLAS found)";
 #if defined(KVHEAP_OPENBLAS)
     std::string version = OPENBLAS_VERSION;  // " OpenBLAS 0.3.21 "
@@ -141,8 +143,11 @@ int main(int argc, char** argv) {
                        openblas_get_num_threads());
 #endif
     fmt::print("bench_matmul_cpu: {} weight shapes, {} threads\n", c.name, threads);
-    fmt::print("FMA peak {:.1f} GFLOP/s, read peak {:.2f} GB/s, both measured now\n", peak.gflops,
-               peak.gbps);
+    if (no_peak)
+      fmt::print("peaks not measured (--no-peak): no fractions\n");
+    else
+      fmt::print("FMA peak {:.1f} GFLOP/s, read peak {:.2f} GB/s, both measured now\n", peak.gflops,
+                 peak.gbps);
     fmt::print("kvheap: packed panels, {}\n", cpu::matmul_path(DType::F32));
     fmt::print("kvheap bf16: {}\n", cpu::matmul_path(DType::BF16));
     const bool pairs = cpu::bf16_pairs_built();
@@ -176,8 +181,11 @@ int main(int argc, char** argv) {
         const auto bytes = [&](double weight_bytes) {  // W once, x and out once
           return weight_bytes + 4.0 * n * (s.in_dim + static_cast<double>(s.out_dim));
         };
-        const auto roof = [&](double b) {
-          return std::max(b / (peak.gbps * 1e9), flops / (peak.gflops * 1e9));
+        // Fractions of the roofline, as text ("-" without the peaks).
+        const auto of_roof = [&](double b, double seconds, bool cached) -> std::string {
+          if (no_peak) return "-";
+          const double roof = std::max(b / (peak.gbps * 1e9), flops / (peak.gflops * 1e9));
+          return fmt::format("{:.2f}{}", roof / seconds, cached ? "*" : "");
         };
         const double t_packed =
             best_seconds([&] { cpu::matmul(out.data(), x.data(), f32, n); }, min_time);
@@ -204,16 +212,18 @@ int main(int argc, char** argv) {
         if (t_eigen < t_best) fastest = "Eigen", t_best = t_eigen;
         if (t_blas > 0 && t_blas < t_best) fastest = "BLAS", t_best = t_blas;
         const double b32 = bytes(4.0 * s.in_dim * s.out_dim);
-        const double b16 = bytes(static_cast<double>(bf16.bytes()));
-        const bool cached = peak.partly_cached(b32);
+        const double b16 = bytes(2.0 * s.in_dim * s.out_dim);
+        const bool cached = !no_peak && peak.partly_cached(b32);
         any_cached = any_cached || cached;
         fmt::print(
-            "| {} | {} x {} | {} | {:.4f} | {:.2f} | {:.3f} | {:.3f} | {} | {} | {:.0f} | {:.2f} | "
-            "{:.2f}{} | {:.3f} | {:.2f} | {} |\n",
+            "| {} | {} x {} | {} | {:.4f} | {:.2f} | {:.3f} | {:.3f} | {} | {} | {:.0f} | {} | {} "
+            "| "
+            "{:.3f} | {} | {} |\n",
             s.name, s.in_dim, s.out_dim, n, flops / 1e9, b32 / 1e6, t_packed * 1e3, t_eigen * 1e3,
             t_blas > 0 ? fmt::format("{:.3f}", t_blas * 1e3) : "-", fastest, flops / t_packed / 1e9,
-            flops / t_packed / 1e9 / peak.gflops, roof(b32) / t_packed, cached ? "*" : "",
-            t_bf16 * 1e3, roof(b16) / t_bf16, pairs ? fmt::format("{:.3f}", t_pairs * 1e3) : "-");
+            no_peak ? "-" : fmt::format("{:.2f}", flops / t_packed / 1e9 / peak.gflops),
+            of_roof(b32, t_packed, cached), t_bf16 * 1e3, of_roof(b16, t_bf16, false),
+            pairs ? fmt::format("{:.3f}", t_pairs * 1e3) : "-");
       }
     }
     if (any_cached) fmt::print("\n* {}\n", peak.cached_note("product"));

@@ -19,7 +19,8 @@
 // peak measured in the same process (a STREAM-like read on the CPU, a device-to-device copy on a
 // GPU; the simulator gets no peak and its times are not a GPU's). Flops per pass: every weight
 // matrix once per row, the classifier once per logit row, and 4 flops per attended position,
-// query head and head element in every layer (q.k and p.v). On the CPU both roofs are measured,
+// query head and head element in every layer (q.k and p.v), a shared prefix counted for every row
+// that attends to it. On the CPU both roofs are measured,
 // and the last column is the fraction of max(bytes / read peak, flops / FMA peak) reached.
 #include <fmt/format.h>
 
@@ -149,7 +150,7 @@ Outcome serve(Backend& backend, const std::vector<Request>& work, const Policy& 
   const double classifier = 2.0 * c.vocab_size * static_cast<double>(c.dim);
   o.flops = static_cast<double>(o.rows) * (matmul_flops_per_row(c) - classifier) +
             chosen * classifier +
-            res.positions_read * 4.0 * c.n_layers * c.n_heads * static_cast<double>(c.head_dim);
+            res.positions_attended * 4.0 * c.n_layers * c.n_heads * static_cast<double>(c.head_dim);
   o.peak_running = res.peak_running;
   return o;
 }

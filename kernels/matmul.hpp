@@ -41,6 +41,10 @@ class PackedMatrix {
   PackedMatrix(const float* w, int out_dim, int in_dim, DType dtype,
                Bf16Products bf16 = Bf16Products::kWiden);
 
+  /// \brief Bytes a PackedMatrix of this shape and type holds, before allocating it.
+  [[nodiscard]] static std::size_t bytes_for(int out_dim, int in_dim, DType dtype,
+                                             Bf16Products bf16 = Bf16Products::kWiden);
+
   /// \brief Rows of W: the product's output columns.
   [[nodiscard]] int out_dim() const { return out_dim_; }
   /// \brief Columns of W: the product's input length.
@@ -55,7 +59,7 @@ class PackedMatrix {
   [[nodiscard]] int panels() const { return panels_; }
   /// \brief Bytes held, padding included: what one product reads.
   [[nodiscard]] std::size_t bytes() const { return bytes_; }
-  /// \brief First element of panel `q` (64-byte aligned).
+  /// \brief First element of panel `q` (the panels lie back to back from a 64-byte boundary).
   [[nodiscard]] const void* panel(int q) const {
     return data_.get() + static_cast<std::size_t>(q) * panel_bytes_;
   }

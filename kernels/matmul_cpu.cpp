@@ -99,7 +99,10 @@ template <class T>
 int slot(int c) {
   if constexpr (std::is_same_v<T, Bf16>) {
     const int pair = c / (2 * kP), in_pair = c % (2 * kP);
-    return 2 * (pair * kP + in_pair % kP) + in_pair / kP;  // low half: first vector of the pair
+    // The first vector of the pair in each word's low half, which is its second element on a
+    // big-endian machine.
+    const int half = std::endian::native == std::endian::little ? in_pair / kP : 1 - in_pair / kP;
+    return 2 * (pair * kP + in_pair % kP) + half;
   } else {
     return c;
   }
@@ -132,7 +135,6 @@ void load_step(const T* p, Packet (&b)[Tile<T>::kNR]) {
     for (int v = 0; v < kNR; ++v)
       b[v] = Eigen::internal::pload<Packet>(reinterpret_cast<const float*>(p + v * kP));
   } else if constexpr (std::is_same_v<T, Bf16>) {
-    static_assert(std::endian::native == std::endian::little, "column c is a word's low half");
 #pragma GCC unroll 8
     for (int v = 0; v < kNR; v += 2) {
       Words w;
@@ -160,6 +162,7 @@ void load_step(const T* p, Packet (&b)[Tile<T>::kNR]) {
 struct Ahead {
   const char* at = nullptr;
   long stride = 0;
+  int steps = 0;  // the steps that fetch: those whose lines lie in this thread's panels
 };
 
 /// acc += a b for one row's broadcast activation and one weight vector: a multiply-add, or for
@@ -195,9 +198,10 @@ void block(const Activation<T>* x, long ldx, const T* panel, int steps, float* o
   for (int k = 0; k < steps; ++k, wp += kWidth<T>) {
     Packet b[kNR];
     if constexpr (kAhead > 0) {
+      if (k < ahead.steps)  // a fetch past the panels may cost a page walk for nothing
 #pragma GCC unroll 4
-      for (int l = 0; l < kAhead; ++l)
-        __builtin_prefetch(ahead.at + k * ahead.stride + l * 64, 0, 2);  // 2: into L2
+        for (int l = 0; l < kAhead; ++l)
+          __builtin_prefetch(ahead.at + k * ahead.stride + l * 64, 0, 2);  // 2: into L2
     }
     load_step<T>(wp, b);
 #pragma GCC unroll 16
@@ -293,10 +297,15 @@ void product(float* out, const float* x_in, const PackedMatrix& w, int n) {
       long fetched = 0;  // bytes of the next panel that the blocks before this one fetch
       for (int i = 0; i < n; i += kMR) {
         Ahead ahead;
+        const auto steps_within = [&](long bytes, long stride) {  // of the steps, those in range
+          return static_cast<int>(std::clamp(bytes / stride, 0L, static_cast<long>(steps)));
+        };
         if (blocks == 1)
-          ahead = {start + 4096, kStepBytes};
+          ahead = {start + 4096, kStepBytes,
+                   steps_within((q1 - q) * panel_bytes - 4096, kStepBytes)};
         else if (q + 1 < q1 && fetched < panel_bytes)
-          ahead = {start + panel_bytes + fetched, lines * 64L};
+          ahead = {start + panel_bytes + fetched, lines * 64L,
+                   steps_within(panel_bytes - fetched, lines * 64L)};
         any_block<T, kMR>(std::min(kMR, n - i), lines, x + i * ld, ld, panel, steps,
                           out + i * static_cast<long>(out_dim) + j, out_dim, cols, ahead);
         fetched += steps * lines * 64L;
@@ -348,6 +357,17 @@ void with_element(DType d, Bf16Products bf16, F&& f) {
 
 bool bf16_pairs_built() { return kPairsBuilt; }
 
+std::size_t PackedMatrix::bytes_for(int out_dim, int in_dim, DType dtype, Bf16Products bf16) {
+  std::size_t bytes = 0;
+  with_element(dtype, bf16, [&](auto t) {
+    using T = decltype(t);
+    const auto panels = static_cast<std::size_t>((out_dim + kWidth<T> - 1) / kWidth<T>);
+    const auto steps = static_cast<std::size_t>((in_dim + kPerStep<T> - 1) / kPerStep<T>);
+    bytes = panels * kWidth<T> * steps * sizeof(T);
+  });
+  return bytes;
+}
+
 PackedMatrix::PackedMatrix(const float* w, int out_dim, int in_dim, DType dtype, Bf16Products bf16)
     : out_dim_(out_dim), in_dim_(in_dim), dtype_(dtype), bf16_(bf16) {
   if (bf16 == Bf16Products::kPairs && !kPairsBuilt)
@@ -363,7 +383,7 @@ PackedMatrix::PackedMatrix(const float* w, int out_dim, int in_dim, DType dtype,
   panels_ = (out_dim + width_ - 1) / width_;
   bytes_ = static_cast<std::size_t>(panels_) * panel_bytes_;
   if (bytes_ == 0) return;
-  constexpr std::size_t kAlign = 64;  // panels_bytes() is a multiple of it for every tile
+  constexpr std::size_t kAlign = 64;  // aligned_alloc wants a multiple of it: whole lines
   data_.reset(static_cast<unsigned char*>(
       std::aligned_alloc(kAlign, (bytes_ + kAlign - 1) / kAlign * kAlign)));
   if (!data_)

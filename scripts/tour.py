@@ -36,7 +36,7 @@ def chapter_flags(chapter, args, workload, budget_mb, device):
              "--kv-dtype", args.kv_dtype]
     if args.model not in CHAT_MODELS:  # synthetic ids: every output runs to its length
         flags.append("--ignore-eos")
-    if chapter != CHAPTERS[0]:  # the CPU computes with fp32 weights: chapter 1 is the fp32 oracle
+    if chapter != CHAPTERS[0]:  # chapter 1 is the oracle: it always computes with fp32 weights
         flags += ["--weight-dtype", args.weight_dtype]
     if chapter == "04_cow_prefix_sharing":
         flags += ["--samples", "1"]

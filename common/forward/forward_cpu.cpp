@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "base/error.hpp"
+#include "common/measure/bandwidth.hpp"
 #include "common/model/rope_freqs.hpp"
 #include "kernels/matmul.hpp"
 #include "kernels/qk_norm.hpp"
@@ -47,6 +48,21 @@ CpuForward::CpuForward(const ModelWeights& weights, DType weight_dtype, cpu::Bf1
     : w_(weights), weight_dtype_(weight_dtype), inv_freq_(rope_inv_freq(weights.config)) {
   check_qk_norm_gains(weights);
   const ModelConfig& c = weights.config;
+  // The packed copy is the weights' second copy in memory: refuse it by name rather than let
+  // packing touch more pages than the host has.
+  const auto bytes = [&](int out_dim, int in_dim) {
+    return cpu::PackedMatrix::bytes_for(out_dim, in_dim, weight_dtype, bf16);
+  };
+  const std::size_t per_layer = 2 * bytes(c.kv_dim(), c.dim) + bytes(c.q_dim(), c.dim) +
+                                bytes(c.dim, c.q_dim()) + 2 * bytes(c.hidden_dim, c.dim) +
+                                bytes(c.dim, c.hidden_dim);
+  require_host_memory(
+      weights.layers.size() * per_layer + bytes(c.vocab_size, c.dim),
+      fmt::format("packing {}'s weight matrices for the CPU's products ({}, a copy beside the "
+                  "loaded weights)",
+                  c.name, dtype_name(weight_dtype)),
+      weight_dtype == DType::F32 ? "--weight-dtype bf16 halves it; or run a smaller model"
+                                 : "run a smaller model");
   const auto t0 = std::chrono::steady_clock::now();
   const auto pack = [&](const float* m, int out_dim, int in_dim) {
     return cpu::PackedMatrix(m, out_dim, in_dim, weight_dtype, bf16);

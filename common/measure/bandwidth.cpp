@@ -106,14 +106,13 @@ std::optional<std::size_t> available_memory_bytes() {
   return bytes;
 }
 
-void require_host_memory(std::size_t bytes, const std::string& what) {
+void require_host_memory(std::size_t bytes, const std::string& what, const std::string& remedy) {
   const std::optional<std::size_t> available = available_memory_bytes();
   if (!available || bytes <= *available) return;
   throw ResourceError(fmt::format(
-      "{} needs {:.0f} MB, more than this host's available memory ({:.0f} MB of {:.0f} MB); give "
-      "a smaller --kv-budget-mb, or fewer or shorter requests",
+      "{} needs {:.0f} MB, more than this host's available memory ({:.0f} MB of {:.0f} MB); {}",
       what, static_cast<double>(bytes) / 1e6, static_cast<double>(*available) / 1e6,
-      static_cast<double>(physical_memory_bytes()) / 1e6));
+      static_cast<double>(physical_memory_bytes()) / 1e6, remedy));
 }
 
 ReadProbe::ReadProbe(std::size_t bytes) {

@@ -29,9 +29,11 @@ std::size_t physical_memory_bytes();
 /// that is less; nothing when neither can be read.
 std::optional<std::size_t> available_memory_bytes();
 
-/// \brief Throws ResourceError, naming `what`, both sizes and what to change, when `bytes` is more
-/// than available_memory_bytes(); checks nothing when that is unknown.
-void require_host_memory(std::size_t bytes, const std::string& what);
+/// \brief Throws ResourceError, naming `what`, both sizes and what to change (`remedy`), when
+/// `bytes` is more than available_memory_bytes(); checks nothing when that is unknown.
+void require_host_memory(
+    std::size_t bytes, const std::string& what,
+    const std::string& remedy = "give a smaller --kv-budget-mb, or fewer or shorter requests");
 
 /// \brief A STREAM-like read probe that keeps its buffer, so that it can be read again and again:
 /// between a kernel's runs, for instance, to compare each run with the bandwidth of the same

@@ -154,6 +154,7 @@ void Recorder::passed(const StepPlan& plan, ServingPolicy& policy, const Backend
   res_.peak_running = std::max(res_.peak_running, snapshot_.running);
   const double positions = static_cast<double>(policy.cache().positions_read());
   res_.positions_read += positions;
+  for (const BatchRow& row : plan.batch.rows) res_.positions_attended += row.pos + 1;
   if (plan.decode_rows > 0) {
     res_.decode_positions_read += positions;
     for (const BatchRow& row : plan.batch.rows) res_.decode_positions_unshared += row.pos + 1;

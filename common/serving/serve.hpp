@@ -149,6 +149,9 @@ struct ServeResult {
   /// \brief Over passes with decode rows, the sum of every row's position + 1: what they would
   /// read if no row shared a position with another.
   double decode_positions_unshared = 0;
+  /// \brief Over all passes, the sum of every row's position + 1: the positions its attention
+  /// attends to (its flops), however the cache reads them.
+  double positions_attended = 0;
   KvUsage peak;                      ///< at the pass that used the most KV
   std::size_t peak_cached = 0;       ///< most bytes a prefix index alone kept at one pass
   int peak_running = 0;              ///< most requests holding memory at one pass

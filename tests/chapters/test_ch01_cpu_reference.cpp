@@ -336,6 +336,19 @@ TEST(Ch01CpuReference, HalfWeightsEqualWeightsRoundedOnTheHost) {
   }
 }
 
+// The packed weights are a second copy: one the host cannot hold is refused by name before a
+// page is touched (the matrices here exist only in the config; nothing is read).
+TEST(Ch01CpuReference, PackedWeightsLargerThanTheHostAreRefusedByName) {
+  ModelWeights w;
+  w.config = preset("tiny");
+  w.config.vocab_size = 1 << 30;  // a [2^30, 4096] fp32 classifier: 16 TiB
+  w.config.dim = 1 << 12;
+  test::expect_error_mentioning<ResourceError>(
+      [&] { const CpuForward fwd(w, DType::F32); },
+      {"packing tiny's weight matrices", "more than this host's available memory",
+       "--weight-dtype bf16 halves it"});
+}
+
 TEST(Ch01CpuReference, ReservationAccountsForEveryByte) {
   const ModelConfig c = preset("tiny");
   const std::size_t per_seq = kv_bytes_for_context(c, DType::F32, c.max_seq_len);
