@@ -194,23 +194,27 @@ void block(const Activation<T>* x, long ldx, const T* panel, int steps, float* o
   for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 8
     for (int v = 0; v < kNR; ++v) acc[i][v] = pset1<Packet>(0.0f);
-  const T* wp = panel;
-  for (int k = 0; k < steps; ++k, wp += kWidth<T>) {
+  const auto step = [&](int k) __attribute__((always_inline)) {
     Packet b[kNR];
-    if constexpr (kAhead > 0) {
-      if (k < ahead.steps)  // a fetch past the panels may cost a page walk for nothing
-#pragma GCC unroll 4
-        for (int l = 0; l < kAhead; ++l)
-          __builtin_prefetch(ahead.at + k * ahead.stride + l * 64, 0, 2);  // 2: into L2
-    }
-    load_step<T>(wp, b);
+    load_step<T>(panel + static_cast<long>(k) * kWidth<T>, b);
 #pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) {
       const Activation<T> a = x[i * ldx + k];
 #pragma GCC unroll 8
       for (int v = 0; v < kNR; ++v) acc[i][v] = madd<T>(a, b[v], acc[i][v]);
     }
+  };
+  int k = 0;
+  if constexpr (kAhead >
+                0) {  // the steps whose fetches stay in this thread's panels, then the rest
+    const char* at = ahead.at;
+    for (; k < ahead.steps; ++k, at += ahead.stride) {
+#pragma GCC unroll 4
+      for (int l = 0; l < kAhead; ++l) __builtin_prefetch(at + l * 64, 0, 2);  // 2: into L2
+      step(k);
+    }
   }
+  for (; k < steps; ++k) step(k);
   if (cols == kWidth<T>) {
 #pragma GCC unroll 16
     for (int i = 0; i < MR; ++i)
