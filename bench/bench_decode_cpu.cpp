@@ -88,33 +88,34 @@ void time_pass(benchmark::State& state, const ModelConfig& c, DType wt, CpuForwa
   bench::keep_last(g_rows, row);
 }
 
+/// Positions 0..tokens - 1 of the sequence in `slot`, with made-up ids; the last row wants logits
+/// when `logits` says so.
+Batch prompt_rows(const ModelConfig& c, int slot, int tokens, bool logits) {
+  Batch b;
+  for (int i = 0; i < tokens; ++i)
+    b.rows.push_back({(i * 7 + 1) % c.vocab_size, slot, i, logits && i == tokens - 1});
+  return b;
+}
+
 /// One model prepared for decoding at a fixed context: the cache holds `context` tokens and each
 /// iteration decodes position `context` again, so every iteration moves the same bytes.
 void decode_step(benchmark::State& state, const ModelWeights& w, int context, DType wt) {
-  const ModelConfig& c = w.config;
-  ch01::ReservedCache cache(c, DType::F32);
+  ch01::ReservedCache cache(w.config, DType::F32);
   const int slot = cache.admit();
   CpuForward fwd(w, wt);
-  Batch prompt;
-  for (int i = 0; i < context; ++i)
-    prompt.rows.push_back({(i * 7 + 1) % c.vocab_size, slot, i, false});
-  (void)fwd.forward(prompt, cache);
+  (void)fwd.forward(prompt_rows(w.config, slot, context, false), cache);
   Batch step;
   step.rows.push_back({1, slot, context, true});
-  time_pass(state, c, wt, fwd, cache, step, fmt::format("decode at ctx {}", context));
+  time_pass(state, w.config, wt, fwd, cache, step, fmt::format("decode at ctx {}", context));
 }
 
 /// A prompt of `tokens` tokens in one pass, the last row wanting logits; each iteration writes
 /// the same positions again.
 void prefill(benchmark::State& state, const ModelWeights& w, int tokens, DType wt) {
-  const ModelConfig& c = w.config;
-  ch01::ReservedCache cache(c, DType::F32);
-  const int slot = cache.admit();
+  ch01::ReservedCache cache(w.config, DType::F32);
   CpuForward fwd(w, wt);
-  Batch prompt;
-  for (int i = 0; i < tokens; ++i)
-    prompt.rows.push_back({(i * 7 + 1) % c.vocab_size, slot, i, i == tokens - 1});
-  time_pass(state, c, wt, fwd, cache, prompt, fmt::format("prefill of {} tokens", tokens));
+  const Batch prompt = prompt_rows(w.config, cache.admit(), tokens, true);
+  time_pass(state, w.config, wt, fwd, cache, prompt, fmt::format("prefill of {} tokens", tokens));
 }
 
 void read_bandwidth(benchmark::State& state) {
