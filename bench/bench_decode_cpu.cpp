@@ -47,13 +47,10 @@ std::vector<Row> g_rows;  // one per benchmark: Google Benchmark reruns a functi
 /// Flops of `rows` consecutive positions first..first + rows - 1 of one sequence, the last of
 /// which wants logits: every weight matrix once per row (the classifier for the last row only)
 /// and attention over each row's context (q.k and p.v, 2 flops per element of each).
-double pass_flops(const ModelConfig& c, int first, int rows) {
-  const double classifier = 2.0 * c.vocab_size * static_cast<double>(c.dim);
-  const double per_row = matmul_flops_per_row(c) - classifier;
+double consecutive_rows_flops(const ModelConfig& c, int first, int rows) {
   double attended = 0;  // positions attended, summed over rows
   for (int i = 0; i < rows; ++i) attended += first + i + 1;
-  const double attention = 4.0 * c.n_layers * c.n_heads * static_cast<double>(c.head_dim);
-  return rows * per_row + classifier + attention * attended;
+  return pass_flops(c, rows, 1, attended);
 }
 
 /// Times `pass` (one forward over `batch`) and records its row of the table.
@@ -73,7 +70,7 @@ void time_pass(benchmark::State& state, const ModelConfig& c, DType wt, CpuForwa
   const double weight_bytes = static_cast<double>(weight_bytes_per_decode_step(c, wt));
   const double kv_bytes = static_cast<double>(kv_bytes_for_context(c, DType::F32, first + rows));
   const double bytes = weight_bytes + kv_bytes;
-  const double flops = pass_flops(c, first, rows);
+  const double flops = consecutive_rows_flops(c, first, rows);
   state.counters["tokens_per_s"] = rows / per_step;
   state.counters["MB_per_step"] = bytes / 1e6;
   state.counters["GFLOP_per_step"] = flops / 1e9;

@@ -25,6 +25,7 @@
 #include "common/model/model_config.hpp"
 #include "common/program/cli.hpp"
 #include "common/program/options.hpp"
+#include "common/program/token_ids.hpp"
 #include "kernels/matmul.hpp"
 #if defined(KVHEAP_OPENBLAS)
 #include <cblas.h>
@@ -89,28 +90,6 @@ std::vector<Shape> shapes_of(const ModelConfig& c) {
   return distinct;
 }
 
-std::vector<int> parse_rows(const std::string& list) {
-  std::vector<int> rows;
-  std::size_t at = 0;
-  while (at <= list.size()) {
-    const std::size_t comma = std::min(list.find(',', at), list.size());
-    const std::string item = list.substr(at, comma - at);
-    int v = 0;
-    try {
-      std::size_t used = 0;
-      v = std::stoi(item, &used);
-      if (used != item.size()) v = 0;
-    } catch (const std::exception&) {
-      v = 0;
-    }
-    if (v < 1 || v > 4096)
-      throw UsageError(fmt::format("--rows: '{}' is not a row count from 1 to 4096", item));
-    rows.push_back(v);
-    at = comma + 1;
-  }
-  return rows;
-}
-
 }  // namespace
 }  // namespace kvheap
 
@@ -128,7 +107,10 @@ int main(int argc, char** argv) {
       .show_default();
   cli.flag("--no-peak", no_peak, "Skip measuring the peaks (no fractions are printed)");
   return run_cli(cli, argc, argv, [&] {
-    const std::vector<int> rows = parse_rows(rows_list);
+    // Comma-separated counts, parsed as token ids are: 0..4096, then 0 refused.
+    const std::vector<int> rows = parse_token_ids(rows_list, 4097, "--rows");
+    if (std::find(rows.begin(), rows.end(), 0) != rows.end())
+      throw UsageError("--rows: a row count is from 1 to 4096, not 0");
     if (!(min_time >= 0.0 && min_time <= 60.0))
       throw UsageError(fmt::format("--min-time {}: expected seconds from 0 to 60", min_time));
     const int threads = apply_threads(CommonOptions{});

@@ -147,10 +147,7 @@ Outcome serve(Backend& backend, const std::vector<Request>& work, const Policy& 
   o.kv_bytes_read = res.positions_read * static_cast<double>(kv_bytes_per_token(c, kv));
   double chosen = 0;  // logit rows: a token chosen each, a stop token's included
   for (const std::vector<float>& gaps : o.margin) chosen += static_cast<double>(gaps.size());
-  const double classifier = 2.0 * c.vocab_size * static_cast<double>(c.dim);
-  o.flops = static_cast<double>(o.rows) * (matmul_flops_per_row(c) - classifier) +
-            chosen * classifier +
-            res.positions_attended * 4.0 * c.n_layers * c.n_heads * static_cast<double>(c.head_dim);
+  o.flops = pass_flops(c, static_cast<double>(o.rows), chosen, res.positions_attended);
   o.peak_running = res.peak_running;
   return o;
 }

@@ -378,15 +378,11 @@ PackedMatrix::PackedMatrix(const float* w, int out_dim, int in_dim, DType dtype,
     throw InputError(
         "bf16 products by pairs (vdpbf16ps) need a build for a CPU with AVX512-BF16; this one "
         "widens bf16 weights to fp32 instead");
-  with_element(dtype, bf16, [&](auto t) {
-    using T = decltype(t);
-    width_ = kWidth<T>;
-    panel_bytes_ =
-        static_cast<std::size_t>(width_) * ((in_dim + kPerStep<T> - 1) / kPerStep<T>)*sizeof(T);
-  });
+  with_element(dtype, bf16, [&](auto t) { width_ = kWidth<decltype(t)>; });
   panels_ = (out_dim + width_ - 1) / width_;
-  bytes_ = static_cast<std::size_t>(panels_) * panel_bytes_;
+  bytes_ = bytes_for(out_dim, in_dim, dtype, bf16);
   if (bytes_ == 0) return;
+  panel_bytes_ = bytes_ / static_cast<std::size_t>(panels_);
   constexpr std::size_t kAlign = 64;  // aligned_alloc wants a multiple of it: whole lines
   data_.reset(static_cast<unsigned char*>(
       std::aligned_alloc(kAlign, (bytes_ + kAlign - 1) / kAlign * kAlign)));

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstring>
 
@@ -44,45 +45,59 @@ void check_qk_norm_gains(const ModelWeights& w) {
           l, w.config.head_dim));
 }
 
+namespace {
+
+/// A weight matrix as loaded, and its shape [out_dim, in_dim].
+struct Matrix {
+  const float* w;
+  int out_dim, in_dim;
+};
+
+/// A layer's seven matrices, in the order of CpuForward::PackedLayer's members.
+std::array<Matrix, 7> layer_matrices(const LayerWeights& L, const ModelConfig& c) {
+  return {{{L.wq, c.q_dim(), c.dim},
+           {L.wk, c.kv_dim(), c.dim},
+           {L.wv, c.kv_dim(), c.dim},
+           {L.wo, c.dim, c.q_dim()},
+           {L.w1, c.hidden_dim, c.dim},
+           {L.w2, c.dim, c.hidden_dim},
+           {L.w3, c.hidden_dim, c.dim}}};
+}
+
+}  // namespace
+
 CpuForward::CpuForward(const ModelWeights& weights, DType weight_dtype, cpu::Bf16Products bf16)
     : w_(weights), weight_dtype_(weight_dtype), inv_freq_(rope_inv_freq(weights.config)) {
   check_qk_norm_gains(weights);
   const ModelConfig& c = weights.config;
   // The packed copy is the weights' second copy in memory: refuse it by name rather than let
   // packing touch more pages than the host has.
-  const auto bytes = [&](int out_dim, int in_dim) {
-    return cpu::PackedMatrix::bytes_for(out_dim, in_dim, weight_dtype, bf16);
+  const Matrix classifier{weights.classifier, c.vocab_size, c.dim};
+  const auto bytes = [&](const Matrix& m) {
+    return cpu::PackedMatrix::bytes_for(m.out_dim, m.in_dim, weight_dtype, bf16);
   };
-  const std::size_t per_layer = 2 * bytes(c.kv_dim(), c.dim) + bytes(c.q_dim(), c.dim) +
-                                bytes(c.dim, c.q_dim()) + 2 * bytes(c.hidden_dim, c.dim) +
-                                bytes(c.dim, c.hidden_dim);
+  packed_bytes_ = bytes(classifier);
+  for (const LayerWeights& L : weights.layers)
+    for (const Matrix& m : layer_matrices(L, c)) packed_bytes_ += bytes(m);
   require_host_memory(
-      weights.layers.size() * per_layer + bytes(c.vocab_size, c.dim),
+      packed_bytes_,
       fmt::format("packing {}'s weight matrices for the CPU's products ({}, a copy beside the "
                   "loaded weights)",
                   c.name, dtype_name(weight_dtype)),
       weight_dtype == DType::F32 ? "--weight-dtype bf16 halves it; or run a smaller model"
                                  : "run a smaller model");
   const auto t0 = std::chrono::steady_clock::now();
-  const auto pack = [&](const float* m, int out_dim, int in_dim) {
-    return cpu::PackedMatrix(m, out_dim, in_dim, weight_dtype, bf16);
+  const auto pack = [&](const Matrix& m) {
+    return cpu::PackedMatrix(m.w, m.out_dim, m.in_dim, weight_dtype, bf16);
   };
   layers_.reserve(weights.layers.size());
-  for (const LayerWeights& L : weights.layers)
-    layers_.push_back({pack(L.wq, c.q_dim(), c.dim), pack(L.wk, c.kv_dim(), c.dim),
-                       pack(L.wv, c.kv_dim(), c.dim), pack(L.wo, c.dim, c.q_dim()),
-                       pack(L.w1, c.hidden_dim, c.dim), pack(L.w2, c.dim, c.hidden_dim),
-                       pack(L.w3, c.hidden_dim, c.dim)});
-  classifier_ = pack(weights.classifier, c.vocab_size, c.dim);
+  for (const LayerWeights& L : weights.layers) {
+    const std::array<Matrix, 7> m = layer_matrices(L, c);
+    layers_.push_back(
+        {pack(m[0]), pack(m[1]), pack(m[2]), pack(m[3]), pack(m[4]), pack(m[5]), pack(m[6])});
+  }
+  classifier_ = pack(classifier);
   pack_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-std::size_t CpuForward::packed_bytes() const {
-  std::size_t total = classifier_.bytes();
-  for (const PackedLayer& L : layers_)
-    for (const cpu::PackedMatrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w1, &L.w2, &L.w3})
-      total += m->bytes();
-  return total;
 }
 
 void CpuForward::resize(int n) {

@@ -42,7 +42,7 @@ class CpuForward {
   /// \brief Element type of the packed weight matrices.
   [[nodiscard]] DType weight_dtype() const { return weight_dtype_; }
   /// \brief Bytes of the packed weight matrices (what the passes read of the weights).
-  [[nodiscard]] std::size_t packed_bytes() const;
+  [[nodiscard]] std::size_t packed_bytes() const { return packed_bytes_; }
   /// \brief Seconds the constructor spent packing the weights (for a memory-mapped file, this
   /// includes faulting its pages in).
   [[nodiscard]] double pack_seconds() const { return pack_seconds_; }
@@ -59,6 +59,7 @@ class CpuForward {
   DType weight_dtype_;
   std::vector<PackedLayer> layers_;
   cpu::PackedMatrix classifier_;
+  std::size_t packed_bytes_ = 0;
   double pack_seconds_ = 0;
   std::vector<float> inv_freq_;        // [head_dim/2]
   Activations<std::vector<float>> a_;  // of the current batch (n rows)

@@ -22,6 +22,13 @@ double matmul_flops_per_row(const ModelConfig& c) {
   return 2.0 * params;
 }
 
+double pass_flops(const ModelConfig& c, double rows, double logit_rows, double positions_attended) {
+  const double classifier = 2.0 * c.vocab_size * static_cast<double>(c.dim);
+  const double attention = 4.0 * c.n_layers * c.n_heads * static_cast<double>(c.head_dim);
+  return rows * (matmul_flops_per_row(c) - classifier) + logit_rows * classifier +
+         positions_attended * attention;
+}
+
 double RunReport::matmul_gflops() const {
   const double sec = pass_seconds();
   return sec > 0

@@ -29,6 +29,11 @@ std::size_t weight_bytes_per_decode_step(const ModelConfig& c, DType w);
 /// of a row's for the presets' context lengths.
 double matmul_flops_per_row(const ModelConfig& c);
 
+/// \brief Flops of `rows` rows through the model: every weight matrix once per row, the classifier
+/// only for the `logit_rows` that want logits, and attention's 4 x n_heads x head_dim per layer
+/// for each of `positions_attended` (every row's position + 1, summed over the rows).
+double pass_flops(const ModelConfig& c, double rows, double logit_rows, double positions_attended);
+
 /// \brief The figures of one run.
 ///
 /// Chapters 1-4 run a prefill phase (passes of prompt rows only) before decode passes, and the

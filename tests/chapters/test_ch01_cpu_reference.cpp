@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "base/error.hpp"
-#include "base/half.hpp"
 #include "chapters/01_cpu_reference/admission.hpp"
 #include "chapters/01_cpu_reference/reserved_cache.hpp"
 #include "common/forward/backend.hpp"
@@ -299,9 +298,7 @@ TEST(Ch01CpuReference, HalfWeightsEqualWeightsRoundedOnTheHost) {
     ModelWeights r = w;  // shares w's buffers; the matrices below are rounded copies
     const auto round = [&](const float* m, std::size_t n) {
       float* copy = r.allocate(n);
-      for (std::size_t i = 0; i < n; ++i)
-        copy[i] = wt == DType::BF16 ? bf16_to_float(float_to_bf16(m[i]))
-                                    : fp16_to_float(float_to_fp16(m[i]));
+      for (std::size_t i = 0; i < n; ++i) copy[i] = test::stored_as(m[i], wt);
       return copy;
     };
     const auto d = static_cast<std::size_t>(c.dim), h = static_cast<std::size_t>(c.hidden_dim);

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "base/half.hpp"
 #include "kernels/matmul.hpp"
+#include "tests/support/checkpoint_writers.hpp"
 
 namespace kvheap {
 namespace {
@@ -54,14 +54,11 @@ std::vector<Packing> packings() {
   return all;
 }
 
-/// W's elements as the packed matrix holds them: fp32 as is, bf16 and fp16 rounded to nearest even.
-std::vector<float> rounded(const std::vector<float>& w, DType t) {
-  std::vector<float> r(w);
-  for (float& v : r) {
-    if (t == DType::BF16) v = bf16_to_float(float_to_bf16(v));
-    if (t == DType::F16) v = fp16_to_float(float_to_fp16(v));
-  }
-  return r;
+/// The elements as the packed matrix holds them: fp32 as is, bf16 and fp16 rounded to nearest
+/// even.
+std::vector<float> rounded(std::vector<float> w, DType t) {
+  for (float& v : w) v = test::stored_as(v, t);
+  return w;
 }
 
 // Sizes that leave tails (out_dim not a multiple of any panel width, batches not a multiple of
