@@ -18,9 +18,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "kernels/attention_merge.hpp"
@@ -219,6 +221,98 @@ void attend_span(const float* q, const Rows& rows, int t_begin, int t_end, const
     simd::from_block_order<T>(o + static_cast<long>(h) * head_dim, head_dim);
 }
 
+/// \brief Floats of scratch attend_span_rows needs for `n_rows` rows of `n_heads_q` query heads
+/// each: their queries in the cache type's block order, and a tile of weights for four heads.
+inline std::size_t attend_span_rows_scratch_floats(int n_rows, int n_heads_q, int head_dim) {
+  return attend_span_scratch_floats(n_rows * n_heads_q, head_dim);
+}
+
+/// \brief attend_span for several query rows that read the same cache rows (a prompt chunk of one
+/// sequence), each over its own span [t_begin, t_end[m]): bitwise what attend_span gives each row
+/// alone, with each tile's K and V rows read once for all the rows it is whole for.
+///
+/// \param q        the rows' queries by KV head: head g * group + j of row m, for g in [kv_begin,
+///                 kv_end), at ((g - kv_begin) * n_rows + m) * group + j, head_dim floats each
+/// \param t_end    [n_rows] where each row's span ends, ascending (causal rows of one sequence)
+/// \param acc      the same layout as q, written: sum of exp(s - max) * v
+/// \param max      [(kv_end - kv_begin) * n_rows * group] in the same order, written
+/// \param sum      likewise
+/// \param scratch  attend_span_rows_scratch_floats(n_rows, (kv_end - kv_begin) * group, head_dim)
+///
+/// A prompt chunk's rows attend over nearly the same positions, so most of a row's tiles are
+/// whole tiles the others have too. Those go through the inner loops once for every row that has
+/// them, the rows' heads side by side, as a larger query group: one loaded K or V vector then
+/// serves four heads of any rows, where a model with one query head per KV head (the stories
+/// models) gets one use out of it row by row. A row's last tiles, those its span ends in, go as
+/// attend_span would take them, row by row. Each head's tiles come in the order attend_span takes
+/// them, with the same positions, and the inner loops give every head the same numbers whichever
+/// heads share its calls, so the rows' results are bitwise those of attend_span: prompts, chunked
+/// prompts and decoding all give the same bits (tier 1).
+template <class T, class Rows>
+void attend_span_rows(const float* q, int n_rows, const Rows& rows, int t_begin, const int* t_end,
+                      const AttendShape& sh, int kv_begin, int kv_end, float* acc, float* max,
+                      float* sum, float* scratch) {
+  constexpr int kTile = kAttendTile;
+  const int group = sh.group, head_dim = sh.head_dim;
+  const int n_q = (kv_end - kv_begin) * n_rows * group;
+  float* w = scratch;  // [4, kTile] weights
+  if constexpr (simd::kInterleaved<T>) {
+    float* qb = scratch + 4 * kTile;
+    std::copy(q, q + static_cast<long>(n_q) * head_dim, qb);
+    for (int h = 0; h < n_q; ++h)
+      simd::to_block_order<T>(qb + static_cast<long>(h) * head_dim, head_dim);
+    q = qb;
+  }
+  std::fill(acc, acc + static_cast<long>(n_q) * head_dim, 0.0f);
+  std::fill(max, max + n_q, -std::numeric_limits<float>::infinity());
+  std::fill(sum, sum + n_q, 0.0f);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  const long row_bytes = static_cast<long>(sh.n_kv_heads) * head_dim * static_cast<long>(sizeof(T));
+  // Row m's first head of KV head g: its queries, outputs and softmax state sit there.
+  const auto at = [&](int g, int m) {
+    return (static_cast<long>(g - kv_begin) * n_rows + m) * group;
+  };
+  const T* k_rows[kTile];
+  const T* v_rows[kTile];
+  const T* k_head[kTile];
+  const T* v_head[kTile];
+  // One tile of nt positions from t0, `stride` apart (a short tile repeats its last row), for the
+  // rows' heads from `first`, `count` rows' worth.
+  const auto tile = [&](int t0, int stride, int nt, int first, int count) {
+    for (int p = 0; p < kTile; ++p) {
+      k_rows[p] = rows.k(t0 + stride * std::min(p, nt - 1));
+      v_rows[p] = rows.v(t0 + stride * std::min(p, nt - 1));
+    }
+    for (int g = kv_begin; g < kv_end; ++g) {
+      const long head_off = static_cast<long>(g) * head_dim;
+      for (int p = 0; p < kTile; ++p) k_head[p] = k_rows[p] + head_off;
+      for (int p = 0; p < kTile; ++p) v_head[p] = v_rows[p] + head_off;
+      const long h0 = at(g, first);
+      detail::tile_group(q + h0 * head_dim, k_head, v_head, nt, count * group, head_dim, scale,
+                         max + h0, sum + h0, w, acc + h0 * head_dim);
+    }
+  };
+  // A row's tile stride grows with its span (tile_stride), so rows of one stride are a range.
+  for (int lo = 0, hi = 0; lo < n_rows; lo = hi) {
+    const int stride = tile_stride(row_bytes, t_end[lo] - t_begin);
+    for (hi = lo + 1; hi < n_rows && tile_stride(row_bytes, t_end[hi] - t_begin) == stride;) ++hi;
+    const int last = t_end[hi - 1];
+    int live = lo;  // rows before `live` have ended; t0 only grows, so it only advances
+    for (int b0 = t_begin; b0 < last; b0 += stride * kTile) {
+      for (int t0 = b0; t0 < std::min(b0 + stride, last); ++t0) {
+        while (live < hi && t_end[live] <= t0) ++live;
+        int whole = live;  // rows from here on have the whole tile
+        while (whole < hi && t_end[whole] <= t0 + (kTile - 1) * stride) ++whole;
+        for (int m = live; m < whole; ++m)  // the tile a row's span ends in: that row alone
+          tile(t0, stride, (t_end[m] - t0 + stride - 1) / stride, m, 1);
+        if (whole < hi) tile(t0, stride, kTile, whole, hi - whole);
+      }
+    }
+  }
+  for (int h = 0; h < n_q; ++h)
+    simd::from_block_order<T>(acc + static_cast<long>(h) * head_dim, head_dim);
+}
+
 /// \brief Turns one head's unnormalised output into the attention output: acc / sum, or zeros
 /// for an empty context (sum = 0).
 inline void finish_head(float* acc, float sum, int head_dim) {
@@ -258,11 +352,24 @@ struct ContiguousRows {
   const T* k(int t) const { return k_base + t * stride; }
   /// \brief Position t's V row.
   const T* v(int t) const { return v_base + t * stride; }
+  /// \brief Whether two accessors read the same rows.
+  bool operator==(const ContiguousRows&) const = default;
 };
 
 /// \brief Positions per work item of attend_batch: longer contexts are split into chunks of this
 /// many positions and merged by log-sum-exp, whatever the thread count.
 inline constexpr int kAttendChunk = 2048;
+
+/// \brief Most rows of one prompt chunk attend_batch hands to attend_span_rows together. More
+/// rows share each tile, fewer items share out over the threads; the items of a 128-row prompt
+/// chunk then still outnumber the threads four to one.
+inline constexpr int kRunRows = 16;
+
+/// \brief Whether attend_batch forms runs of rows for heads of this shape: unless each KV head has
+/// four query heads or a multiple of four, which fill the inner loops' calls of four heads
+/// (detail::tile_group) row by row already. Runs would then only add the copies in and out, and
+/// measured slower (docs/results/prefill-attention-cpu-intel-xeon-emerald-rapids.md).
+inline bool runs_pay(const AttendShape& sh) { return sh.group % 4 != 0; }
 
 /// \brief attend_kv_heads for every row of a batch, in parallel when the work pays for threads.
 ///
@@ -278,58 +385,138 @@ inline constexpr int kAttendChunk = 2048;
 /// order afterwards. The chunks are fixed by the context length, not by the thread count, so the
 /// numbers are the same with any number of threads. Every CPU cache policy calls this with its
 /// own accessor, so they share the work split and the arithmetic; only addresses differ.
+///
+/// Consecutive rows whose accessors compare equal read the same cache rows: a prompt chunk of one
+/// sequence. Up to kRunRows of them, with contexts that do not shrink, make one item per chunk
+/// (attend_span_rows), which reads each tile once for all of them and gives each row bitwise what
+/// it gets alone. Items go to the threads longest first, so that a prompt chunk's last rows,
+/// which attend furthest, do not start last.
 template <class T, class RowsOf, class CtxOf>
 void attend_batch(const AttendShape& sh, int n, const RowsOf& rows_of, const CtxOf& n_ctx_of,
                   const float* q, float* out) {
-  const int q_dim = sh.q_dim(), n_heads = sh.n_heads();
-  // Chunks: first_chunk[i] is row i's first; rows of one chunk write `out` directly, the others
-  // a partial (acc, max, sum) each, merged below.
-  std::vector<long> first_chunk(static_cast<std::size_t>(n) + 1, 0);
+  const int q_dim = sh.q_dim(), n_heads = sh.n_heads(), group = sh.group, hd = sh.head_dim;
+  // Chunks per row; rows of one chunk write `out` directly, the others a partial (acc, max, sum)
+  // per chunk, merged below.
+  std::vector<int> chunks_of(n);
   std::vector<long> first_partial(static_cast<std::size_t>(n) + 1, 0);
   long work = 0;  // multiply-adds of QK^T and PV, to decide whether threads pay off
   for (int i = 0; i < n; ++i) {
     const int n_ctx = n_ctx_of(i);
-    const long chunks = std::max(1, (n_ctx + kAttendChunk - 1) / kAttendChunk);
-    first_chunk[i + 1] = first_chunk[i] + chunks;
-    first_partial[i + 1] = first_partial[i] + (chunks > 1 ? chunks : 0);
+    chunks_of[i] = std::max(1, (n_ctx + kAttendChunk - 1) / kAttendChunk);
+    first_partial[i + 1] = first_partial[i] + (chunks_of[i] > 1 ? chunks_of[i] : 0);
     work += 2L * n_ctx * q_dim;
   }
-  const long n_chunks = first_chunk[n];
+  // Runs of rows that read the same cache rows, then items: rows [first, last) of a run, all
+  // those that reach chunk `chunk` (a run's contexts do not shrink, so they end the run).
+  struct Item {
+    int first, last, chunk;
+    long positions;  // what the item attends to, summed over its rows: its share of the work
+  };
+  std::vector<Item> items;
+  int widest = 1;  // rows of the longest run
+  const bool runs = runs_pay(sh);
+  for (int begin = 0, end = 0; begin < n; begin = end) {
+    end = begin + 1;
+    if constexpr (std::equality_comparable<decltype(rows_of(0))>) {
+      while (runs && end < n && end - begin < kRunRows && n_ctx_of(end) >= n_ctx_of(end - 1) &&
+             rows_of(end) == rows_of(begin))
+        ++end;
+    }
+    widest = std::max(widest, end - begin);
+    for (int c = 0, first = begin; first < end; ++c) {
+      while (first < end && chunks_of[first] <= c) ++first;  // rows of fewer chunks have ended
+      if (first == end) break;
+      long positions = 0;
+      for (int i = first; i < end; ++i)
+        positions += std::min(n_ctx_of(i), (c + 1) * kAttendChunk) - c * kAttendChunk;
+      items.push_back(Item{first, end, c, positions});
+    }
+  }
+  std::stable_sort(items.begin(), items.end(),
+                   [](const Item& a, const Item& b) { return a.positions > b.positions; });
+  const long n_items = static_cast<long>(items.size());
   const long partial_floats = static_cast<long>(q_dim) + 2L * n_heads;
   std::vector<float> partials(static_cast<std::size_t>(first_partial[n] * partial_floats));
   const bool parallel = work >= (1L << 16);
-  // Head ranges per chunk: the fewest (a divisor of n_kv_heads) that give every thread the same
+  // Head ranges per item: the fewest (a divisor of n_kv_heads) that give every thread the same
   // number of items, so that each item reads as wide a part of each row as it can.
   const long threads = parallel ? omp_get_max_threads() : 1;
   int ranges = 1;
-  while (ranges < sh.n_kv_heads && (sh.n_kv_heads % ranges != 0 || n_chunks * ranges < threads ||
-                                    n_chunks * ranges % threads != 0))
+  while (ranges < sh.n_kv_heads && (sh.n_kv_heads % ranges != 0 || n_items * ranges < threads ||
+                                    n_items * ranges % threads != 0))
     ++ranges;
   const int per_range = sh.n_kv_heads / ranges;
+  const int range_heads = per_range * group;  // query heads of one range, per row
 #pragma omp parallel if (parallel)
   {
-    std::vector<float> scratch(attend_scratch_floats(per_range * sh.group, sh.head_dim));
+    std::vector<float> scratch(attend_scratch_floats(range_heads, hd));
+    // A run's queries, outputs and softmax states by KV head (attend_span_rows), and its spans:
+    // left uninitialised, since every item writes what it reads, and sized by the widest run,
+    // since zeroing them for kRunRows rows of a large model cost more than a short run's work.
+    const std::size_t wide = widest > 1 ? static_cast<std::size_t>(widest) * range_heads : 0;
+    const auto floats = [](std::size_t count) {
+      return std::make_unique_for_overwrite<float[]>(count);
+    };
+    const auto wide_q = floats(wide * hd), wide_acc = floats(wide * hd);
+    const auto wide_max = floats(wide), wide_sum = floats(wide);
+    const auto run_scratch =
+        floats(widest > 1 ? attend_span_rows_scratch_floats(widest, range_heads, hd) : 0);
+    std::vector<int> t_end(widest);
 #pragma omp for schedule(dynamic)
-    for (long item = 0; item < n_chunks * ranges; ++item) {
-      const long chunk = item / ranges;
-      const int g0 = static_cast<int>(item % ranges) * per_range;
-      const int i =
-          static_cast<int>(std::upper_bound(first_chunk.begin(), first_chunk.end(), chunk) -
-                           first_chunk.begin() - 1);
-      const long qo = static_cast<long>(i) * q_dim;
-      const int n_ctx = n_ctx_of(i);
-      if (first_chunk[i + 1] - first_chunk[i] == 1) {
-        attend_kv_heads<T>(q + qo, rows_of(i), n_ctx, sh, g0, g0 + per_range, out + qo,
-                           scratch.data());
+    for (long it = 0; it < n_items * ranges; ++it) {
+      const Item& item = items[it / ranges];
+      const int g0 = static_cast<int>(it % ranges) * per_range, g1 = g0 + per_range;
+      const int t_begin = item.chunk * kAttendChunk;
+      const long h_begin = static_cast<long>(g0) * group;
+      // Where row i's results go: `out`, finished, or its partial for this chunk.
+      const auto partial_of = [&](int i) {
+        return partials.data() + (first_partial[i] + item.chunk) * partial_floats;
+      };
+      if (item.last - item.first == 1) {
+        const int i = item.first, n_ctx = n_ctx_of(i);
+        const long qo = static_cast<long>(i) * q_dim;
+        if (chunks_of[i] == 1) {
+          attend_kv_heads<T>(q + qo, rows_of(i), n_ctx, sh, g0, g1, out + qo, scratch.data());
+        } else {
+          float* part = partial_of(i);
+          attend_span<T>(q + qo, rows_of(i), t_begin, std::min(n_ctx, t_begin + kAttendChunk), sh,
+                         g0, g1, part, part + q_dim + h_begin, part + q_dim + n_heads + h_begin,
+                         scratch.data());
+        }
         continue;
       }
-      const long local = chunk - first_chunk[i];  // this chunk's index within its row
-      float* part = partials.data() + (first_partial[i] + local) * partial_floats;
-      const int t_begin = static_cast<int>(local) * kAttendChunk;
-      const long h_begin = static_cast<long>(g0) * sh.group;
-      attend_span<T>(q + qo, rows_of(i), t_begin, std::min(n_ctx, t_begin + kAttendChunk), sh, g0,
-                     g0 + per_range, part, part + q_dim + h_begin, part + q_dim + n_heads + h_begin,
-                     scratch.data());
+      const int r = item.last - item.first;
+      // Head j of KV head g, row m, at (g - g0) * r * group + m * group + j of the wide arrays.
+      const auto wide_at = [&](int g, int m) {
+        return (static_cast<long>(g - g0) * r + m) * group;
+      };
+      for (int m = 0; m < r; ++m) {
+        const int i = item.first + m;
+        t_end[m] = std::min(n_ctx_of(i), t_begin + kAttendChunk);
+        for (int g = g0; g < g1; ++g)
+          std::copy_n(q + static_cast<long>(i) * q_dim + static_cast<long>(g) * group * hd,
+                      static_cast<long>(group) * hd, &wide_q[wide_at(g, m) * hd]);
+      }
+      attend_span_rows<T>(wide_q.get(), r, rows_of(item.first), t_begin, t_end.data(), sh, g0, g1,
+                          wide_acc.get(), wide_max.get(), wide_sum.get(), run_scratch.get());
+      for (int m = 0; m < r; ++m) {
+        const int i = item.first + m;
+        for (int g = g0; g < g1; ++g)
+          for (int j = 0; j < group; ++j) {
+            const long w = wide_at(g, m) + j, h = static_cast<long>(g) * group + j;
+            const float* acc = &wide_acc[w * hd];
+            if (chunks_of[i] == 1) {
+              float* o = out + static_cast<long>(i) * q_dim + h * hd;
+              std::copy_n(acc, hd, o);
+              finish_head(o, wide_sum[w], hd);
+            } else {
+              float* part = partial_of(i);
+              std::copy_n(acc, hd, part + h * hd);
+              part[q_dim + h] = wide_max[w];
+              part[q_dim + n_heads + h] = wide_sum[w];
+            }
+          }
+      }
     }
     // Rows of several chunks: fold the chunks in order, per query head.
 #pragma omp for schedule(static)
@@ -337,15 +524,15 @@ void attend_batch(const AttendShape& sh, int n, const RowsOf& rows_of, const Ctx
       const int i = static_cast<int>(rh / n_heads), h = static_cast<int>(rh % n_heads);
       const long chunks = first_partial[i + 1] - first_partial[i];
       if (chunks == 0) continue;
-      float* o = out + static_cast<long>(i) * q_dim + static_cast<long>(h) * sh.head_dim;
+      float* o = out + static_cast<long>(i) * q_dim + static_cast<long>(h) * hd;
       SoftmaxState state;
-      std::fill(o, o + sh.head_dim, 0.0f);
+      std::fill(o, o + hd, 0.0f);
       for (long ch = 0; ch < chunks; ++ch) {
         const float* part = partials.data() + (first_partial[i] + ch) * partial_floats;
         merge_partial(state, o, SoftmaxState{part[q_dim + h], part[q_dim + n_heads + h]},
-                      part + static_cast<long>(h) * sh.head_dim, sh.head_dim);
+                      part + static_cast<long>(h) * hd, hd);
       }
-      finish_head(o, state.sum, sh.head_dim);
+      finish_head(o, state.sum, hd);
     }
   }
 }

@@ -93,6 +93,8 @@ struct PagedRows {
   const T* v(int t) const { return v_base + slot(t) * stride; }
   /// \brief Physical slot of position t.
   long slot(int t) const { return static_cast<long>(paged_slot(pages, block_size, t)); }
+  /// \brief Whether two accessors read the same rows.
+  bool operator==(const PagedRows&) const = default;
 };
 
 }  // namespace cpu

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "common/model/model_config.hpp"
@@ -153,6 +154,61 @@ TEST(AttentionCpu, LongContextsSplitIntoChunksMergeCorrectlyWhateverTheThreads) 
     EXPECT_EQ(0, std::memcmp(one.data(), got.data(), one.size() * sizeof(float)))
         << threads << " threads";
   }
+}
+
+/// Rows of a batch as a model's forward pass hands them over: prompt chunks, each a run of rows of
+/// one sequence at growing contexts, between rows of other sequences. Every row must get bitwise
+/// what attend_batch gives it alone, which is what makes a prompt's logits the same however it
+/// is cut into chunks and whichever rows share its passes.
+template <class T>
+void expect_prompt_rows_as_alone(int n_kv_heads, int group, int head_dim) {
+  SCOPED_TRACE(::testing::Message() << n_kv_heads << " KV heads x " << group << ", head_dim "
+                                    << head_dim << ", " << sizeof(T) << "-byte cache");
+  const int longest = cpu::kAttendChunk + 40;
+  const Case<T> a(n_kv_heads, group, head_dim, longest, 31);  // sequence A's cache
+  const Case<T> b(n_kv_heads, group, head_dim, 300, 32);      // sequence B's
+  // (sequence, context) per batch row: A's first 40 positions as a prompt (three runs of at most
+  // kRunRows), a decode row of B, three rows of A whose contexts shrink and so cannot share a
+  // run, one row of 2 positions, and A's rows across the chunk boundary (two chunks each).
+  std::vector<std::pair<int, int>> rows;
+  for (int t = 1; t <= 40; ++t) rows.emplace_back(0, t);
+  rows.emplace_back(1, 300);
+  for (int t : {90, 61, 61}) rows.emplace_back(0, t);
+  rows.emplace_back(0, 2);
+  for (int t = cpu::kAttendChunk - 9; t <= longest; ++t) rows.emplace_back(0, t);
+  const int n = static_cast<int>(rows.size());
+  const long q_dim = static_cast<long>(n_kv_heads) * group * head_dim;
+  std::vector<float> q(n * q_dim);
+  std::mt19937 rng(33);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  for (float& x : q) x = nd(rng);
+  const auto rows_of = [&](int i) { return rows[i].first == 0 ? a.rows() : b.rows(); };
+  const auto n_ctx_of = [&](int i) { return rows[i].second; };
+
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(1);
+  std::vector<float> alone(q.size(), -1.0f);
+  for (int i = 0; i < n; ++i)
+    cpu::attend_batch<T>(
+        a.shape(), 1, [&](int) { return rows_of(i); }, [&](int) { return n_ctx_of(i); },
+        q.data() + i * q_dim, alone.data() + i * q_dim);
+  for (int threads : {1, 3}) {
+    omp_set_num_threads(threads);
+    std::vector<float> together(q.size(), -1.0f);
+    cpu::attend_batch<T>(a.shape(), n, rows_of, n_ctx_of, q.data(), together.data());
+    for (int i = 0; i < n; ++i)
+      ASSERT_EQ(0, std::memcmp(alone.data() + i * q_dim, together.data() + i * q_dim,
+                               q_dim * sizeof(float)))
+          << "row " << i << " (context " << rows[i].second << "), " << threads << " threads";
+  }
+  omp_set_num_threads(saved);
+}
+
+TEST(AttentionCpu, PromptRowsInABatchGetBitwiseWhatTheyGetAlone) {
+  expect_prompt_rows_as_alone<float>(2, 1, 64);  // one query head per KV head, as the stories
+  expect_prompt_rows_as_alone<float>(3, 2, 24);
+  expect_prompt_rows_as_alone<cpu::BF16Bits>(2, 3, 40);  // two bf16 blocks and 8 in natural order
+  expect_prompt_rows_as_alone<cpu::F16Bits>(1, 6, 48);   // four heads and two, row by row
 }
 
 TEST(AttentionCpu, TransposedSumsAddInTheOrderOfSum8) {
