@@ -365,6 +365,11 @@ inline constexpr int kAttendChunk = 2048;
 /// chunk then still outnumber the threads four to one.
 inline constexpr int kRunRows = 16;
 
+/// \brief Fewest positions the first row of a run attends to: four tiles. Rows of shorter
+/// contexts share at most a tile or two, too little to pay for copying their queries and outputs
+/// (docs/results/prefill-attention-cpu-intel-xeon-emerald-rapids.md), so they go row by row.
+inline constexpr int kRunMinContext = 4 * kAttendTile;
+
 /// \brief Whether attend_batch forms runs of rows for heads of this shape: unless each KV head has
 /// four query heads or a multiple of four, which fill the inner loops' calls of four heads
 /// (detail::tile_group) row by row already. Runs would then only add the copies in and out, and
@@ -387,10 +392,10 @@ inline bool runs_pay(const AttendShape& sh) { return sh.group % 4 != 0; }
 /// own accessor, so they share the work split and the arithmetic; only addresses differ.
 ///
 /// Consecutive rows whose accessors compare equal read the same cache rows: a prompt chunk of one
-/// sequence. Up to kRunRows of them, with contexts that do not shrink, make one item per chunk
-/// (attend_span_rows), which reads each tile once for all of them and gives each row bitwise what
-/// it gets alone. Items go to the threads longest first, so that a prompt chunk's last rows,
-/// which attend furthest, do not start last.
+/// sequence. Up to kRunRows of them, with contexts that do not shrink and start at kRunMinContext
+/// or more, make one item per chunk (attend_span_rows), which reads each tile once for all of them
+/// and gives each row bitwise what it gets alone (where runs_pay). Items go to the threads longest
+/// first, so that a prompt chunk's last rows, which attend furthest, do not start last.
 template <class T, class RowsOf, class CtxOf>
 void attend_batch(const AttendShape& sh, int n, const RowsOf& rows_of, const CtxOf& n_ctx_of,
                   const float* q, float* out) {
@@ -418,8 +423,8 @@ void attend_batch(const AttendShape& sh, int n, const RowsOf& rows_of, const Ctx
   for (int begin = 0, end = 0; begin < n; begin = end) {
     end = begin + 1;
     if constexpr (std::equality_comparable<decltype(rows_of(0))>) {
-      while (runs && end < n && end - begin < kRunRows && n_ctx_of(end) >= n_ctx_of(end - 1) &&
-             rows_of(end) == rows_of(begin))
+      while (runs && n_ctx_of(begin) >= kRunMinContext && end < n && end - begin < kRunRows &&
+             n_ctx_of(end) >= n_ctx_of(end - 1) && rows_of(end) == rows_of(begin))
         ++end;
     }
     widest = std::max(widest, end - begin);
