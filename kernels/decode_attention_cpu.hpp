@@ -366,7 +366,7 @@ inline constexpr int kAttendChunk = 2048;
 inline constexpr int kRunRows = 16;
 
 /// \brief Fewest positions the first row of a run attends to: four tiles. Rows of shorter
-/// contexts share at most a tile or two, too little to pay for copying their queries and outputs
+/// contexts share few whole tiles, too few to pay for copying their queries and outputs
 /// (docs/results/prefill-attention-cpu-intel-xeon-emerald-rapids.md), so they go row by row.
 inline constexpr int kRunMinContext = 4 * kAttendTile;
 
@@ -378,7 +378,8 @@ inline bool runs_pay(const AttendShape& sh) { return sh.group % 4 != 0; }
 
 /// \brief attend_kv_heads for every row of a batch, in parallel when the work pays for threads.
 ///
-/// \param rows_of   rows_of(i) is batch row i's accessor (must not throw)
+/// \param rows_of   rows_of(i) is batch row i's accessor (must not throw); where accessors
+///                  compare equal, they must address the same rows
 /// \param n_ctx_of  n_ctx_of(i) is how many positions batch row i attends to
 /// \param q         [n, n_heads, head_dim]
 /// \param out       [n, n_heads, head_dim] written

@@ -167,9 +167,10 @@ void expect_prompt_rows_as_alone(int n_kv_heads, int group, int head_dim) {
   const int longest = cpu::kAttendChunk + 40;
   const Case<T> a(n_kv_heads, group, head_dim, longest, 31);  // sequence A's cache
   const Case<T> b(n_kv_heads, group, head_dim, 300, 32);      // sequence B's
-  // (sequence, context) per batch row: A's first 40 positions as a prompt (three runs of at most
-  // kRunRows), a decode row of B, three rows of A whose contexts shrink and so cannot share a
-  // run, one row of 2 positions, and A's rows across the chunk boundary (two chunks each).
+  // (sequence, context) per batch row: A's first 40 positions as a prompt (row by row below
+  // kRunMinContext, then one run), a decode row of B, rows of A whose contexts shrink (90, then a
+  // run of 61 and 61), one row of 2 positions, and A's rows across the chunk boundary (runs of at
+  // most kRunRows, of one chunk and of two).
   std::vector<std::pair<int, int>> rows;
   for (int t = 1; t <= 40; ++t) rows.emplace_back(0, t);
   rows.emplace_back(1, 300);
@@ -209,6 +210,8 @@ TEST(AttentionCpu, PromptRowsInABatchGetBitwiseWhatTheyGetAlone) {
   expect_prompt_rows_as_alone<float>(3, 2, 24);
   expect_prompt_rows_as_alone<cpu::BF16Bits>(2, 3, 40);  // two bf16 blocks and 8 in natural order
   expect_prompt_rows_as_alone<cpu::F16Bits>(1, 6, 48);   // four heads and two, row by row
+  expect_prompt_rows_as_alone<float>(8, 1, 64);  // 2 KiB rows: tiles two positions apart at most
+  expect_prompt_rows_as_alone<cpu::BF16Bits>(3, 2, 12);  // a head_dim of 8 lanes and 4 alone
 }
 
 TEST(AttentionCpu, TransposedSumsAddInTheOrderOfSum8) {
