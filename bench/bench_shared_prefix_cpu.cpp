@@ -31,8 +31,10 @@
 #include "bench/support/rows.hpp"
 #include "bench/support/shared_prefix_step.hpp"
 #include "common/measure/bandwidth.hpp"
+#include "common/measure/fma_peak.hpp"
 #include "common/util/host_buffer.hpp"
 #include "common/model/model_config.hpp"
+#include "kernels/attend_product_cpu.hpp"
 #include "kernels/decode_attention_cpu.hpp"
 #include "kernels/paged_attention.hpp"
 #include "kernels/shared_prefix_attention_cpu.hpp"
@@ -99,6 +101,7 @@ void attend_read_once(const Step& s, float* out) {
 struct Row {
   std::string config;
   double stored_mb, plain_mb, once_mb, plain_ms, once_ms;
+  double gflop;  // 4 x n_heads x head_dim per position a row attends to, the same both ways
 };
 std::vector<Row> g_rows;
 double g_peak_gbps = 0.0;
@@ -144,9 +147,59 @@ void shared_prefix(benchmark::State& state, int groups, int samples, int prefix)
   const std::string config = fmt::format("{} prompts x {} samples, prefix {}, own {}", groups,
                                          samples, prefix, kOwnPositions);
   const double stored = static_cast<double>(s.blocks->slots_stored()) * row_bytes() / 1e6;
-  const Row r{config, stored, s.bytes(false, row_bytes()) / 1e6, s.bytes(true, row_bytes()) / 1e6,
-              p_ms,   o_ms};
+  double positions = 0.0;
+  for (int n : s.batch.view.n_ctx) positions += n;
+  const Row r{config,
+              stored,
+              s.bytes(false, row_bytes()) / 1e6,
+              s.bytes(true, row_bytes()) / 1e6,
+              p_ms,
+              o_ms,
+              4.0 * heads().n_heads * heads().head_dim * positions / 1e9};
   bench::keep_last(g_rows, r);
+}
+
+/// The prefix pass alone, both ways: attend_span and attend_span_product over `positions` cached
+/// positions of one KV head for `heads_q` query heads, on one thread, the cache in the CPU's
+/// caches. Prints a table row: each way's best time over repeats timed in turn, its GFLOP/s and its
+/// fraction of one core's share of the multiply-add peak.
+template <class E>
+void prefix_pass_row(const char* dtype, int heads_q, int positions, double fma_per_core) {
+  const int hd = heads().head_dim;
+  std::vector<E> k(static_cast<std::size_t>(positions) * hd), v(k.size());
+  for (std::size_t e = 0; e < k.size(); ++e) {
+    cpu::from_float(static_cast<float>(e * 37 % 101) * 0.02f - 1.0f, k[e]);
+    cpu::from_float(static_cast<float>(e * 53 % 97) * 0.02f - 1.0f, v[e]);
+  }
+  std::vector<float> q(static_cast<std::size_t>(heads_q) * hd);
+  for (std::size_t e = 0; e < q.size(); ++e) q[e] = static_cast<float>(e * 29 % 89) * 0.02f - 0.9f;
+  const cpu::AttendShape sh{1, heads_q, hd};
+  const cpu::ContiguousRows<E> rows{k.data(), v.data(), hd};
+  std::vector<float> acc(q.size()), max(heads_q), sum(heads_q);
+  std::vector<float> span_scratch(cpu::attend_span_scratch_floats(heads_q, hd));
+  std::vector<float> product_scratch(cpu::attend_product_scratch_floats(heads_q, hd));
+  const auto seconds = [](auto&& fn) {
+    const auto t0 = std::chrono::steady_clock::now();
+    fn();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  double span = 1e30, product = 1e30;
+  for (int r = 0; r < 20; ++r) {
+    span = std::min(span, seconds([&] {
+                      cpu::attend_span<E>(q.data(), rows, 0, positions, sh, 0, 1, acc.data(),
+                                          max.data(), sum.data(), span_scratch.data());
+                    }));
+    product =
+        std::min(product, seconds([&] {
+                   cpu::attend_span_product<E>(q.data(), rows, 0, positions, sh, 0, 1, acc.data(),
+                                               max.data(), sum.data(), product_scratch.data());
+                 }));
+  }
+  const double gflop = 4.0 * heads_q * hd * positions / 1e9;
+  fmt::print("| {} | {} | {} | {:.3f} | {:.3f} | {:.2f} | {:.1f} | {:.1f} | {} |\n", dtype, heads_q,
+             positions, span * 1e3, product * 1e3, span / product,
+             100.0 * gflop / span / fma_per_core, 100.0 * gflop / product / fma_per_core,
+             cpu::product_pays(heads_q) ? "products" : "span");
 }
 
 }  // namespace
@@ -168,22 +221,44 @@ int main(int argc, char** argv) {
   // A listing runs nothing, so it needs no peak: the names are all it prints.
   if (listing) return bench::list_benchmarks();
   g_peak_gbps = measure_read_bandwidth().gbps;
+  double fma_gflops = measure_fma_peak().gflops;
   bench::run_benchmarks();
   if (g_rows.empty()) return bench::exit_status("bench_shared_prefix_cpu");
   g_peak_gbps = std::max(g_peak_gbps, measure_read_bandwidth().gbps);
+  fma_gflops = std::max(fma_gflops, measure_fma_peak().gflops);
   fmt::print(
       "\nShared-prefix attention, CPU twin, one layer, bf16, block size 16, {} threads. "
-      "STREAM-like read peak: {:.2f} GB/s; LLC {} KiB.\n\n"
-      "| config | KV stored MB | plain reads MB | read-once reads MB | plain ms | read-once ms | "
-      "speedup | plain GB/s | read-once GB/s | read-once % of peak |\n"
-      "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
-      omp_get_max_threads(), g_peak_gbps, bench::llc_bytes() / 1024);
+      "STREAM-like read peak: {:.2f} GB/s; fp32 multiply-add peak {:.1f} GFLOP/s (best of the "
+      "probes before and after); LLC {} KiB. The roofline is max(bytes / read peak, flops / "
+      "multiply-add peak), each way's own bytes.\n\n"
+      "| config | KV stored MB | plain reads MB | read-once reads MB | GFLOP | plain ms | "
+      "read-once ms | speedup | plain GB/s | read-once GB/s | read-once % of peak | read-once % "
+      "of FMA peak | read-once % of roofline |\n"
+      "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+      omp_get_max_threads(), g_peak_gbps, fma_gflops, bench::llc_bytes() / 1024);
   for (const Row& r : g_rows) {
     const double once_gbps = r.once_mb / r.once_ms;  // MB per ms = GB/s
+    const double fma_ms = r.gflop / fma_gflops * 1e3, read_ms = r.once_mb / g_peak_gbps;
     fmt::print(
-        "| {} | {:.1f} | {:.1f} | {:.1f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.1f} |\n",
-        r.config, r.stored_mb, r.plain_mb, r.once_mb, r.plain_ms, r.once_ms, r.plain_ms / r.once_ms,
-        r.plain_mb / r.plain_ms, once_gbps, 100.0 * once_gbps / g_peak_gbps);
+        "| {} | {:.1f} | {:.1f} | {:.1f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | "
+        "{:.1f} | {:.1f} | {:.1f} |\n",
+        r.config, r.stored_mb, r.plain_mb, r.once_mb, r.gflop, r.plain_ms, r.once_ms,
+        r.plain_ms / r.once_ms, r.plain_mb / r.plain_ms, once_gbps, 100.0 * once_gbps / g_peak_gbps,
+        100.0 * fma_ms / r.once_ms, 100.0 * std::max(fma_ms, read_ms) / r.once_ms);
+  }
+  // The prefix pass alone, per query heads per KV head: the measurement behind product_pays.
+  const double per_core = fma_gflops / omp_get_max_threads();
+  fmt::print(
+      "\nThe prefix pass alone: one KV head of head_dim {}, 2048 positions in cache, one thread, "
+      "best of 20 calls each way in turn; % of one core's share ({:.1f} GFLOP/s) of the "
+      "multiply-add peak.\n\n"
+      "| KV | query heads | positions | attend_span ms | attend_span_product ms | speed-up | span "
+      "% of FMA | product % of FMA | chosen |\n"
+      "|---|---:|---:|---:|---:|---:|---:|---:|---|\n",
+      heads().head_dim, per_core);
+  for (int heads : {8, 16, 32, 64}) {
+    prefix_pass_row<cpu::BF16Bits>("bf16", heads, 2048, per_core);
+    prefix_pass_row<float>("fp32", heads, 2048, per_core);
   }
   return bench::exit_status("bench_shared_prefix_cpu");
 }

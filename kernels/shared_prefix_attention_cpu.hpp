@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "kernels/attend_product_cpu.hpp"
 #include "kernels/attention_merge.hpp"
 #include "kernels/decode_attention_cpu.hpp"
 #include "kernels/shared_prefix_attention.hpp"
@@ -119,7 +120,8 @@ void attend_batch_shared_prefix(const AttendShape& sh, int n, const RowsOf& rows
   const int per_range = kvh / ranges;
 #pragma omp parallel if (parallel)
   {
-    std::vector<float> scratch(attend_span_scratch_floats(per_range * widest * group, hd));
+    std::vector<float> scratch(std::max(attend_span_scratch_floats(per_range * widest * group, hd),
+                                        attend_product_scratch_floats(widest * group, hd)));
     std::vector<float> own(hd);
 #pragma omp for schedule(dynamic)
     for (long item = 0; item < items * ranges; ++item) {
@@ -130,10 +132,12 @@ void attend_batch_shared_prefix(const AttendShape& sh, int n, const RowsOf& rows
         const int r = plan.indptr[g + 1] - plan.indptr[g];
         const int t0 = (ch - first_chunk[g]) * kAttendChunk;
         const long at = part_at[ch] + static_cast<long>(h0) * r * group;
-        attend_span<T>(&wide_q[wide_at[g] * hd], rows_of(plan.rows[plan.indptr[g]]), t0,
-                       std::min(plan.prefix_len[g], t0 + kAttendChunk),
-                       AttendShape{kvh, r * group, hd}, h0, h0 + per_range,
-                       &part_acc[part_at[ch] * hd], &part_max[at], &part_sum[at], scratch.data());
+        const auto span = product_pays(r * group) ? attend_span_product<T, decltype(rows_of(0))>
+                                                  : attend_span<T, decltype(rows_of(0))>;
+        span(&wide_q[wide_at[g] * hd], rows_of(plan.rows[plan.indptr[g]]), t0,
+             std::min(plan.prefix_len[g], t0 + kAttendChunk), AttendShape{kvh, r * group, hd}, h0,
+             h0 + per_range, &part_acc[part_at[ch] * hd], &part_max[at], &part_sum[at],
+             scratch.data());
       } else {  // a grouped row's own positions past the prefix
         const int k = static_cast<int>(unit - chunks), i = plan.rows[k];
         const long at = static_cast<long>(k) * n_heads + static_cast<long>(h0) * group;

@@ -3,12 +3,16 @@
 // reading its whole context, over awkward shapes, group sizes and prefix lengths.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
 #include "chapters/03_paged_blocks/paged_cache.hpp"
 #include "chapters/04_cow_prefix_sharing/shared_cache.hpp"
 #include "common/model/model_config.hpp"
+#include "kernels/attend_product_cpu.hpp"
 #include "kernels/decode_attention_cpu.hpp"
 #include "kernels/paged_attention.hpp"
 #include "kernels/shared_prefix_attention_cpu.hpp"
@@ -47,12 +51,76 @@ TEST(SharedPrefixAttention, EqualsPlainPagedAttentionOverAwkwardShapes) {
 TEST(SharedPrefixAttention, HalfPrecisionCachesToo) {
   EXPECT_LE(shared_vs_plain<cpu::BF16Bits>({2, 4, 64, 16}, {4, 2}, 4, 30, 9), 1e-5);
   EXPECT_LE(shared_vs_plain<cpu::F16Bits>({2, 2, 128, 16}, {3}, 6, 30, 10), 1e-5);
+  // 8 and 16 rows x 4 heads: the prefix pass as products (product_pays).
+  EXPECT_LE(shared_vs_plain<cpu::F16Bits>({2, 4, 64, 16}, {3}, 8, 30, 14), 1e-5);
+  EXPECT_LE(shared_vs_plain<cpu::BF16Bits>({2, 4, 64, 16}, {4, 2}, 16, 30, 12), 1e-5);
 }
 
 // Prefixes longer than attend_batch's chunk (2048 positions): plain attention splits them into
 // chunks merged by log-sum-exp, the shared prefix is one pass.
 TEST(SharedPrefixAttention, LongPrefixes) {
   EXPECT_LE(shared_vs_plain<float>({2, 4, 64, 16}, {160}, 4, 100, 11), 1e-5);
+  EXPECT_LE(shared_vs_plain<float>({2, 4, 64, 16}, {160}, 16, 100, 13), 1e-5);  // as products
+}
+
+/// attend_span_product against attend_span on random K, V and queries over positions [t_begin,
+/// t_end) of a contiguous cache: the largest difference of the finished outputs relative to
+/// their largest magnitude, after checking that both give every head the same softmax state
+/// within rounding.
+template <class T>
+double product_vs_span(int n_kv_heads, int heads, int head_dim, int t_begin, int t_end,
+                       unsigned seed) {
+  SCOPED_TRACE(::testing::Message() << n_kv_heads << " KV heads x " << heads << ", head_dim "
+                                    << head_dim << ", span [" << t_begin << ", " << t_end << ")");
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const long kv_dim = static_cast<long>(n_kv_heads) * head_dim;
+  std::vector<T> k(static_cast<std::size_t>(t_end) * kv_dim), v(k.size());
+  for (std::size_t e = 0; e < k.size(); ++e) {
+    cpu::from_float(nd(rng), k[e]);
+    cpu::from_float(nd(rng), v[e]);
+  }
+  const cpu::AttendShape sh{n_kv_heads, heads, head_dim};
+  std::vector<float> q(static_cast<std::size_t>(sh.q_dim()));
+  for (float& x : q) x = 2.0f * nd(rng);  // peaky enough that the softmax matters
+  const cpu::ContiguousRows<T> rows{k.data(), v.data(), kv_dim};
+  const int n_q = sh.n_heads();
+  std::vector<float> want(q.size(), -1.0f), got(q.size(), -1.0f);
+  std::vector<float> want_max(n_q), want_sum(n_q), got_max(n_q), got_sum(n_q);
+  std::vector<float> span_scratch(cpu::attend_span_scratch_floats(n_q, head_dim));
+  std::vector<float> product_scratch(cpu::attend_product_scratch_floats(heads, head_dim));
+  cpu::attend_span<T>(q.data(), rows, t_begin, t_end, sh, 0, n_kv_heads, want.data(),
+                      want_max.data(), want_sum.data(), span_scratch.data());
+  cpu::attend_span_product<T>(q.data(), rows, t_begin, t_end, sh, 0, n_kv_heads, got.data(),
+                              got_max.data(), got_sum.data(), product_scratch.data());
+  for (int h = 0; h < n_q; ++h) {
+    if (t_end == t_begin) {
+      EXPECT_EQ(got_max[h], -std::numeric_limits<float>::infinity());
+      EXPECT_EQ(got_sum[h], 0.0f);
+      continue;
+    }
+    // A score's rounding is relative to the products it sums, not to the score: one near 0 has
+    // an error near 1e-7 all the same.
+    EXPECT_NEAR(got_max[h], want_max[h], 1e-5f * std::max(1.0f, std::abs(want_max[h])))
+        << "head " << h;
+    EXPECT_NEAR(got_sum[h], want_sum[h], 1e-5f * want_sum[h]) << "head " << h;
+    cpu::finish_head(&want[static_cast<long>(h) * head_dim], want_sum[h], head_dim);
+    cpu::finish_head(&got[static_cast<long>(h) * head_dim], got_sum[h], head_dim);
+  }
+  return test::rel_inf_error(got, want);
+}
+
+TEST(SharedPrefixAttention, ProductPrefixPassEqualsTheSpanWithinRounding) {
+  // Heads per KV head around the tiles' 8 and 4, head_dim around the value tiles' 64 and 16,
+  // spans around the blocks' 32 positions.
+  for (int heads : {1, 3, 8, 13, 64})
+    for (int hd : {8, 40, 64, 72, 128})
+      EXPECT_LE(product_vs_span<float>(2, heads, hd, 5, 5 + 97, heads * 131 + hd), 1e-5);
+  EXPECT_LE(product_vs_span<float>(1, 9, 64, 0, 32, 1), 1e-5);   // one whole block
+  EXPECT_LE(product_vs_span<float>(1, 9, 64, 31, 32, 2), 1e-5);  // one position
+  EXPECT_LE(product_vs_span<float>(3, 16, 64, 7, 7, 3), 1e-5);   // an empty span
+  EXPECT_LE(product_vs_span<cpu::BF16Bits>(2, 32, 128, 0, 300, 4), 1e-5);
+  EXPECT_LE(product_vs_span<cpu::F16Bits>(2, 12, 48, 3, 150, 5), 1e-5);
 }
 
 TEST(SharedPrefixAttention, PositionsReadCountEachPrefixOnce) {

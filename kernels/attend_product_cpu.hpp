@@ -1,0 +1,254 @@
+// Attention of many query heads over one span of a KV head's rows as two tiled matrix products:
+// the CPU prefix pass of shared-prefix attention (kernels/shared_prefix_attention_cpu.hpp).
+//
+// A shared prefix is read for r rows x group query heads per KV head, 64 of them for 16 samples
+// of Llama-3-8B. attend_span serves four heads per loaded vector, with an online softmax and a
+// horizontal sum for every tile of eight positions; with 64 heads the same K and V rows go
+// through its inner loops sixteen times, and those loops, not memory, set the pace. Here the
+// heads' queries are transposed once per call, so that 16 heads sit in the lanes of one vector,
+// and each block of 32 positions is widened once into fp32 scratch. The block's scores are then
+// a register-tiled product with heads in the lanes (8 positions by 32 heads: a broadcast K element
+// against two query vectors per step), the online softmax runs on 16 heads at a time, and the
+// weighted values are a second tiled product with outputs in the lanes (4 heads by 64 outputs: a
+// broadcast weight against four V vectors). Every K and V element is read from memory once per
+// block and used by every head from L1, and no sum runs across lanes.
+//
+// The result is attend_span's partial state (acc, max, sum), so it merges with other spans by
+// log-sum-exp as before. Its sums run in another order than attend_span's, so it agrees with it
+// within rounding (tier 2), not bit for bit.
+#pragma once
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstring>
+#include <limits>
+
+#include "kernels/decode_attention_cpu.hpp"
+#include "kernels/decode_attention_simd.hpp"
+
+namespace kvheap::cpu {
+
+/// \brief Positions per block of attend_span_product.
+inline constexpr int kProductBlock = 32;
+/// \brief Query heads per vector of attend_span_product's scores and softmax.
+inline constexpr int kProductLanes = 16;
+
+/// \brief Query heads attend_span_product keeps per KV head: n_heads_q rounded up to whole vectors.
+inline int product_heads(int n_heads_q) {
+  return (n_heads_q + kProductLanes - 1) / kProductLanes * kProductLanes;
+}
+
+/// \brief Whether attend_span_product pays for `n_heads_q` query heads per KV head: from 32 on,
+/// two vectors of heads per score tile. With 16 it measured as fast as attend_span, and with
+/// fewer slower, its vectors of heads part empty (`bench_shared_prefix_cpu`'s last table;
+/// docs/results/shared-prefix-cpu-intel-xeon-emerald-rapids.md).
+inline bool product_pays(int n_heads_q) { return n_heads_q >= 2 * kProductLanes; }
+
+/// \brief Floats of scratch attend_span_product needs for `n_heads_q` query heads per KV head
+/// (AttendShape::group): the queries transposed, a block of K and of V widened, the block's
+/// scores, and a running max, sum and rescaling factor per head.
+inline std::size_t attend_product_scratch_floats(int n_heads_q, int head_dim) {
+  const auto hp = static_cast<std::size_t>(product_heads(n_heads_q));
+  const auto hd = static_cast<std::size_t>(head_dim);
+  return hd * hp + 2 * kProductBlock * hd + kProductBlock * hp + 3 * hp;
+}
+
+namespace detail {
+
+/// Value tiles: heads, and 16-float vectors per head, that fit in 32 vector registers with
+/// AVX-512, and in 16 half as wide ones without it.
+inline constexpr int kValueHeads = simd::kWideDefault ? 4 : 2;
+inline constexpr int kValueVecs = simd::kWideDefault ? 4 : 2;
+/// Score tiles: positions, and 16-head vectors per position, likewise.
+inline constexpr int kScorePositions = simd::kWideDefault ? 8 : 4;
+
+/// st[p][h] = k_p . q_h for kPos positions from p0 and the kVecs x 16 heads from h0, with qt the
+/// queries transposed ([head_dim][hp]) and kb the block's K rows ([32][head_dim]).
+template <int kPos, int kVecs>
+void block_scores(const float* qt, int hp, int h0, const float* kb, int p0, int head_dim,
+                  float* st) {
+  using simd::Vec16;
+  Vec16 acc[kPos][kVecs] = {};
+  for (int d = 0; d < head_dim; ++d) {
+    Vec16 q[kVecs];
+    for (int j = 0; j < kVecs; ++j)
+      q[j] = simd::in_register(simd::load16f(qt + static_cast<long>(d) * hp + h0 + 16 * j));
+    for (int p = 0; p < kPos; ++p) {
+      const float x = kb[static_cast<long>(p0 + p) * head_dim + d];
+      for (int j = 0; j < kVecs; ++j) acc[p][j] += x * q[j];
+    }
+  }
+  for (int p = 0; p < kPos; ++p)
+    for (int j = 0; j < kVecs; ++j)
+      simd::store16(st + static_cast<long>(p0 + p) * hp + h0 + 16 * j, acc[p][j]);
+}
+
+/// o_h[d] += sum over p < np of w[p][h] * v_p[d] for kH heads from h0, outputs [d0, d0 + 16
+/// kVecs), vb being the block's V rows ([32][head_dim]) and w the weights ([32][hp]).
+template <int kH, int kVecs>
+void block_values(const float* w, int hp, int h0, int np, const float* vb, int head_dim, int d0,
+                  float* o) {
+  using simd::Vec16;
+  Vec16 acc[kH][kVecs];
+  for (int h = 0; h < kH; ++h)
+    for (int j = 0; j < kVecs; ++j)
+      acc[h][j] = simd::load16f(o + static_cast<long>(h0 + h) * head_dim + d0 + 16 * j);
+  for (int p = 0; p < np; ++p) {
+    Vec16 v[kVecs];
+    for (int j = 0; j < kVecs; ++j)
+      v[j] = simd::in_register(simd::load16f(vb + static_cast<long>(p) * head_dim + d0 + 16 * j));
+    for (int h = 0; h < kH; ++h) {
+      const float x = w[static_cast<long>(p) * hp + h0 + h];
+      for (int j = 0; j < kVecs; ++j) acc[h][j] += x * v[j];
+    }
+  }
+  for (int h = 0; h < kH; ++h)
+    for (int j = 0; j < kVecs; ++j)
+      simd::store16(o + static_cast<long>(h0 + h) * head_dim + d0 + 16 * j, acc[h][j]);
+}
+
+/// block_values for kH heads from h0 over all of head_dim: whole tiles, then single vectors, then
+/// the last outputs one at a time.
+template <int kH>
+void block_values_all(const float* w, int hp, int h0, int np, const float* vb, int head_dim,
+                      float* o) {
+  int d = 0;
+  for (; d + 16 * kValueVecs <= head_dim; d += 16 * kValueVecs)
+    block_values<kH, kValueVecs>(w, hp, h0, np, vb, head_dim, d, o);
+  for (; d + 16 <= head_dim; d += 16) block_values<kH, 1>(w, hp, h0, np, vb, head_dim, d, o);
+  for (; d < head_dim; ++d)
+    for (int h = h0; h < h0 + kH; ++h) {
+      float a = o[static_cast<long>(h) * head_dim + d];
+      for (int p = 0; p < np; ++p)
+        a += w[static_cast<long>(p) * hp + h] * vb[static_cast<long>(p) * head_dim + d];
+      o[static_cast<long>(h) * head_dim + d] = a;
+    }
+}
+
+/// dst[0, n) = the n stored elements at src, widened to fp32, 8 at a time where they can.
+template <class T>
+void widen(const T* src, int n, float* dst) {
+  int d = 0;
+  for (; d + simd::kLanes <= n; d += simd::kLanes) simd::store8(dst + d, simd::load8(src + d));
+  for (; d < n; ++d) dst[d] = simd::load1(src + d);
+}
+
+}  // namespace detail
+
+/// \brief attend_span computed as tiled products: unnormalised attention of every query head of
+/// KV heads [kv_begin, kv_end) over positions [t_begin, t_end), for many query heads per KV head.
+///
+/// \param q        [n_heads, head_dim] queries; KV head g's sh.group heads from g * group on
+/// \param rows     accessor: rows.k(t) and rows.v(t) point at position t's [n_kv_heads, head_dim]
+/// \param acc      [n_heads, head_dim] written for the range's heads: sum of exp(s - max) * v
+/// \param max      [n_q] written, n_q = (kv_end - kv_begin) * group: each head's largest scaled
+///                 score (-inf if the span is empty)
+/// \param sum      [n_q] written: sum of exp(s - max) per head
+/// \param scratch  attend_product_scratch_floats(sh.group, head_dim) floats
+///
+/// The same contract as attend_span, so the two are interchangeable, within rounding.
+template <class T, class Rows>
+void attend_span_product(const float* q, const Rows& rows, int t_begin, int t_end,
+                         const AttendShape& sh, int kv_begin, int kv_end, float* acc, float* max,
+                         float* sum, float* scratch) {
+  using simd::Vec16;
+  constexpr int kP = kProductBlock, kL = kProductLanes;
+  const int n_q = sh.group, hd = sh.head_dim, hp = product_heads(n_q);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  float* qt = scratch;                          // [hd][hp] queries transposed
+  float* kb = qt + static_cast<long>(hd) * hp;  // [kP][hd] the block's K, widened
+  float* vb = kb + static_cast<long>(kP) * hd;  // [kP][hd] its V
+  float* st = vb + static_cast<long>(kP) * hd;  // [kP][hp] scores, then weights
+  float* m = st + static_cast<long>(kP) * hp;   // [hp] running max
+  float* l = m + hp;                            // [hp] running sum
+  float* factor = l + hp;                       // [hp] this block's rescaling
+  for (int g = kv_begin; g < kv_end; ++g) {
+    const long head_off = static_cast<long>(g) * hd;
+    const float* qg = q + static_cast<long>(g) * n_q * hd;
+    float* og = acc + static_cast<long>(g) * n_q * hd;
+    for (int d = 0; d < hd; ++d)  // heads past n_q are zeros: their scores are 0, never stored
+      for (int h = 0; h < hp; ++h)
+        qt[static_cast<long>(d) * hp + h] = h < n_q ? qg[static_cast<long>(h) * hd + d] : 0.0f;
+    std::fill(og, og + static_cast<long>(n_q) * hd, 0.0f);
+    std::fill(m, m + hp, -std::numeric_limits<float>::infinity());
+    std::fill(l, l + hp, 0.0f);
+    for (int t0 = t_begin; t0 < t_end; t0 += kP) {
+      const int np = std::min(kP, t_end - t0);
+      for (int p = 0; p < np; ++p) {
+        detail::widen(rows.k(t0 + p) + head_off, hd, kb + static_cast<long>(p) * hd);
+        detail::widen(rows.v(t0 + p) + head_off, hd, vb + static_cast<long>(p) * hd);
+      }
+      // Scores, positions in tiles of kScorePositions (one at a time for the last few), heads in
+      // pairs of vectors while they last.
+      for (int h = 0; h < hp; h += kL) {
+        const bool two = h + 2 * kL <= hp;
+        int p = 0;
+        for (; p + detail::kScorePositions <= np; p += detail::kScorePositions) {
+          if (two) {
+            detail::block_scores<detail::kScorePositions, 2>(qt, hp, h, kb, p, hd, st);
+          } else {
+            detail::block_scores<detail::kScorePositions, 1>(qt, hp, h, kb, p, hd, st);
+          }
+        }
+        for (; p < np; ++p) {
+          if (two) {
+            detail::block_scores<1, 2>(qt, hp, h, kb, p, hd, st);
+          } else {
+            detail::block_scores<1, 1>(qt, hp, h, kb, p, hd, st);
+          }
+        }
+        if (two) h += kL;
+      }
+      // The online softmax, 16 heads at a time: the block's weights replace its scores.
+      for (int h = 0; h < hp; h += kL) {
+        Vec16 top = simd::load16f(st + h);
+        for (int p = 1; p < np; ++p) {
+          const Vec16 x = simd::load16f(st + static_cast<long>(p) * hp + h);
+          top = top > x ? top : x;
+        }
+        const Vec16 old = simd::load16f(m + h);
+        top *= scale;
+        const Vec16 grown = old > top ? old : top;
+        Eigen::Array<float, kL, 1> e;
+        const Vec16 shift = old - grown;  // -inf on the first block: its factor is 0
+        std::memcpy(e.data(), &shift, sizeof shift);
+#pragma GCC diagnostic push  // GCC 12's AVX-512 headers trip its -Wuninitialized inside Eigen's exp
+#pragma GCC diagnostic ignored "-Wuninitialized"
+        e = e.exp();
+        Vec16 total = {};
+        for (int p = 0; p < np; ++p) {
+          float* row = st + static_cast<long>(p) * hp + h;
+          const Vec16 x = simd::load16f(row) * scale - grown;
+          Eigen::Array<float, kL, 1> w;
+          std::memcpy(w.data(), &x, sizeof x);
+          w = w.exp();
+          Vec16 weight;
+          std::memcpy(&weight, w.data(), sizeof weight);
+          total += weight;
+          simd::store16(row, weight);
+        }
+#pragma GCC diagnostic pop
+        Vec16 f;
+        std::memcpy(&f, e.data(), sizeof f);
+        simd::store16(l + h, simd::load16f(l + h) * f + total);
+        simd::store16(m + h, grown);
+        simd::store16(factor + h, f);
+      }
+      for (int h = 0; h < n_q; ++h)
+        if (factor[h] != 1.0f) {
+          float* o = og + static_cast<long>(h) * hd;
+          for (int d = 0; d < hd; ++d) o[d] *= factor[h];
+        }
+      int h = 0;
+      for (; h + detail::kValueHeads <= n_q; h += detail::kValueHeads)
+        detail::block_values_all<detail::kValueHeads>(st, hp, h, np, vb, hd, og);
+      for (; h < n_q; ++h) detail::block_values_all<1>(st, hp, h, np, vb, hd, og);
+    }
+    std::copy(m, m + n_q, max + static_cast<long>(g - kv_begin) * n_q);
+    std::copy(l, l + n_q, sum + static_cast<long>(g - kv_begin) * n_q);
+  }
+}
+
+}  // namespace kvheap::cpu
