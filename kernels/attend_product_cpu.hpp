@@ -7,11 +7,12 @@
 // through its inner loops sixteen times, and those loops, not memory, set the pace. Here the
 // heads' queries are transposed once per call, so that 16 heads sit in the lanes of one vector,
 // and each block of 32 positions is widened once into fp32 scratch. The block's scores are then
-// a register-tiled product with heads in the lanes (8 positions by 32 heads: a broadcast K element
-// against two query vectors per step), the online softmax runs on 16 heads at a time, and the
-// weighted values are a second tiled product with outputs in the lanes (4 heads by 64 outputs: a
-// broadcast weight against four V vectors). Every K and V element is read from memory once per
-// block and used by every head from L1, and no sum runs across lanes.
+// a register-tiled product with heads in the lanes (with AVX-512, 8 positions by 32 heads: a
+// broadcast K element against two query vectors per step), the online softmax runs on 16 heads at
+// a time, and the weighted values are a second tiled product with outputs in the lanes (4 heads by
+// 64 outputs: a broadcast weight against four V vectors). Every K and V element is read from
+// memory once per block and used by every head from the core's caches, and no sum runs across
+// lanes.
 //
 // The result is attend_span's partial state (acc, max, sum), so it merges with other spans by
 // log-sum-exp as before. Its sums run in another order than attend_span's, so it agrees with it
@@ -40,11 +41,16 @@ inline int product_heads(int n_heads_q) {
   return (n_heads_q + kProductLanes - 1) / kProductLanes * kProductLanes;
 }
 
-/// \brief Whether attend_span_product pays for `n_heads_q` query heads per KV head: from 32 on,
-/// two vectors of heads per score tile. With 16 it measured as fast as attend_span, and with
-/// fewer slower, its vectors of heads part empty (`bench_shared_prefix_cpu`'s last table;
-/// docs/results/shared-prefix-cpu-intel-xeon-emerald-rapids.md).
-inline bool product_pays(int n_heads_q) { return n_heads_q >= 2 * kProductLanes; }
+/// \brief Whether attend_span_product pays for `n_heads_q` query heads per KV head: with AVX-512,
+/// from 64 on. At 32 the pass alone measured 1.2-1.3x attend_span, but a whole read-once step of
+/// 8 samples (32 heads) slower in both runs; at 16 and fewer the pass alone was as fast or slower,
+/// its vectors of heads part empty (`bench_shared_prefix_cpu`;
+/// docs/results/shared-prefix-cpu-intel-xeon-emerald-rapids.md). Without AVX-512 its 16-float
+/// vectors take two registers each, its tiles spill, and it measured about 20x slower: it is
+/// never chosen there.
+inline bool product_pays(int n_heads_q) {
+  return simd::kWideDefault && n_heads_q >= 4 * kProductLanes;
+}
 
 /// \brief Floats of scratch attend_span_product needs for `n_heads_q` query heads per KV head
 /// (AttendShape::group): the queries transposed, a block of K and of V widened, the block's
@@ -58,7 +64,7 @@ inline std::size_t attend_product_scratch_floats(int n_heads_q, int head_dim) {
 namespace detail {
 
 /// Value tiles: heads, and 16-float vectors per head, that fit in 32 vector registers with
-/// AVX-512, and in 16 half as wide ones without it.
+/// AVX-512. Without it the smaller tiles keep the kernel correct, not fast (product_pays).
 inline constexpr int kValueHeads = simd::kWideDefault ? 4 : 2;
 inline constexpr int kValueVecs = simd::kWideDefault ? 4 : 2;
 /// Score tiles: positions, and 16-head vectors per position, likewise.
@@ -212,7 +218,7 @@ void attend_span_product(const float* q, const Rows& rows, int t_begin, int t_en
         top *= scale;
         const Vec16 grown = old > top ? old : top;
         Eigen::Array<float, kL, 1> e;
-        const Vec16 shift = old - grown;  // -inf on the first block: its factor is 0
+        const Vec16 shift = old - grown;  // -inf on the first block: its factor 0, or next to it
         std::memcpy(e.data(), &shift, sizeof shift);
 #pragma GCC diagnostic push  // GCC 12's AVX-512 headers trip its -Wuninitialized inside Eigen's exp
 #pragma GCC diagnostic ignored "-Wuninitialized"
