@@ -20,12 +20,11 @@
 #include <string>
 #include <vector>
 
-#include "base/error.hpp"
+#include "bench/support/plain_options.hpp"
 #include "common/measure/bandwidth.hpp"
 #include "common/model/model_config.hpp"
 #include "common/program/cli.hpp"
 #include "common/program/options.hpp"
-#include "common/program/token_ids.hpp"
 #include "kernels/matmul.hpp"
 #if defined(KVHEAP_OPENBLAS)
 #include <cblas.h>
@@ -107,12 +106,8 @@ int main(int argc, char** argv) {
       .show_default();
   cli.flag("--no-peak", no_peak, "Skip measuring the peaks (no fractions are printed)");
   return run_cli(cli, argc, argv, [&] {
-    // Comma-separated counts, parsed as token ids are: 0..4096, then 0 refused.
-    const std::vector<int> rows = parse_token_ids(rows_list, 4097, "--rows");
-    if (std::find(rows.begin(), rows.end(), 0) != rows.end())
-      throw UsageError("--rows: a row count is from 1 to 4096, not 0");
-    if (!(min_time >= 0.0 && min_time <= 60.0))
-      throw UsageError(fmt::format("--min-time {}: expected seconds from 0 to 60", min_time));
+    const std::vector<int> rows = bench::counts_option(rows_list, "--rows", 1);
+    bench::check_min_time(min_time);
     const int threads = apply_threads(CommonOptions{});
     const ModelConfig c = preset(model);
     const MeasuredPeak peak = no_peak ? MeasuredPeak{} : cpu_read_peak();

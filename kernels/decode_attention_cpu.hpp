@@ -134,6 +134,25 @@ void tile_group(const float* q, const T* const* k, const T* const* v, int nt, in
     tile_heads<1>(at(q, j), k, v, nt, head_dim, scale, m + j, l + j, w, at(o, j));
 }
 
+/// The start of a span for n_q heads: outputs o [n_q, head_dim] zeroed, every max at -inf and
+/// every sum at 0. Returns the queries q [n_q, head_dim] in T's block order: copied into qb and
+/// reordered where T loads interleaved, else q itself.
+template <class T>
+const float* begin_span(const float* q, int n_q, int head_dim, float* o, float* max, float* sum,
+                        float* qb) {
+  const long elems = static_cast<long>(n_q) * head_dim;
+  if constexpr (simd::kInterleaved<T>) {
+    std::copy(q, q + elems, qb);
+    for (int h = 0; h < n_q; ++h)
+      simd::to_block_order<T>(qb + static_cast<long>(h) * head_dim, head_dim);
+    q = qb;
+  }
+  std::fill(o, o + elems, 0.0f);
+  std::fill(max, max + n_q, -std::numeric_limits<float>::infinity());
+  std::fill(sum, sum + n_q, 0.0f);
+  return q;
+}
+
 }  // namespace detail
 
 /// \brief Unnormalised attention of one query row over positions [t_begin, t_end), for KV heads
@@ -162,17 +181,8 @@ void attend_span(const float* q, const Rows& rows, int t_begin, int t_end, const
   const int n_q = (kv_end - kv_begin) * group;
   float* o = acc + h_begin * head_dim;  // [n_q, head_dim]
   float* w = scratch;                   // [4, kTile] weights
-  q += h_begin * head_dim;              // [n_q, head_dim]
-  if constexpr (simd::kInterleaved<T>) {
-    float* qb = scratch + 4 * kTile;
-    std::copy(q, q + static_cast<long>(n_q) * head_dim, qb);
-    for (int h = 0; h < n_q; ++h)
-      simd::to_block_order<T>(qb + static_cast<long>(h) * head_dim, head_dim);
-    q = qb;
-  }
-  std::fill(o, o + static_cast<long>(n_q) * head_dim, 0.0f);
-  std::fill(max, max + n_q, -std::numeric_limits<float>::infinity());
-  std::fill(sum, sum + n_q, 0.0f);
+  q = detail::begin_span<T>(q + h_begin * head_dim, n_q, head_dim, o, max, sum,
+                            scratch + 4 * kTile);  // [n_q, head_dim]
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   const long row_bytes = static_cast<long>(sh.n_kv_heads) * head_dim * static_cast<long>(sizeof(T));
   const int stride = tile_stride(row_bytes, t_end - t_begin);
@@ -256,16 +266,7 @@ void attend_span_rows(const float* q, int n_rows, const Rows& rows, int t_begin,
   const int group = sh.group, head_dim = sh.head_dim;
   const int n_q = (kv_end - kv_begin) * n_rows * group;
   float* w = scratch;  // [4, kTile] weights
-  if constexpr (simd::kInterleaved<T>) {
-    float* qb = scratch + 4 * kTile;
-    std::copy(q, q + static_cast<long>(n_q) * head_dim, qb);
-    for (int h = 0; h < n_q; ++h)
-      simd::to_block_order<T>(qb + static_cast<long>(h) * head_dim, head_dim);
-    q = qb;
-  }
-  std::fill(acc, acc + static_cast<long>(n_q) * head_dim, 0.0f);
-  std::fill(max, max + n_q, -std::numeric_limits<float>::infinity());
-  std::fill(sum, sum + n_q, 0.0f);
+  q = detail::begin_span<T>(q, n_q, head_dim, acc, max, sum, scratch + 4 * kTile);
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   const long row_bytes = static_cast<long>(sh.n_kv_heads) * head_dim * static_cast<long>(sizeof(T));
   // Row m's first head of KV head g: its queries, outputs and softmax state sit there.
