@@ -20,7 +20,7 @@
 //     writing it shows up as NaNs.
 //  4. Static __shared__ variables become `static thread_local`: no initialisers (as in CUDA), and
 //     garbage at block start (as in CUDA). Blocks never see each other's.
-//  5. Fibers switch only at sync points (__syncthreads*, __syncwarp, shuffles, votes). The
+//  5. Fibers switch only at sync points (__syncthreads*, __syncwarp, shuffles, votes, mma). The
 //     simulator does NOT detect data races: a missing barrier can look fine here and fail on a
 //     GPU. Run compute-sanitizer --tool racecheck on a GPU (scripts/gpu-check.sh) for that.
 //     Warp-synchronous code that relies on lockstep execution without __syncwarp is wrong on
@@ -34,7 +34,8 @@
 //     that reads a lane that did not take part gets all-ones bits (NaN for floats).
 //  8. Code for newer GPUs sits behind `#if __CUDA_ARCH__ >= 900` (or 800) with a portable #else;
 //     the simulator defines no __CUDA_ARCH__ and compiles the portable branch. Inline PTX only
-//     inside such guards.
+//     inside such guards. Tensor-core products go through kernels/mma.cuh, whose simulator twin
+//     is a warp collective of all 32 lanes (device/sim/sync.cpp), not a portable fallback.
 //  9. Device code may call the math functions of <cmath> and those in
 //     device/sim/device_functions.hpp; the fast-math intrinsics are computed at full precision
 //     here. A missing intrinsic is a compile error in the simulator build: add it there.

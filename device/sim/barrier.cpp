@@ -48,7 +48,8 @@ int shuffle_source(WarpOp op, int lane, int arg, int width) {
 std::uint64_t group_result(const WarpGroup& g, int lane) {
   unsigned votes = 0;
   switch (g.op) {
-    case WarpOp::Sync: return 0;
+    case WarpOp::Sync:
+    case WarpOp::Mma: return 0;  // an mma writes each lane's registers itself
     case WarpOp::ShflIdx:
     case WarpOp::ShflUp:
     case WarpOp::ShflDown:
@@ -83,6 +84,7 @@ const char* warp_op_name(WarpOp op) {
     case WarpOp::Ballot: return "__ballot_sync";
     case WarpOp::Any: return "__any_sync";
     case WarpOp::All: return "__all_sync";
+    case WarpOp::Mma: return "mma.sync.m16n8k16";
   }
   return "warp intrinsic";
 }

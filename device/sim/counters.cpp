@@ -9,7 +9,7 @@ namespace {
 
 struct Atomics {
   std::atomic<long> uploads{0}, bytes_up{0}, downloads{0}, bytes_down{0}, device_copies{0},
-      syncs{0}, allocations{0}, frees{0}, launches{0};
+      syncs{0}, allocations{0}, frees{0}, launches{0}, kernel_copy_bytes{0};
 };
 Atomics g_counts;
 
@@ -24,20 +24,23 @@ ApiCounters ApiCounters::since(const ApiCounters& b) const {
           syncs - b.syncs,
           allocations - b.allocations,
           frees - b.frees,
-          launches - b.launches};
+          launches - b.launches,
+          kernel_copy_bytes - b.kernel_copy_bytes};
 }
 
 ApiCounters api_counters() {
   const auto get = [](const std::atomic<long>& a) { return a.load(std::memory_order_relaxed); };
-  return {get(g_counts.uploads),     get(g_counts.bytes_up),      get(g_counts.downloads),
-          get(g_counts.bytes_down),  get(g_counts.device_copies), get(g_counts.syncs),
-          get(g_counts.allocations), get(g_counts.frees),         get(g_counts.launches)};
+  return {get(g_counts.uploads),          get(g_counts.bytes_up),      get(g_counts.downloads),
+          get(g_counts.bytes_down),       get(g_counts.device_copies), get(g_counts.syncs),
+          get(g_counts.allocations),      get(g_counts.frees),         get(g_counts.launches),
+          get(g_counts.kernel_copy_bytes)};
 }
 
 void reset_counters() {
-  for (std::atomic<long>* a : {&g_counts.uploads, &g_counts.bytes_up, &g_counts.downloads,
-                               &g_counts.bytes_down, &g_counts.device_copies, &g_counts.syncs,
-                               &g_counts.allocations, &g_counts.frees, &g_counts.launches})
+  for (std::atomic<long>* a :
+       {&g_counts.uploads, &g_counts.bytes_up, &g_counts.downloads, &g_counts.bytes_down,
+        &g_counts.device_copies, &g_counts.syncs, &g_counts.allocations, &g_counts.frees,
+        &g_counts.launches, &g_counts.kernel_copy_bytes})
     a->store(0, std::memory_order_relaxed);
 }
 
@@ -59,6 +62,7 @@ void count(Count kind, long bytes) {
     case Count::Allocation: add(g_counts.allocations, 1); break;
     case Count::Free: add(g_counts.frees, 1); break;
     case Count::Launch: add(g_counts.launches, 1); break;
+    case Count::KernelCopy: add(g_counts.kernel_copy_bytes, bytes); break;
   }
 }
 

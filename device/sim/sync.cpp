@@ -1,14 +1,18 @@
 // Barriers and warp collectives of the CPU simulator: the BlockRunner members behind
-// __syncthreads, __syncwarp, shuffles and votes, and the detail:: entry points the kernel-side
-// intrinsics call (see thread_state.hpp).
+// __syncthreads, __syncwarp, shuffles, votes and tensor-core products, and the detail:: entry
+// points the kernel-side intrinsics call (see thread_state.hpp).
 #include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <vector>
+
+#include <cuda_fp16.h>
 
 #include "device/sim/block_runner.hpp"
+#include "device/sim/counters.hpp"
 
 namespace kvheap::sim {
 
@@ -64,6 +68,12 @@ std::uint64_t BlockRunner::warp_collective(WarpOp op, unsigned mask, std::uint64
          std::to_string(warp) + ") called " + warp_op_name(op) + " at " + site_string(site) +
          " with mask " + hex + ", which does not include its own lane");
   }
+  if (op == WarpOp::Mma && mask != 0xffffffffu) {
+    char hex[16];
+    std::snprintf(hex, sizeof hex, "0x%08x", mask);
+    fail(std::string(warp_op_name(op)) + " at " + site_string(site) + " with mask " + hex +
+         ": an mma.sync takes all 32 lanes of the warp");
+  }
   if (is_shuffle(op) && (width < 1 || width > 32 || !std::has_single_bit(unsigned(width)))) {
     fail(std::string(warp_op_name(op)) + " at " + site_string(site) + ": width " +
          std::to_string(width) + " is not a power of two between 1 and 32");
@@ -107,6 +117,14 @@ std::uint64_t BlockRunner::warp_collective(WarpOp op, unsigned mask, std::uint64
   }
   me.wait = Wait::None;
   me.group = -1;
+  if (op == WarpOp::Mma && g->arrived != 0xffffffffu) {
+    std::vector<int> absent;
+    for (int l = 0; l < 32; ++l)
+      if ((g->arrived >> l & 1u) == 0) absent.push_back(l);
+    fail(std::string(warp_op_name(op)) + " at " + site_string(site) + " in warp " +
+         std::to_string(warp) + ": lanes " + ranges_string(absent) +
+         " exited or do not exist, and an mma.sync needs all 32 lanes");
+  }
   const std::uint64_t result = group_result(*g, lane);
   if (--g->readers == 0) g->in_use = false;
   return result;
@@ -114,6 +132,12 @@ std::uint64_t BlockRunner::warp_collective(WarpOp op, unsigned mask, std::uint64
 
 void BlockRunner::complete_group(int warp, WarpGroup& g) {
   g.complete = true;
+  // Every lane's fragments are on its stack, which waits intact until the lane reads its result.
+  if (g.op == WarpOp::Mma && g.arrived == 0xffffffffu) {
+    detail::MmaLane* lanes[32];
+    for (int l = 0; l < 32; ++l) lanes[l] = reinterpret_cast<detail::MmaLane*>(g.value[l]);
+    detail::mma_m16n8k16_product(lanes);
+  }
   g.readers = static_cast<unsigned>(std::popcount(g.arrived));
   for (int lane = 0; lane < 32; ++lane) {
     if ((g.arrived >> lane & 1u) != 0) make_ready(warp * 32 + lane);  // skips the running lane
@@ -145,6 +169,7 @@ void BlockRunner::async_copy(void* dst, const void* src, std::size_t bytes, std:
          "-byte copy needs both pointers aligned to " + std::to_string(bytes) + " bytes");
   Fiber& me = fibers_[current_];
   me.open_copies.push_back({dst, src, bytes, zfill});
+  if (zfill < bytes) detail::count(detail::Count::KernelCopy, static_cast<long>(bytes - zfill));
   me.copy_site = site;
 }
 
@@ -191,6 +216,41 @@ std::uint64_t warp_collective(WarpOp op, unsigned mask, std::uint64_t value, int
 }
 
 unsigned active_mask() { return runner("__activemask", detail::SourceSite{}).active_mask(); }
+
+void mma_m16n8k16(const MmaLane& lane, const SourceSite& site) {
+  runner("mma.sync", site)
+      .warp_collective(WarpOp::Mma, 0xffffffffu, reinterpret_cast<std::uintptr_t>(&lane), 0, 32,
+                       site);
+}
+
+void mma_m16n8k16_product(MmaLane* const (&lanes)[32]) {
+  // The fragment layout of the PTX ISA for m16n8k16 (groupID = lane / 4, its place in the group
+  // t = lane % 4): A element i of a lane is row groupID + 8 (i / 2 % 2), column 2t + i % 2 +
+  // 8 (i / 4); B element i is row (k) 2t + i % 2 + 8 (i / 2), column groupID; accumulator i is
+  // row groupID + 8 (i / 2), column 2t + i % 2.
+  const auto element = [type = lanes[0]->type](const unsigned* regs, int i) {
+    const auto bits = static_cast<unsigned short>(regs[i / 2] >> (16 * (i % 2)));
+    if (type == MmaType::BF16) return std::bit_cast<float>(static_cast<unsigned>(bits) << 16);
+    return __half2float(std::bit_cast<__half>(bits));
+  };
+  float a[16][16], b[16][8], c[16][8];
+  for (int l = 0; l < 32; ++l) {
+    const int gid = l / 4, t = l % 4;
+    for (int i = 0; i < 8; ++i)
+      a[gid + 8 * (i / 2 % 2)][2 * t + i % 2 + 8 * (i / 4)] = element(lanes[l]->a, i);
+    for (int i = 0; i < 4; ++i) {
+      b[2 * t + i % 2 + 8 * (i / 2)][gid] = element(lanes[l]->b, i);
+      c[gid + 8 * (i / 2)][2 * t + i % 2] = lanes[l]->d[i];
+    }
+  }
+  for (int r = 0; r < 16; ++r)
+    for (int n = 0; n < 8; ++n)
+      for (int k = 0; k < 16; ++k) c[r][n] += a[r][k] * b[k][n];  // each product exact in fp32
+  for (int l = 0; l < 32; ++l) {
+    const int gid = l / 4, t = l % 4;
+    for (int i = 0; i < 4; ++i) lanes[l]->d[i] = c[gid + 8 * (i / 2)][2 * t + i % 2];
+  }
+}
 
 void trap(const detail::SourceSite& site) {
   runner("__trap", site).fail("__trap() called at " + site_string(site));

@@ -44,7 +44,17 @@ inline thread_local std::size_t t_dynamic_smem_bytes = 0;  ///< its size, as lau
 enum class BlockSync : std::uint8_t { Plain, Count, And, Or };
 
 /// \brief The warp collectives; all go through one exchange in the scheduler.
-enum class WarpOp : std::uint8_t { Sync, ShflIdx, ShflUp, ShflDown, ShflXor, Ballot, Any, All };
+enum class WarpOp : std::uint8_t {
+  Sync,
+  ShflIdx,
+  ShflUp,
+  ShflDown,
+  ShflXor,
+  Ballot,
+  Any,
+  All,
+  Mma
+};
 
 /// \brief __syncthreads and its _count/_and/_or forms: waits for the whole block at `site`;
 /// returns the count of threads with a non-zero predicate (Count) or the and/or of them.
@@ -58,6 +68,31 @@ std::uint64_t warp_collective(WarpOp op, unsigned mask, std::uint64_t value, int
 
 /// \brief Lanes of the calling warp that exist and have not exited.
 unsigned active_mask();
+
+/// \brief The element type of a tensor-core product's inputs (the accumulators are fp32).
+enum class MmaType : std::uint8_t { F16, BF16 };
+
+/// \brief One lane's registers of an mma.sync.m16n8k16 with fp32 accumulators, in the fragment
+/// layout of the PTX ISA: `a` holds 8 elements of the 16 x 16 A (two to a register, the lower
+/// index in the low half), `b` 4 of the 16 x 8 B, and `d` 4 of the 16 x 8 accumulator, which the
+/// product adds to in place (D = A B + D).
+struct MmaLane {
+  MmaType type;
+  const unsigned* a;  ///< [4]
+  const unsigned* b;  ///< [2]
+  float* d;           ///< [4], read and written
+};
+
+/// \brief mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}: a warp collective of all 32 lanes.
+/// The last lane to arrive computes the whole 16 x 8 x 16 product in fp32 from every lane's
+/// fragments and writes each lane's accumulators; a lane that exited or does not exist fails
+/// the launch, naming the lanes.
+void mma_m16n8k16(const MmaLane& lane, const SourceSite& site);
+
+/// \brief D += A B for the warp's fragments `lanes[0..31]` (the arithmetic behind mma_m16n8k16,
+/// exposed for its tests): every product of two 16-bit inputs is exact in fp32, and each
+/// output adds its 16 products to the accumulator in order of k, rounding after each add.
+void mma_m16n8k16_product(MmaLane* const (&lanes)[32]);
 
 /// \brief __pipeline_memcpy_async (cp.async): queues a copy of `bytes` (4, 8 or 16, both
 /// pointers aligned to it) from global to shared memory, the last `zfill` of them zeros, into the

@@ -3,6 +3,7 @@
 #include "device/cuda_compat.hpp"
 #include "device/device.hpp"
 #include "device/launch.hpp"
+#include "kernels/mma.cuh"
 #include "tests/device/sim_kernels.hpp"
 
 #if defined(KVHEAP_SIM)
@@ -265,7 +266,42 @@ __global__ void async_copy_left_pending_kernel(const float* src) {
   __pipeline_commit();
 }
 
+// One 16 x 8 x 16 tensor-core product, `repeat` times into the same accumulators. Each lane
+// gathers its fragments from row-major A [16][16], B [16][8] (k x n) and C [16][8] by the PTX
+// ISA's layout, written out here on its own (not kernels/mma.cuh's comment, not the simulator's
+// code). Lanes from `lanes` on return first.
+template <class T>
+__global__ void mma_tile_kernel(const unsigned short* a, const unsigned short* b, const float* c,
+                                float* d, int repeat, int lanes) {
+  const int lane = static_cast<int>(threadIdx.x), gid = lane / 4, t = lane % 4;
+  if (lane >= lanes) return;
+  unsigned ra[4], rb[2];
+  float acc[4];
+  for (int r = 0; r < 4; ++r) {
+    const int row = gid + 8 * (r % 2), col = 2 * t + 8 * (r / 2);
+    ra[r] = a[row * 16 + col] | static_cast<unsigned>(a[row * 16 + col + 1]) << 16;
+  }
+  for (int r = 0; r < 2; ++r) {
+    const int k = 2 * t + 8 * r;
+    rb[r] = b[k * 8 + gid] | static_cast<unsigned>(b[(k + 1) * 8 + gid]) << 16;
+  }
+  for (int i = 0; i < 4; ++i) acc[i] = c[(gid + 8 * (i / 2)) * 8 + 2 * t + i % 2];
+  for (int k = 0; k < repeat; ++k) cuda::detail::mma_16816<T>(acc, ra, rb);
+  for (int i = 0; i < 4; ++i) d[(gid + 8 * (i / 2)) * 8 + 2 * t + i % 2] = acc[i];
+}
+
 }  // namespace
+
+void mma_tile(bool bf16, const unsigned short* a, const unsigned short* b, const float* c, float* d,
+              int repeat, int lanes) {
+  if (bf16) {
+    kvheap::launch<mma_tile_kernel<__nv_bfloat16>>(dim3(1), dim3(32), 0, nullptr, a, b, c, d,
+                                                   repeat, lanes);
+  } else {
+    kvheap::launch<mma_tile_kernel<__half>>(dim3(1), dim3(32), 0, nullptr, a, b, c, d, repeat,
+                                            lanes);
+  }
+}
 
 void async_copy(const float* src, float* before, float* first_only, float* after) {
   kvheap::launch<async_copy_kernel>(dim3(1), dim3(64), 0, nullptr, src, before, first_only, after);

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/half.hpp"
 #include "device/buffers.hpp"
 #include "device/device.hpp"
 #include "device/gemm.hpp"
@@ -382,6 +383,87 @@ TEST(SimKernels, AsyncCopiesLandWhenAWaitCoversThem) {
       EXPECT_EQ(f[256 + i], -1.0f) << "the second batch is still in flight: " << 256 + i;
     }
   }
+}
+
+/// D = C + repeat x A B of one m16n8k16 tile on the device, for inputs given as fp32 (rounded to
+/// the 16-bit type first), and the same in double on the host: {device, host, sum of |terms|}.
+struct MmaResult {
+  std::vector<float> d;
+  std::vector<double> want, magnitude;
+};
+MmaResult mma_on_device(bool bf16, const std::vector<float>& a, const std::vector<float>& b,
+                        const std::vector<float>& c, int repeat) {
+  const auto to_bits = [bf16](const std::vector<float>& x) {
+    std::vector<unsigned short> bits(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i)
+      bits[i] = bf16 ? float_to_bf16(x[i]) : float_to_fp16(x[i]);
+    return bits;
+  };
+  const auto from_bits = [bf16](unsigned short h) {
+    return static_cast<double>(bf16 ? bf16_to_float(h) : fp16_to_float(h));
+  };
+  const std::vector<unsigned short> ha = to_bits(a), hb = to_bits(b);
+  const auto da = DeviceBuffer<unsigned short>::from_host(ha);
+  const auto db = DeviceBuffer<unsigned short>::from_host(hb);
+  const auto dc = DeviceBuffer<float>::from_host(c);
+  DeviceBuffer<float> dd(16 * 8);
+  test::mma_tile(bf16, da.data(), db.data(), dc.data(), dd.data(), repeat);
+  MmaResult r{dd.to_host(), std::vector<double>(c.begin(), c.end()), {}};
+  r.magnitude.assign(16 * 8, 0.0);
+  for (int m = 0; m < 16; ++m)
+    for (int n = 0; n < 8; ++n) {
+      double sum = 0, mag = std::abs(c[m * 8 + n]);
+      for (int k = 0; k < 16; ++k) {
+        const double p = from_bits(ha[m * 16 + k]) * from_bits(hb[k * 8 + n]);
+        sum += p;
+        mag += repeat * std::abs(p);
+      }
+      r.want[m * 8 + n] += repeat * sum;
+      r.magnitude[m * 8 + n] = mag;
+    }
+  return r;
+}
+
+// The tensor-core product against a plain triple loop, for both input types. Small integers
+// make every sum exact whatever order the hardware adds in, so any misplaced element of the
+// fragment layout (of A, B or the accumulators) changes a result; random inputs then hold the
+// fp32 accumulation to the rounding of its adds. On a GPU the same test checks the layout that
+// kernels/mma.cuh and the simulator assume against the instruction itself.
+TEST(SimKernels, TensorCoreProductFollowsThePtxLayout) {
+  KVHEAP_REQUIRE_DEVICE();
+  if (!is_simulator() && device_info().cc_major < 8)
+    GTEST_SKIP() << "mma.sync.m16n8k16 needs compute capability 8.0";
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> small(-8, 8);
+  std::uniform_real_distribution<float> real(-2.0f, 2.0f);
+  for (const bool bf16 : {true, false}) {
+    std::vector<float> a(16 * 16), b(16 * 8), c(16 * 8);
+    for (float& x : a) x = static_cast<float>(small(rng));
+    for (float& x : b) x = static_cast<float>(small(rng));
+    for (float& x : c) x = static_cast<float>(small(rng));
+    const MmaResult exact = mma_on_device(bf16, a, b, c, 2);
+    for (int i = 0; i < 16 * 8; ++i)
+      EXPECT_EQ(exact.d[i], exact.want[i])
+          << (bf16 ? "bf16" : "fp16") << ", row " << i / 8 << ", column " << i % 8;
+    for (float& x : a) x = real(rng);
+    for (float& x : b) x = real(rng);
+    for (float& x : c) x = real(rng);
+    const MmaResult rounded = mma_on_device(bf16, a, b, c, 1);
+    for (int i = 0; i < 16 * 8; ++i)
+      EXPECT_LE(std::abs(rounded.d[i] - rounded.want[i]), 1e-6 * rounded.magnitude[i])
+          << (bf16 ? "bf16" : "fp16") << ", row " << i / 8 << ", column " << i % 8;
+  }
+}
+
+TEST(SimFaults, TensorCoreProductWithoutEveryLaneFailsTheLaunch) {
+  KVHEAP_REQUIRE_SIMULATOR();
+  DeviceBuffer<unsigned short> a(16 * 16), b(16 * 8);
+  DeviceBuffer<float> c(16 * 8), d(16 * 8);
+  const std::string m =
+      launch_error_of([&] { test::mma_tile(true, a.data(), b.data(), c.data(), d.data(), 1, 30); });
+  EXPECT_NE(m.find("mma_tile_kernel"), std::string::npos) << m;
+  EXPECT_NE(m.find("lanes 30-31 exited or do not exist"), std::string::npos) << m;
+  EXPECT_NE(m.find("device/sim_kernels.cu:"), std::string::npos) << m;
 }
 
 TEST(SimFaults, AsyncCopyNotWaitedForFailsTheLaunch) {
