@@ -6,14 +6,17 @@
 // every row reading its whole context (cuda::paged_attention, chapter 3) and each group reading
 // its prefix once for all its rows (cuda::shared_prefix_attention, chapter 4). Before anything is
 // timed, both outputs are checked against attention computed in double precision on the host for
-// three rows: read-once must be no further from it than plain (within fp32's rounding).
+// three rows: read-once must be within 1e-2 of it, the tensor-core pass's bound for bf16 (or, with
+// the decode kernel's pass, no further from it than plain, within fp32's rounding).
 //
 // Napkin math: plain attention reads sum(n_ctx) x 2 x kv_dim x 2 B (bf16) per layer; read-once
-// attention reads each prefix ceil(samples x group / 16) times (a kernel block holds at most 16
-// query heads; group = 4 here) plus every row's own positions. GB/s is each variant's bytes over
-// its time, against a device-to-device copy peak measured in the same process. L2 is flushed
-// before each timed call (L2Flush); the table reports medians of alternating pairs. Heads are
-// Llama-3-8B's (32 query, 8 KV, head_dim 128), one layer, block size 16.
+// attention reads each prefix ceil(samples x group / 128) times (group = 4 here: once up to 32
+// samples), its prefix pass being a tensor-core product whose block holds 128 query rows of a KV
+// head, plus every row's own positions. (On a GPU before compute capability 8.0 the prefix pass
+// is the decode kernel, whose block holds 16 query heads: ceil(samples x group / 16) times.) GB/s
+// is each variant's bytes over its time, against a device-to-device copy peak measured in the same
+// process. L2 is flushed before each timed call (L2Flush); the table reports medians of alternating
+// pairs. Heads are Llama-3-8B's (32 query, 8 KV, head_dim 128), one layer, block size 16.
 //
 // Plain's bytes are the bytes it asks for, not what crosses the memory bus: one prompt's rows
 // get neighbouring kernel blocks, so siblings that run side by side read the same prefix blocks
@@ -145,11 +148,18 @@ std::string make_problem(Problem& p, int groups, int samples, int prefix) {
   return {};
 }
 
-/// Bytes read-once attention reads: each prefix once per 16-head slice of its wide row, plus
-/// every row's own positions.
+/// Whether read-once's prefix pass is the tensor-core product: on this device, or with none
+/// (--model-only) as on every GPU of the model's datasheets (compute capability 8.0 and later).
+bool product_pass() {
+  return device_unavailable_reason() || cuda::prefix_pass_is_product(kKv, kHeadDim);
+}
+
+/// Bytes read-once attention reads: each prefix once per slice of its wide row (128 query heads
+/// per KV head for the product, 16 for the decode kernel), plus every row's own positions.
 double read_once_bytes(const bench::SharedPrefixStep& step) {
-  return static_cast<double>(step.batch.view.prefixes.positions_read(step.batch.view.n_ctx, kGroup,
-                                                                     kGpuHeadsPerBlock)) *
+  const int heads = product_pass() ? kPrefixProductRows : kGpuHeadsPerBlock;
+  return static_cast<double>(
+             step.batch.view.prefixes.positions_read(step.batch.view.n_ctx, kGroup, heads)) *
          2.0 * kRowBytes;
 }
 double read_once_bytes(const Problem& p) { return read_once_bytes(p.step); }
@@ -166,6 +176,16 @@ StepWork work_of(const bench::SharedPrefixStep& step) {
   StepWork w{attention, attention};
   w.plain.bytes = step.bytes(false, 2.0 * kRowBytes);
   w.once.bytes = read_once_bytes(step);
+  if (product_pass()) {  // the prefix positions' multiply-adds run on the tensor cores
+    const SharedPrefixPlan& plan = step.batch.view.prefixes;
+    double shared = 0.0;  // row positions inside a group's prefix
+    for (int g = 0; g < plan.groups(); ++g)
+      shared += static_cast<double>(plan.indptr[g + 1] - plan.indptr[g]) * plan.prefix_len[g];
+    const double flops =
+        bench::attention_work(shared, kHeads, kKvHeads, kHeadDim, 2.0, 0).fp32_flops;
+    w.once.tensor_flops = flops;
+    w.once.fp32_flops -= flops;
+  }
   return w;
 }
 
@@ -251,9 +271,13 @@ struct Kernels {
   struct Check {
     double diff = 0.0;
     ReferenceErrors ref;
-    /// Read-once passes when it is no further from the reference than twice plain's error plus
-    /// 1e-6: the same fp32 sums, in another order.
-    [[nodiscard]] bool passed() const { return ref.once <= 2.0 * ref.plain + 1e-6; }
+    /// Read-once passes within 1e-2 of the reference where its prefix pass is the tensor-core
+    /// product (bf16 queries and weights: its tests' bound); with the decode kernel's pass, when
+    /// it is no further from the reference than twice plain's error plus 1e-6: the same fp32
+    /// sums, in another order.
+    [[nodiscard]] bool passed() const {
+      return product_pass() ? ref.once <= 1e-2 : ref.once <= 2.0 * ref.plain + 1e-6;
+    }
     [[nodiscard]] std::string describe() const {
       return fmt::format(
           "read-once vs plain {:.3g}; against a double-precision reference: plain {:.3g}, "
@@ -320,8 +344,7 @@ void shared_prefix(benchmark::State& state, int groups, int samples, int prefix)
   const Kernels::Check c = k.check({0, n / 2, n - 1});
   fmt::print(stderr, "{} prompts x {} samples: {}\n", groups, samples, c.describe());
   if (!c.passed()) {
-    bench::fail(state,
-                "read-once attention is further from the reference than plain: " + c.describe());
+    bench::fail(state, "read-once attention is too far from the reference: " + c.describe());
     return;
   }
   Stream& stream = k.stream;

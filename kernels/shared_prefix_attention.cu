@@ -2,21 +2,28 @@
 // its rows. See kernels/shared_prefix_attention.hpp for the algorithm; the CPU twin is
 // kernels/shared_prefix_attention_cpu.hpp.
 //
-// Nothing new streams the cache: both passes are chapter 2's decode-attention kernel, run with
-// keep_partials so that they leave raw (max, sum, acc) states. The prefix pass sees a group as
-// one row whose query heads are all its rows' heads (grouped-query attention with a larger
-// group); the rows' pass offsets each row's positions by its group's prefix. Both read through
-// one locator type, so the kernel's instantiations are compiled once for the two passes. Two
-// small kernels gather the wide queries and merge the partial states.
+// Both passes leave raw (max, sum, acc) partial states. The prefix pass sees a group as one row
+// whose query heads are all its rows' heads (grouped-query attention with a larger group). For
+// fp16 and bf16 caches at head_dim 64 or 128, on a GPU with tensor cores (compute capability 8.0
+// on) and in the simulator, it is prefix_product.cuh's product, which reads the prefix once for
+// up to 128 query rows of a KV head; otherwise it is chapter 2's decode-attention kernel with
+// keep_partials, which reads it once per 16 heads. The rows' pass is always the decode kernel,
+// and offsets each row's positions by its group's prefix. The decode kernel reads both passes
+// through one locator type, so its instantiations are compiled once for the two. Two small
+// kernels gather the wide queries and merge the partial states.
 #include "device/cuda_compat.hpp"
 
 #include <climits>
+#include <map>
+#include <mutex>
 #include <string>
 
 #include "base/error.hpp"
+#include "device/device.hpp"
 #include "device/launch.hpp"
 #include "kernels/decode_attention_launch.cuh"
 #include "kernels/paged_attention.hpp"
+#include "kernels/prefix_product.cuh"
 #include "kernels/shared_prefix_attention.hpp"
 
 namespace kvheap::cuda {
@@ -25,6 +32,8 @@ namespace {
 static_assert(gpu_heads_per_block(128) == detail::max_heads_per_block(128) &&
                   gpu_heads_per_block(256) == detail::max_heads_per_block(256),
               "the CPU-side count of prefix reads must follow the kernel's heads per block");
+static_assert(kPrefixProductRows == detail::kProductRows,
+              "the CPU-side count of prefix reads must follow the product's rows per block");
 
 /// Both passes' rows, through one locator so that nvcc compiles the kernel once for them:
 ///  - the prefix pass (first null): group g's wide row, through the page table of its first
@@ -105,7 +114,84 @@ __global__ void merge_shared_prefix_kernel(const SoftmaxState* prefix_state,
       state.sum > 0.0f ? a / state.sum : 0.0f;
 }
 
+/// Whether the current device runs mma.sync.m16n8k16 (compute capability 8.0 on, or the
+/// simulator), asked of the driver once per device.
+bool tensor_cores() {
+  static std::mutex mutex;
+  static std::map<int, bool> devices;
+  int device = 0;
+  KVHEAP_CUDA_CHECK(cudaGetDevice(&device));
+  const std::lock_guard lock(mutex);
+  const auto it = devices.find(device);
+  if (it != devices.end()) return it->second;
+  const DeviceInfo info = device_info(device);
+  return devices[device] = info.is_simulator || info.cc_major >= 8;
+}
+
+/// The prefix pass as a tensor-core product (prefix_product.cuh) for the groups of `plan`;
+/// returns its number of context splits.
+template <class T, int HD>
+int launch_prefix_product(const float* wide_q, const void* k_cache, const void* v_cache,
+                          const PagedLocator& by_group, const SharedPrefixView& plan,
+                          const AttentionShape& shape, AttentionWorkspace& ws, StreamHandle stream,
+                          int force_splits) {
+  using detail::kProductRows;
+  const int group = shape.n_heads / shape.n_kv_heads;
+  detail::ProductDims d{};
+  d.groups = plan.groups;
+  d.n_kv_heads = shape.n_kv_heads;
+  d.wide_heads = shape.n_heads * plan.widest;
+  d.per_kv = plan.widest * group;
+  d.slices = (d.per_kv + kProductRows - 1) / kProductRows;
+  d.slice_rows = slice_heads(d.per_kv, kProductRows);  // as SharedPrefixPlan::positions_read
+  d.group = group;
+  d.scale = 1.0f / sqrtf(static_cast<float>(HD));
+  const long long items = static_cast<long long>(plan.groups) * shape.n_kv_heads * d.slices;
+  if (items > INT_MAX)
+    throw InputError("shared_prefix_attention: " + std::to_string(items) +
+                     " (group, KV head, slice) blocks exceed the grid limit");
+  const int threads = (d.slice_rows + 15) / 16 * 32;
+  constexpr auto kernel = detail::prefix_product_kernel<T, HD>;
+  constexpr std::size_t smem = detail::product_smem_bytes(HD);
+  allow_dynamic_smem<kernel>(smem);
+  if (force_splits > 0) {
+    d.splits = force_splits;
+  } else {
+    // As the decode kernel's plan: fill one wave of resident blocks, no chunk below 256 positions.
+    d.splits =
+        choose_num_splits(static_cast<int>(items), plan.max_prefix, device_info().sm_count,
+                          max_active_blocks<kernel>(threads, smem), detail::min_split_positions());
+  }
+  ws.reserve(static_cast<std::size_t>(d.splits) * plan.groups * d.wide_heads, HD);
+  launch<kernel>(dim3(static_cast<unsigned>(items), static_cast<unsigned>(d.splits)),
+                 dim3(static_cast<unsigned>(threads)), smem, stream, wide_q,
+                 static_cast<const T*>(k_cache), static_cast<const T*>(v_cache), plan.prefix_len,
+                 plan.group_size, by_group, d, ws.acc(), ws.states());
+  return d.splits;
+}
+
+template <class T>
+int launch_prefix_product(const float* wide_q, const void* k_cache, const void* v_cache,
+                          const PagedLocator& by_group, const SharedPrefixView& plan,
+                          const AttentionShape& shape, AttentionWorkspace& ws, StreamHandle stream,
+                          int force_splits) {
+  if (shape.head_dim == 64)
+    return launch_prefix_product<T, 64>(wide_q, k_cache, v_cache, by_group, plan, shape, ws, stream,
+                                        force_splits);
+  return launch_prefix_product<T, 128>(wide_q, k_cache, v_cache, by_group, plan, shape, ws, stream,
+                                       force_splits);
+}
+
 }  // namespace
+
+bool prefix_pass_is_product(DType kv, int head_dim) {
+  return kv != DType::F32 && (head_dim == 64 || head_dim == 128) && tensor_cores();
+}
+
+int prefix_heads_per_read(DType kv, int head_dim) {
+  return prefix_pass_is_product(kv, head_dim) ? detail::kProductRows
+                                              : gpu_heads_per_block(head_dim);
+}
 
 void shared_prefix_attention(DType kv, const float* q, const void* k_cache, const void* v_cache,
                              const PagedLocator& pages, const SharedPrefixView& plan,
@@ -136,10 +222,22 @@ void shared_prefix_attention(DType kv, const float* q, const void* k_cache, cons
     wide.max_n_ctx = plan.max_prefix;
     PagedLocator by_group = pages;
     by_group.row_seq = plan.prefix_seq;
-    prefix_splits = detail::launch_decode_attention_partials(
-        kv, wide_q, k_cache, v_cache, plan.prefix_len,
-        SharedPrefixLocator{by_group, nullptr, plan.group_size, group}, wide, prefix_ws, stream,
-        force_splits);
+    if (prefix_pass_is_product(kv, shape.head_dim)) {
+      if (reinterpret_cast<std::uintptr_t>(k_cache) % 16 != 0 ||
+          reinterpret_cast<std::uintptr_t>(v_cache) % 16 != 0)
+        throw InputError("shared_prefix_attention: the caches must be 16-byte aligned");
+      prefix_splits =
+          kv == DType::F16
+              ? launch_prefix_product<__half>(wide_q, k_cache, v_cache, by_group, plan, shape,
+                                              prefix_ws, stream, force_splits)
+              : launch_prefix_product<__nv_bfloat16>(wide_q, k_cache, v_cache, by_group, plan,
+                                                     shape, prefix_ws, stream, force_splits);
+    } else {
+      prefix_splits = detail::launch_decode_attention_partials(
+          kv, wide_q, k_cache, v_cache, plan.prefix_len,
+          SharedPrefixLocator{by_group, nullptr, plan.group_size, group}, wide, prefix_ws, stream,
+          force_splits);
+    }
   }
   AttentionShape own = shape;
   own.max_n_ctx = plan.max_own;

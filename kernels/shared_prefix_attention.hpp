@@ -29,6 +29,9 @@ namespace kvheap {
 inline constexpr int gpu_heads_per_block(int head_dim) { return head_dim > 128 ? 8 : 16; }
 /// \brief gpu_heads_per_block for head_dims up to 128 (Llama's and most models').
 inline constexpr int kGpuHeadsPerBlock = gpu_heads_per_block(128);
+/// \brief Query heads per KV head one block of the GPU's tensor-core prefix pass holds
+/// (cuda::detail::kProductRows, prefix_product.cuh): 16 per warp, 8 warps.
+inline constexpr int kPrefixProductRows = 128;
 /// \brief Query heads of each slice when `heads` query heads of one KV head are cut into slices of
 /// at most `most`: as few slices as that allows, made even (cuda::detail::plan_attention's rule;
 /// 24 heads at most 16 make two slices of 12). No heads (a batch with no group) make no slice: 0.
@@ -141,18 +144,36 @@ inline std::size_t shared_prefix_wide_q_floats(int groups, int widest, int n_hea
   return static_cast<std::size_t>(groups) * widest * n_heads * head_dim;
 }
 
+/// \brief Whether shared_prefix_attention's prefix pass is the tensor-core product
+/// (prefix_product.cuh) for a `kv` cache at `head_dim` on the current device: fp16 or bf16,
+/// head_dim 64 or 128, and compute capability 8.0 or later (always in the simulator).
+bool prefix_pass_is_product(DType kv, int head_dim);
+
+/// \brief Query heads per KV head for which the prefix pass reads a group's prefix once, on the
+/// current device: kPrefixProductRows for the product, gpu_heads_per_block(head_dim) for the
+/// decode kernel.
+/// SharedPrefixPlan::positions_read takes it as `most_heads`.
+int prefix_heads_per_read(DType kv, int head_dim);
+
 /// \brief Decode attention over a paged cache in which the groups of `plan` read their shared
 /// prefix once (GPU; the CPU twin is cpu::attend_batch_shared_prefix).
 ///
-/// Three launches of chapter 2's kernel machinery and a merge: the prefix pass runs the decode
-/// attention kernel over one wide row per group (n_heads x widest query heads, gathered into
-/// `wide_q`) through the page table of the group's first sequence; the rows' pass runs it over
-/// every row's positions [first, n_ctx) through a locator that offsets positions; both leave
-/// unnormalised partial states, which the merge combines per (row, head). A group wider than 16
-/// query heads per KV head (8 above head_dim 128) is cut into slices that each read the prefix
-/// (see decode_attention.cuh): wide rows are padded to the widest group and cut into even slices
-/// (slice_heads), and a group reads its prefix once per slice that holds one of its real heads
-/// (SharedPrefixPlan::positions_read), not once per row; a slice of padding only reads nothing.
+/// Four launches: a gather of the wide queries (n_heads x widest query heads per group, into
+/// `wide_q`), the prefix pass over one wide row per group through the page table of the group's
+/// first sequence, the rows' pass over every row's positions [first, n_ctx) through a locator
+/// that offsets positions, and a merge of both passes' unnormalised partial states per (row,
+/// head). The prefix pass is the tensor-core product of prefix_product.cuh where
+/// prefix_pass_is_product says so, else chapter 2's decode kernel; the rows' pass is always the
+/// decode kernel. A group wider than prefix_heads_per_read query heads per KV head (128 for the
+/// product; 16 for the decode kernel, 8 above head_dim 128) is cut into slices that each read the
+/// prefix: wide rows are padded to the widest group and cut into even slices (slice_heads), and a
+/// group reads its prefix once per slice that holds one of its real heads
+/// (SharedPrefixPlan::positions_read), not once per row; a slice of padding reads nothing.
+///
+/// Equality: within about 1e-6 relative of plain attention for fp32 caches and for the decode
+/// kernel; the product rounds the queries and the softmax weights to the cache type, which
+/// measured within 1e-2 relative for bf16 and 2e-3 for fp16 (tier 2, tests/chapters/
+/// test_ch04_shared_gpu.cpp).
 ///
 /// \param kv      element type of the pool
 /// \param q       [n, n_heads, head_dim] fp32 (device)

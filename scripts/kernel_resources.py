@@ -20,13 +20,13 @@ include from: a tree whose kernels did not change is checked in a second instead
 --no-cache compiles every file.
 
 The check fails when a kernel spills (every kernel in kernels/ runs on the decode path), when a
-decode-attention kernel keeps any local memory (a stack frame: an array indexed at run time), when
-a kernel's registers exceed its committed budget, or when the committed table does
-not list exactly the kernels the sources define. A kernel's budget is the most registers it may use
+cache-streaming kernel (decode attention, the prefix product) keeps any local memory (a stack
+frame: an array indexed at run time), when a kernel's registers exceed its committed budget, or
+when the committed table does not list exactly the kernels the sources define. A kernel's budget is the most registers it may use
 without losing a block per SM, so growth that costs occupancy fails and growth that does not only
 leaves the table out of date, which the check reports.
 
-It also fails when a decode-attention kernel keeps less than 48 KiB of K and V in flight per SM
+It also fails when a cache-streaming kernel keeps less than 48 KiB of K and V in flight per SM
 (pipeline stages being loaded x stage bytes x resident blocks). By Little's law an SM must have
 bandwidth x latency bytes outstanding: an H200's 4.8 TB/s over 132 SMs is 36 GB/s an SM, and at
 an assumed 0.7-0.9 us a load takes under full load (not measured here) that is 26-33 KB; 48 KiB
@@ -69,19 +69,33 @@ ATTENTION_HEADER = os.path.join(ROOT, "kernels", "decode_attention.cuh")
 MIN_BYTES_IN_FLIGHT = 48 * 1024  # per SM: what Little's law asks of an H200 (see the check)
 
 
-def attention_constants(path=ATTENTION_HEADER):
-    """{name: value} of the kernel's `constexpr int kName = <integer expression>;` lines."""
+# The prefix pass as a tensor-core product (kernels/prefix_product.cuh): kProductWarps x 32
+# threads at most, and kProductStages tiles of kProductTile K and V rows of head_dim + 8 16-bit
+# elements; kProductStages - 1 tiles load while one is computed.
+PRODUCT_HEADER = os.path.join(ROOT, "kernels", "prefix_product.cuh")
+
+
+def header_constants(path, names):
+    """{name: value} of a header's `constexpr int kName = <integer expression>;` lines, which
+    must include every one of `names`."""
     out = {}
     with open(path) as f:
         for m in re.finditer(r"constexpr int (k\w+) = ([0-9 *+]+);", f.read()):
             out[m.group(1)] = eval(m.group(2), {"__builtins__": {}})  # digits, * and + only
-    for name in ("kWarps", "kStages", "kStageBytes", "kWindowPages", "kMaxTile"):
+    for name in names:
         if name not in out:
             sys.exit(f"kernel_resources: no `constexpr int {name} = ...;` in {path}")
     return out
 
 
-ATTENTION = attention_constants()
+ATTENTION = header_constants(ATTENTION_HEADER,
+                             ("kWarps", "kStages", "kStageBytes", "kWindowPages", "kMaxTile"))
+PRODUCT = header_constants(PRODUCT_HEADER, ("kProductTile", "kProductStages", "kProductWarps"))
+
+
+def streams_cache(name):
+    """True for the kernels that stream the KV cache: decode attention and the prefix product."""
+    return name.startswith(("decode_attention_kernel", "prefix_product_kernel"))
 ATTENTION_THREADS = ATTENTION["kWarps"] * 32
 
 
@@ -92,11 +106,16 @@ def attention_smem(paged):
 
 
 def bytes_in_flight(k):
-    """K and V bytes a decode-attention kernel keeps loading per SM: the kStages - 1 tiles of
-    each resident block that are in flight while it computes one. A tile fills its stage at the
-    instance's largest head_dim; the generic instance (head_dim 0) at a smaller one keeps less."""
+    """K and V bytes a cache-streaming kernel keeps loading per SM: the stages - 1 tiles of
+    each resident block that are in flight while it computes one. A decode-attention tile fills
+    its stage at the instance's largest head_dim; the generic instance (head_dim 0) at a smaller
+    one keeps less. A product tile is kProductTile rows of K and V at its head_dim."""
     threads, dyn = launch_config(k["name"])
     blocks = blocks_per_sm(k["arch"], k["regs"], k["smem"], threads, dyn)
+    m = re.match(r"prefix_product_kernel<[^,]+, (\d+)>$", k["name"])
+    if m:
+        tile = PRODUCT["kProductTile"] * 2 * int(m.group(1)) * 2
+        return (PRODUCT["kProductStages"] - 1) * tile * blocks
     return (ATTENTION["kStages"] - 1) * ATTENTION["kStageBytes"] * blocks
 
 
@@ -105,6 +124,11 @@ def launch_config(name):
     m = re.match(r"decode_attention_kernel<[^,]+, (-?\d+), (\d+), (.*)>$", name)
     if m:
         return ATTENTION_THREADS, attention_smem("ContiguousLocator" not in m.group(3))
+    m = re.match(r"prefix_product_kernel<[^,]+, (\d+)>$", name)
+    if m:  # shared_prefix_attention.cu: 16 query rows a warp; product_smem_bytes(head_dim)
+        p = PRODUCT
+        return (p["kProductWarps"] * 32,
+                p["kProductStages"] * 2 * p["kProductTile"] * (int(m.group(1)) + 8) * 2)
     if name in ("greedy_kernel", "draw_kernel"):
         return 512, 0  # sample.cu: row_threads(vocab, kMaxThreads)
     if name == "merge_splits_kernel":
@@ -304,8 +328,7 @@ def row(k):
     threads, dyn = launch_config(k["name"])
     blocks = blocks_per_sm(k["arch"], k["regs"], k["smem"], threads, dyn)
     occupancy = 100 * blocks * (-(-threads // 32)) // MAX_WARPS
-    flight = (f"{bytes_in_flight(k) // 1024} KiB" if k["name"].startswith("decode_attention_kernel")
-              else "-")
+    flight = f"{bytes_in_flight(k) // 1024} KiB" if streams_cache(k["name"]) else "-"
     return (f"| `{k['name']}` | {k['arch']} | {k['regs']} | {register_budget(k['arch'], k)} | "
             f"{k['spill_st']} / {k['spill_ld']} | {k['stack']} | {k['smem']} | {threads} | {dyn} | "
             f"{blocks} | {occupancy} % | {flight} |")
@@ -325,17 +348,20 @@ def write_table(kernels, path):
         "blocks per SM; the check fails above it.",
         "- **spill st / ld**: bytes of spill stores and loads per thread; the check fails on "
         "any. **stack**: bytes of local memory (a stack frame); the check fails on any in decode "
-        "attention (rope's comes from the slow path of sinf/cosf for large arguments).",
+        "attention and the prefix product (rope's comes from the slow path of sinf/cosf for "
+        "large arguments).",
         "- **smem**: static shared memory; **dyn smem**: dynamic shared memory of the largest launch "
         "(attention's generic head_dim counted at its largest: 256, or 128 at G = 16).",
         "- **blocks/SM**, **occupancy**: resident blocks per SM and the share of the SM's 64 warp "
         "slots they fill, from the register file, warp, block and shared memory limits "
         "(as cudaOccupancyMaxActiveBlocksPerMultiprocessor computes them).",
-        "- **in flight**: decode attention's K and V loads outstanding per SM, (pipeline stages - 1) "
-        "x stage bytes x blocks/SM; the check fails below 48 KiB.",
+        "- **in flight**: the K and V loads outstanding per SM of decode attention and the prefix "
+        "product, (pipeline stages - 1) x bytes of a tile x blocks/SM; the check fails below "
+        "48 KiB.",
         "",
         "Decode attention's name reads `decode_attention_kernel<KV type, head_dim (0: any), "
-        "heads per block G, row locator>`.",
+        "heads per block G, row locator>`; the prefix product's `prefix_product_kernel<KV type, "
+        "head_dim>`.",
         "",
         "| kernel | arch | regs | budget | spill st / ld | stack | smem | threads | dyn smem | "
         "blocks/SM | occupancy | in flight |",
@@ -375,11 +401,10 @@ def check(kernels, budgets, partial=False):
         if k["spill_st"] or k["spill_ld"]:
             failures.append(f"{where} spills: {k['spill_st']} B spill stores, "
                             f"{k['spill_ld']} B spill loads per thread")
-        elif k["stack"] and k["name"].startswith("decode_attention_kernel"):
+        elif k["stack"] and streams_cache(k["name"]):
             failures.append(f"{where} keeps {k['stack']} B of local memory (a stack frame): its "
                             "per-lane arrays must all live in registers")
-        if (k["name"].startswith("decode_attention_kernel")
-                and bytes_in_flight(k) < MIN_BYTES_IN_FLIGHT):
+        if streams_cache(k["name"]) and bytes_in_flight(k) < MIN_BYTES_IN_FLIGHT:
             failures.append(f"{where} keeps {bytes_in_flight(k) // 1024} KiB of K and V in flight "
                             f"per SM, below {MIN_BYTES_IN_FLIGHT // 1024} KiB")
         if key not in budgets:

@@ -37,9 +37,9 @@ class DeviceKVStorage final : public KVStorage {
   void copy_slots(std::int64_t src, std::int64_t dst, int count) override;
 
   [[nodiscard]] long positions_read() const override {
-    // The kernel reads a prefix once per slice of at most gpu_heads_per_block query heads.
+    // The prefix pass reads a prefix once per slice of at most prefix_heads_per_read heads.
     return view_.prefixes.positions_read(view_.n_ctx, config_.group_size(),
-                                         gpu_heads_per_block(config_.head_dim));
+                                         cuda::prefix_heads_per_read(kv_, config_.head_dim));
   }
 
  private:
