@@ -58,6 +58,7 @@
 #include "kernels/decode_attention.hpp"
 #include "kernels/paged_attention.hpp"
 #include "kernels/shared_prefix_attention.hpp"
+#include "kernels/shared_prefix_device.hpp"
 
 namespace kvheap {
 namespace {
@@ -82,8 +83,7 @@ struct Problem {
   cuda::AttentionShape shape;
   DeviceBuffer<unsigned char> k, v;  // [num_blocks * block_size, kv_dim] bf16
   DeviceBuffer<int> indptr, indices, last_page_len, row_seq, n_ctx;
-  DeviceBuffer<int> prefix_len, prefix_seq, group_rows, group_size, first, own_ctx, row_group,
-      row_member;
+  std::unique_ptr<DeviceSharedPrefix> plan;
   PagedLocator loc;
   SharedPrefixView view;
   DeviceBuffer<float> q, out_plain, out_once, wide_q;
@@ -115,28 +115,8 @@ std::string make_problem(Problem& p, int groups, int samples, int prefix) {
   p.n_ctx = DeviceBuffer<int>::from_host(pb.n_ctx);
   p.loc = PagedLocator{p.indptr.data(), p.indices.data(), p.last_page_len.data(), p.row_seq.data(),
                        bench::kSharedBlockSize};
-  const SharedPrefixArrays a(p.step.batch.view.prefixes, pb.row_seq, pb.n_ctx);
-  p.prefix_len = DeviceBuffer<int>::from_host(a.prefix_len);
-  p.prefix_seq = DeviceBuffer<int>::from_host(a.prefix_seq);
-  p.group_rows = DeviceBuffer<int>::from_host(a.group_rows);
-  p.group_size = DeviceBuffer<int>::from_host(a.group_size);
-  p.first = DeviceBuffer<int>::from_host(a.first);
-  p.own_ctx = DeviceBuffer<int>::from_host(a.own_ctx);
-  p.row_group = DeviceBuffer<int>::from_host(a.row_group);
-  p.row_member = DeviceBuffer<int>::from_host(a.row_member);
-  p.view.groups = p.step.batch.view.prefixes.groups();
-  p.view.widest = a.widest;
-  p.view.max_prefix =
-      a.prefix_len.empty() ? 0 : *std::max_element(a.prefix_len.begin(), a.prefix_len.end());
-  p.view.max_own = *std::max_element(a.own_ctx.begin(), a.own_ctx.end());
-  p.view.prefix_len = p.prefix_len.data();
-  p.view.prefix_seq = p.prefix_seq.data();
-  p.view.group_rows = p.group_rows.data();
-  p.view.group_size = p.group_size.data();
-  p.view.first = p.first.data();
-  p.view.own_ctx = p.own_ctx.data();
-  p.view.row_group = p.row_group.data();
-  p.view.row_member = p.row_member.data();
+  p.plan = std::make_unique<DeviceSharedPrefix>(p.step.batch.view.prefixes, pb.row_seq, pb.n_ctx);
+  p.view = p.plan->view();
   const std::size_t q_elems = static_cast<std::size_t>(n) * kHeads * kHeadDim;
   std::vector<float> q(q_elems);
   for (std::size_t j = 0; j < q.size(); ++j) q[j] = q_value(j);

@@ -33,9 +33,9 @@
 
 namespace kvheap::cuda::detail {
 
-constexpr int kProductTile = 32;    // positions a tile
-constexpr int kProductStages = 4;   // tiles in shared memory: one computed, three loading
-constexpr int kProductWarps = 8;    // at most, 16 query rows each
+constexpr int kProductTile = 32;   // positions a tile
+constexpr int kProductStages = 4;  // tiles in shared memory: one computed, three loading
+constexpr int kProductWarps = 8;   // at most, 16 query rows each
 constexpr int kProductRows = kProductWarps * 16;  // query rows of a block, at most
 /// \brief Elements of one staged K or V row at `head_dim`: 8 more, 16 bytes of padding.
 constexpr int product_row(int head_dim) { return head_dim + 8; }
@@ -59,24 +59,24 @@ struct ProductDims {
 
 /// \brief The prefix pass of one (group, KV head, slice, split) per block; see the file header.
 /// T: __half or __nv_bfloat16; HD: head_dim, 64 or 128. blockDim.x: 32 x ceil(slice_rows / 16).
-/// \param wide_q      [G, wide_heads, HD] fp32: query row m of KV head h is wide head h x per_kv + m
-/// \param k_cache     [num_blocks, block_size, n_kv_heads, HD] one layer
-/// \param v_cache     same layout
-/// \param prefix_len  [G] positions each group shares
-/// \param group_size  [G] batch rows of each group: its real query rows are group_size x group
+/// \param wide_q      [G, wide_heads, HD] fp32: query row m of KV head h is wide head h x per_kv +
+/// m \param k_cache     [num_blocks, block_size, n_kv_heads, HD] one layer \param v_cache     same
+/// layout \param prefix_len  [G] positions each group shares \param prefix_begin [G] the first of
+/// them \param group_size  [G] batch rows of each group: its real query rows are group_size x group
 /// \param pages       the page tables, with row_seq mapping group g to the sequence it reads
 /// \param part_acc    [splits, G, wide_heads, HD] unnormalised outputs, written for real rows
 /// \param part_state  [splits, G, wide_heads] their (max, sum), written for real rows
 template <class T, int HD>
 __global__ void __launch_bounds__(kProductWarps * 32)
     prefix_product_kernel(const float* wide_q, const T* k_cache, const T* v_cache,
-                          const int* prefix_len, const int* group_size, PagedLocator pages,
-                          ProductDims d, float* part_acc, SoftmaxState* part_state) {
+                          const int* prefix_len, const int* prefix_begin, const int* group_size,
+                          PagedLocator pages, ProductDims d, float* part_acc,
+                          SoftmaxState* part_state) {
   constexpr int kRow = product_row(HD);
-  constexpr int KS = HD / 16;            // k-steps of Q Kᵀ
-  constexpr int NT = kProductTile / 8;   // n-tiles of S
-  constexpr int DT = HD / 8;             // n-tiles of O
-  constexpr int kVecs = HD * 2 / 16;     // 16-byte vectors a row
+  constexpr int KS = HD / 16;           // k-steps of Q Kᵀ
+  constexpr int NT = kProductTile / 8;  // n-tiles of S
+  constexpr int DT = HD / 8;            // n-tiles of O
+  constexpr int kVecs = HD * 2 / 16;    // 16-byte vectors a row
   static_assert(sizeof(T) == 2 && HD % 16 == 0 && NT % 2 == 0);
 
   const int item = static_cast<int>(blockIdx.x);
@@ -88,7 +88,7 @@ __global__ void __launch_bounds__(kProductWarps * 32)
   const int r0 = slice * d.slice_rows;
   const int r1 = min(r0 + d.slice_rows, real);
   if (r0 >= r1) return;  // a slice of padding reads nothing (the whole block, before any barrier)
-  const int ctx = prefix_len[g];
+  const int ctx = prefix_len[g], begin = prefix_begin[g];
   const int t0 = static_cast<int>(static_cast<long long>(ctx) * split / d.splits);
   const int t1 = static_cast<int>(static_cast<long long>(ctx) * (split + 1) / d.splits);
 
@@ -130,7 +130,7 @@ __global__ void __launch_bounds__(kProductWarps * 32)
     for (int c = tid; c < kProductTile * kVecs; c += static_cast<int>(blockDim.x)) {
       const int p = c / kVecs, vec = c % kVecs;
       const bool real_pos = ts + p < t1;
-      const long long row = rows.at(real_pos ? ts + p : t1 - 1) * row_bytes;
+      const long long row = rows.at(begin + (real_pos ? ts + p : t1 - 1)) * row_bytes;
       const SharedAddress dst =
           stage0 + static_cast<int>((((s * 2) * kProductTile + p) * kRow + vec * 8) * 2);
       copy16_async(dst, k_head + row + vec * 16, real_pos);
@@ -183,8 +183,8 @@ __global__ void __launch_bounds__(kProductWarps * 32)
     for (int nt = 0; nt < NT; ++nt) {
       KVHEAP_UNROLL
       for (int r = 0; r < 2; ++r) {  // a masked score weighs exp2(-inf) = 0
-        const unsigned w = pack2<T>(exp2_ftz(sc[nt][2 * r] - mx[r]),
-                                    exp2_ftz(sc[nt][2 * r + 1] - mx[r]));
+        const unsigned w =
+            pack2<T>(exp2_ftz(sc[nt][2 * r] - mx[r]), exp2_ftz(sc[nt][2 * r + 1] - mx[r]));
         sum[r] += unpack<T>(w, false) + unpack<T>(w, true);
         pa[nt / 2][2 * (nt % 2) + r] = w;
       }

@@ -36,14 +36,15 @@ static_assert(kPrefixProductRows == detail::kProductRows,
               "the CPU-side count of prefix reads must follow the product's rows per block");
 
 /// Both passes' rows, through one locator so that nvcc compiles the kernel once for them:
-///  - the prefix pass (first null): group g's wide row, through the page table of its first
-///    sequence; only its first group_size[g] x group heads of each KV head are real, the rest pad
-///    it to the widest group;
+///  - the prefix pass: group g's wide row over its shared positions [first[g], first[g] +
+///    n_ctx), through the page table of its first sequence; only its first group_size[g] x group
+///    heads of each KV head are real, the rest pad it to the widest group;
 ///  - the rows' own pass (group_size null): positions [first[i], first[i] + n_ctx) of row i's
-///    sequence, seen as [0, n_ctx), every head real.
+///    sequence; every head real.
+/// Either way a row's positions are seen as [0, n_ctx).
 struct SharedPrefixLocator {
   PagedLocator pages;
-  const int* first;       // [n] or null
+  const int* first;       // [n] or [G]
   const int* group_size;  // [G] rows in each group, or null
   int group;              // query heads per KV head of one row
   /// Row i's page table and first position, read once.
@@ -97,10 +98,10 @@ __global__ void merge_shared_prefix_kernel(const SoftmaxState* prefix_state,
   if (d >= head_dim) return;  // no barrier follows
   SoftmaxState state;
   float a = 0.0f;
-  const int g = plan.row_group[i];
-  if (g >= 0) {
+  for (int e = plan.path_at[i]; e < plan.path_at[i + 1]; ++e) {  // the row's groups, parents first
+    const int g = plan.path_group[e];
     const int wide_heads = n_heads * plan.widest;
-    const int wide = (qh / group) * plan.widest * group + plan.row_member[i] * group + qh % group;
+    const int wide = (qh / group) * plan.widest * group + plan.path_member[e] * group + qh % group;
     for (int s = 0; s < prefix_splits; ++s) {
       const long long p = (static_cast<long long>(s) * plan.groups + g) * wide_heads + wide;
       merge_partial(state, &a, prefix_state[p], prefix_acc + p * head_dim + d, 1);
@@ -166,7 +167,7 @@ int launch_prefix_product(const float* wide_q, const void* k_cache, const void* 
   launch<kernel>(dim3(static_cast<unsigned>(items), static_cast<unsigned>(d.splits)),
                  dim3(static_cast<unsigned>(threads)), smem, stream, wide_q,
                  static_cast<const T*>(k_cache), static_cast<const T*>(v_cache), plan.prefix_len,
-                 plan.group_size, by_group, d, ws.acc(), ws.states());
+                 plan.prefix_begin, plan.group_size, by_group, d, ws.acc(), ws.states());
   return d.splits;
 }
 
@@ -235,8 +236,8 @@ void shared_prefix_attention(DType kv, const float* q, const void* k_cache, cons
     } else {
       prefix_splits = detail::launch_decode_attention_partials(
           kv, wide_q, k_cache, v_cache, plan.prefix_len,
-          SharedPrefixLocator{by_group, nullptr, plan.group_size, group}, wide, prefix_ws, stream,
-          force_splits);
+          SharedPrefixLocator{by_group, plan.prefix_begin, plan.group_size, group}, wide, prefix_ws,
+          stream, force_splits);
     }
   }
   AttentionShape own = shape;

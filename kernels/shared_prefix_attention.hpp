@@ -41,20 +41,29 @@ inline constexpr int slice_heads(int heads, int most) {
   return (heads + slices - 1) / slices;
 }
 
-/// \brief Which batch rows share a prefix, and how long it is (host arrays; CSR over groups).
+/// \brief Which batch rows share which prefixes (host arrays; CSR over groups): a tree.
 ///
 /// Group g is rows[indptr[g] .. indptr[g+1]), all of which read the same physical blocks for
-/// positions [0, prefix_len[g]); prefix_len is a whole number of blocks and no row of the group
-/// attends to fewer positions. Rows in no group read their whole context alone.
+/// positions [prefix_begin[g], prefix_begin[g] + prefix_len[g]): a whole number of blocks that no
+/// row of the group attends to fewer of. A group that begins at 0 is a root (a system prompt);
+/// one that begins later shares the next level (a document after it) among some of its parent's
+/// rows, and begins where its parent ends. A row is in one group per level of its path, parents
+/// first (the groups are in that order), and reads its positions past its deepest group alone.
+/// Rows in no group read their whole context alone.
 struct SharedPrefixPlan {
   std::vector<int> indptr = {0};  ///< [groups + 1]
   std::vector<int> rows;          ///< [rows in groups] batch row ids, by group
   std::vector<int> prefix_len;    ///< [groups] positions the group shares
+  std::vector<int> prefix_begin;  ///< [groups] the first of them: 0 at the top of a tree
+
+  /// \brief Position after group g's shared positions: where its row's next level, or own
+  /// positions, begin.
+  [[nodiscard]] int prefix_end(int g) const { return prefix_begin[g] + prefix_len[g]; }
 
   /// \brief Number of groups.
   [[nodiscard]] int groups() const { return static_cast<int>(prefix_len.size()); }
   /// \brief Positions attention reads for a batch whose row i attends n_ctx[i] positions: each
-  /// group's prefix once, plus every row's positions outside its group's prefix. With
+  /// group's shared positions once, plus every row's positions outside its groups. With
   /// `most_heads` > 0 (the GPU kernel's limit, gpu_heads_per_block), the prefix pass's wide row
   /// (the widest group's rows x `group` query heads per KV head) is cut into even slices of
   /// slice_heads(widest x group, most_heads) heads, and a group of r rows reads its prefix once
@@ -78,32 +87,36 @@ struct SharedPrefixPlan {
 /// \brief The device-side view of a SharedPrefixPlan for a batch of n rows (pointers are device
 /// memory; the counts are host values).
 struct SharedPrefixView {
-  int groups = 0;                   ///< G
-  int widest = 0;                   ///< rows in the largest group
-  int max_prefix = 0;               ///< longest prefix_len (sizes the prefix pass's split-K)
-  int max_own = 0;                  ///< longest own_ctx (sizes the rows' pass's split-K)
-  const int* prefix_len = nullptr;  ///< [G] positions of each group's prefix
-  const int* prefix_seq = nullptr;  ///< [G] the sequence whose page table the prefix pass reads
-  const int* group_rows = nullptr;  ///< [G, widest] each group's batch rows, -1 past its size
-  const int* group_size = nullptr;  ///< [G] rows in each group
-  const int* first = nullptr;       ///< [n] first position of each row's own pass
-  const int* own_ctx = nullptr;     ///< [n] positions of each row's own pass: n_ctx - first
-  const int* row_group = nullptr;   ///< [n] each row's group, -1 for none
-  const int* row_member = nullptr;  ///< [n] each row's index within its group
+  int groups = 0;                     ///< G
+  int widest = 0;                     ///< rows in the largest group
+  int max_prefix = 0;                 ///< longest prefix_len (sizes the prefix pass's split-K)
+  int max_own = 0;                    ///< longest own_ctx (sizes the rows' pass's split-K)
+  const int* prefix_len = nullptr;    ///< [G] positions each group shares
+  const int* prefix_begin = nullptr;  ///< [G] the first of them
+  const int* prefix_seq = nullptr;    ///< [G] the sequence whose page table the prefix pass reads
+  const int* group_rows = nullptr;    ///< [G, widest] each group's batch rows, -1 past its size
+  const int* group_size = nullptr;    ///< [G] rows in each group
+  const int* first = nullptr;         ///< [n] first position of each row's own pass
+  const int* own_ctx = nullptr;       ///< [n] positions of each row's own pass: n_ctx - first
+  const int* path_at = nullptr;       ///< [n + 1] row i's groups: path entries path_at[i] ..
+  const int* path_group = nullptr;    ///< [rows in groups] the group of each path entry
+  const int* path_member = nullptr;   ///< [rows in groups] the row's index within that group
 };
 
 /// \brief Host arrays behind a SharedPrefixView, built from a plan and the batch's row-to-sequence
 /// map and context lengths.
 struct SharedPrefixArrays {
-  int widest = 0;               ///< rows in the largest group
-  std::vector<int> prefix_len;  ///< [G]
-  std::vector<int> prefix_seq;  ///< [G]
-  std::vector<int> group_rows;  ///< [G * widest]
-  std::vector<int> group_size;  ///< [G]
-  std::vector<int> first;       ///< [n]
-  std::vector<int> own_ctx;     ///< [n]
-  std::vector<int> row_group;   ///< [n]
-  std::vector<int> row_member;  ///< [n]
+  int widest = 0;                 ///< rows in the largest group
+  std::vector<int> prefix_len;    ///< [G]
+  std::vector<int> prefix_begin;  ///< [G]
+  std::vector<int> prefix_seq;    ///< [G]
+  std::vector<int> group_rows;    ///< [G * widest]
+  std::vector<int> group_size;    ///< [G]
+  std::vector<int> first;         ///< [n]
+  std::vector<int> own_ctx;       ///< [n]
+  std::vector<int> path_at;       ///< [n + 1]
+  std::vector<int> path_group;    ///< [rows in groups], by row, parents first
+  std::vector<int> path_member;   ///< [rows in groups]
 
   /// \brief Builds the arrays; row_seq[i] and n_ctx[i] describe batch row i.
   SharedPrefixArrays(const SharedPrefixPlan& plan, const std::vector<int>& row_seq,
@@ -111,19 +124,24 @@ struct SharedPrefixArrays {
     const int n = static_cast<int>(n_ctx.size()), G = plan.groups();
     for (int g = 0; g < G; ++g) widest = std::max(widest, plan.indptr[g + 1] - plan.indptr[g]);
     prefix_len = plan.prefix_len;
+    prefix_begin = plan.prefix_begin;
     group_rows.assign(static_cast<std::size_t>(G) * widest, -1);
     first.assign(n, 0);
-    row_group.assign(n, -1);
-    row_member.assign(n, 0);
-    for (int g = 0; g < G; ++g) {
+    path_at.assign(n + 1, 0);
+    for (int r : plan.rows) ++path_at[r + 1];
+    for (int i = 0; i < n; ++i) path_at[i + 1] += path_at[i];
+    path_group.resize(plan.rows.size());
+    path_member.resize(plan.rows.size());
+    std::vector<int> filled(path_at.begin(), path_at.end() - 1);
+    for (int g = 0; g < G; ++g) {  // parents come first, so each row's path is in order
       prefix_seq.push_back(row_seq[plan.rows[plan.indptr[g]]]);
       group_size.push_back(plan.indptr[g + 1] - plan.indptr[g]);
       for (int k = plan.indptr[g]; k < plan.indptr[g + 1]; ++k) {
         const int i = plan.rows[k], m = k - plan.indptr[g];
         group_rows[static_cast<std::size_t>(g) * widest + m] = i;
-        first[i] = plan.prefix_len[g];
-        row_group[i] = g;
-        row_member[i] = m;
+        first[i] = std::max(first[i], plan.prefix_end(g));
+        path_group[filled[i]] = g;
+        path_member[filled[i]++] = m;
       }
     }
     own_ctx.resize(n);

@@ -5,7 +5,8 @@
 // read once for its `group` query heads; for a shared prefix its query heads are those of all r
 // rows, r x group of them, so the same inner loops (attend_span) read each prefix block once and
 // apply it to every row. Nothing is copied: the rows keep their page tables, and the prefix pass
-// reads through the first row's.
+// reads through the first row's. In a tree of prefixes every level is such a pass over its own
+// positions, and a row merges the partial states of every level of its path, then its own.
 #pragma once
 
 #include <omp.h>
@@ -32,7 +33,8 @@ namespace cpu {
 ///
 /// Rows in no group go through attend_batch unchanged, so a plan without groups gives bitwise
 /// attend_batch's result. The work items, all independent, are chunks of kAttendChunk positions
-/// of each prefix (for all the group's rows) and each grouped row's own positions, split into
+/// of each group's shared positions (for all its rows) and each grouped row's positions past its
+/// deepest group, split into
 /// head ranges only when there are too few to keep the threads busy; the merge of the partial
 /// states follows.
 template <class T, class RowsOf, class CtxOf>
@@ -81,8 +83,8 @@ void attend_batch_shared_prefix(const AttendShape& sh, int n, const RowsOf& rows
   }
   // Work items read whole cache rows (every KV head of a position), as attend_batch's do: items
   // of one KV head would read a 1/n_kv_heads slice of each row, a strided pattern the hardware
-  // prefetchers follow badly. Prefixes go in chunks of kAttendChunk positions, each leaving a
-  // partial state per wide head; the rows' own positions are one item per row.
+  // prefetchers follow badly. A group's shared positions go in chunks of kAttendChunk, each
+  // leaving a partial state per wide head; each grouped row's own positions are one item.
   std::vector<int> first_chunk(G + 1, 0);
   for (int g = 0; g < G; ++g)
     first_chunk[g + 1] =
@@ -97,17 +99,35 @@ void attend_batch_shared_prefix(const AttendShape& sh, int n, const RowsOf& rows
   std::vector<int> group_of_chunk(chunks);
   for (int g = 0; g < G; ++g)
     for (int ch = first_chunk[g]; ch < first_chunk[g + 1]; ++ch) group_of_chunk[ch] = g;
-  // Each grouped row's own positions: states [rows in groups, n_heads]; accumulators in `out`.
-  const int R = static_cast<int>(plan.rows.size());
-  std::vector<float> own_max(static_cast<long>(R) * n_heads), own_sum(own_max.size());
-  std::vector<int> group_of(R);
+  // The grouped rows, each once however many levels it is in, with its path: the entries of
+  // plan.rows that are its groups, parents first (the plan's order), and where its own positions
+  // begin. Their own passes' states are [R, n_heads], their accumulators in `out`.
+  std::vector<int> member_of(n, -1), grouped_rows, path_at{0}, path;
+  for (int k : plan.rows)
+    if (member_of[k] < 0) {
+      member_of[k] = static_cast<int>(grouped_rows.size());
+      grouped_rows.push_back(k);
+    }
+  const int R = static_cast<int>(grouped_rows.size());
+  std::vector<std::vector<int>> entries(R);
+  for (int k = 0; k < static_cast<int>(plan.rows.size()); ++k)
+    entries[member_of[plan.rows[k]]].push_back(k);
+  std::vector<int> group_of(plan.rows.size()), own_first(R, 0);
   for (int g = 0; g < G; ++g)
     for (int k = plan.indptr[g]; k < plan.indptr[g + 1]; ++k) group_of[k] = g;
+  for (int j = 0; j < R; ++j) {
+    for (int k : entries[j]) {
+      path.push_back(k);
+      own_first[j] = std::max(own_first[j], plan.prefix_end(group_of[k]));
+    }
+    path_at.push_back(static_cast<int>(path.size()));
+  }
+  std::vector<float> own_max(static_cast<long>(R) * n_heads), own_sum(own_max.size());
   int widest = 0;
   for (int g = 0; g < G; ++g) widest = std::max(widest, plan.indptr[g + 1] - plan.indptr[g]);
 
   long work = 0;
-  for (int k = 0; k < R; ++k) work += 2L * n_ctx_of(plan.rows[k]) * q_dim;
+  for (int i : grouped_rows) work += 2L * n_ctx_of(i) * q_dim;
   const bool parallel = work >= (1L << 16);
   // Head ranges per item, as in attend_batch: the fewest that give every thread the same number of
   // items, so that each item reads as wide a part of each row as it can.
@@ -127,41 +147,45 @@ void attend_batch_shared_prefix(const AttendShape& sh, int n, const RowsOf& rows
     for (long item = 0; item < items * ranges; ++item) {
       const long unit = item / ranges;
       const int h0 = static_cast<int>(item % ranges) * per_range;
-      if (unit < chunks) {  // a chunk of a group's prefix, for all the group's rows at once
+      if (unit < chunks) {  // a chunk of a group's shared positions, for all its rows at once
         const int ch = static_cast<int>(unit), g = group_of_chunk[ch];
         const int r = plan.indptr[g + 1] - plan.indptr[g];
-        const int t0 = (ch - first_chunk[g]) * kAttendChunk;
+        const int t0 = plan.prefix_begin[g] + (ch - first_chunk[g]) * kAttendChunk;
         const long at = part_at[ch] + static_cast<long>(h0) * r * group;
         const auto span = product_pays(r * group) ? attend_span_product<T, decltype(rows_of(0))>
                                                   : attend_span<T, decltype(rows_of(0))>;
         span(&wide_q[wide_at[g] * hd], rows_of(plan.rows[plan.indptr[g]]), t0,
-             std::min(plan.prefix_len[g], t0 + kAttendChunk), AttendShape{kvh, r * group, hd}, h0,
+             std::min(plan.prefix_end(g), t0 + kAttendChunk), AttendShape{kvh, r * group, hd}, h0,
              h0 + per_range, &part_acc[part_at[ch] * hd], &part_max[at], &part_sum[at],
              scratch.data());
-      } else {  // a grouped row's own positions past the prefix
-        const int k = static_cast<int>(unit - chunks), i = plan.rows[k];
-        const long at = static_cast<long>(k) * n_heads + static_cast<long>(h0) * group;
-        attend_span<T>(q + static_cast<long>(i) * q_dim, rows_of(i), plan.prefix_len[group_of[k]],
-                       n_ctx_of(i), AttendShape{kvh, group, hd}, h0, h0 + per_range,
+      } else {  // a grouped row's own positions past its deepest group
+        const int j = static_cast<int>(unit - chunks), i = grouped_rows[j];
+        const long at = static_cast<long>(j) * n_heads + static_cast<long>(h0) * group;
+        attend_span<T>(q + static_cast<long>(i) * q_dim, rows_of(i), own_first[j], n_ctx_of(i),
+                       AttendShape{kvh, group, hd}, h0, h0 + per_range,
                        out + static_cast<long>(i) * q_dim, &own_max[at], &own_sum[at],
                        scratch.data());
       }
     }
-    // Merge per (grouped row, query head): the prefix's chunks in order, then the row's own.
+    // Merge per (grouped row, query head): each group of its path, parents first, its chunks in
+    // order; then the row's own positions.
 #pragma omp for schedule(static)
-    for (long kh = 0; kh < static_cast<long>(R) * n_heads; ++kh) {
-      const int k = static_cast<int>(kh / n_heads), qh = static_cast<int>(kh % n_heads);
-      const int g = group_of[k], m = k - plan.indptr[g], r = plan.indptr[g + 1] - plan.indptr[g];
-      const long wide = static_cast<long>(qh / group) * r * group + m * group + qh % group;
-      float* o = out + static_cast<long>(plan.rows[k]) * q_dim + static_cast<long>(qh) * hd;
+    for (long jh = 0; jh < static_cast<long>(R) * n_heads; ++jh) {
+      const int j = static_cast<int>(jh / n_heads), qh = static_cast<int>(jh % n_heads);
+      float* o = out + static_cast<long>(grouped_rows[j]) * q_dim + static_cast<long>(qh) * hd;
       std::copy_n(o, hd, own.data());
       std::fill(o, o + hd, 0.0f);
       SoftmaxState state;
-      for (int ch = first_chunk[g]; ch < first_chunk[g + 1]; ++ch) {
-        const long p = part_at[ch] + wide;
-        merge_partial(state, o, SoftmaxState{part_max[p], part_sum[p]}, &part_acc[p * hd], hd);
+      for (int e = path_at[j]; e < path_at[j + 1]; ++e) {
+        const int k = path[e], g = group_of[k];
+        const int m = k - plan.indptr[g], r = plan.indptr[g + 1] - plan.indptr[g];
+        const long wide = static_cast<long>(qh / group) * r * group + m * group + qh % group;
+        for (int ch = first_chunk[g]; ch < first_chunk[g + 1]; ++ch) {
+          const long p = part_at[ch] + wide;
+          merge_partial(state, o, SoftmaxState{part_max[p], part_sum[p]}, &part_acc[p * hd], hd);
+        }
       }
-      merge_partial(state, o, SoftmaxState{own_max[kh], own_sum[kh]}, own.data(), hd);
+      merge_partial(state, o, SoftmaxState{own_max[jh], own_sum[jh]}, own.data(), hd);
       finish_head(o, state.sum, hd);
     }
   }

@@ -58,40 +58,58 @@ SharedView shared_view(SharedBlockManager& blocks, const Batch& batch, bool read
   return sv;
 }
 
-SharedPrefixPlan plan_shared_prefixes(const KVView& view, int block_size) {
-  const int n = static_cast<int>(view.row_seq.size());
-  auto table = [&](int s) {
+namespace {
+
+/// Adds to `plan` the groups among `rows`, which all hold the same physical blocks [0, from):
+/// rows whose tables go on with the same block at `from` share the run of blocks all their tables
+/// have from there (cut to the whole blocks their shortest row attends to), if two sequences or
+/// more hold it; then, recursively, each such group's next level. Parents come before children.
+void add_levels(const KVView& view, int block_size, const std::vector<int>& rows, int from,
+                SharedPrefixPlan& plan) {
+  auto table = [&](int i) {
+    const int s = view.row_seq[i];
     return std::span<const int>(view.indices.data() + view.indptr[s],
                                 view.indices.data() + view.indptr[s + 1]);
   };
-  // Candidate groups: rows by their sequence's first block, in order of first appearance.
-  std::map<int, std::vector<int>> by_first;
+  // Rows by their block at `from`, in order of first appearance; a row whose table or context
+  // ends there goes no deeper.
+  std::map<int, std::vector<int>> by_next;
   std::vector<int> order;
-  for (int i = 0; i < n; ++i) {
-    const auto pt = table(view.row_seq[i]);
-    if (pt.empty() || view.n_ctx[i] < block_size) continue;
-    auto [it, fresh] = by_first.try_emplace(pt.front());
-    if (fresh) order.push_back(pt.front());
+  for (int i : rows) {
+    const auto pt = table(i);
+    if (static_cast<int>(pt.size()) <= from || view.n_ctx[i] / block_size <= from) continue;
+    auto [it, fresh] = by_next.try_emplace(pt[from]);
+    if (fresh) order.push_back(pt[from]);
     it->second.push_back(i);
   }
-  SharedPrefixPlan plan;
-  for (int first : order) {
-    const std::vector<int>& rows = by_first[first];
-    const auto lead = table(view.row_seq[rows[0]]);
+  for (int next : order) {
+    const std::vector<int>& members = by_next[next];
+    const auto lead = table(members[0]);
     long blocks = static_cast<long>(lead.size());
     bool several = false;
-    for (int i : rows) {
-      const auto pt = table(view.row_seq[i]);
-      several |= view.row_seq[i] != view.row_seq[rows[0]];
-      const auto diff = std::mismatch(lead.begin(), lead.end(), pt.begin(), pt.end());
+    for (int i : members) {
+      const auto pt = table(i);
+      several |= view.row_seq[i] != view.row_seq[members[0]];
+      const auto diff = std::mismatch(lead.begin() + from, lead.end(), pt.begin() + from, pt.end());
       blocks = std::min<long>(blocks, diff.first - lead.begin());
       blocks = std::min<long>(blocks, view.n_ctx[i] / block_size);
     }
-    if (!several || blocks == 0) continue;
-    plan.rows.insert(plan.rows.end(), rows.begin(), rows.end());
+    if (!several) continue;  // blocks > from: every member holds block `next` at `from`
+    plan.rows.insert(plan.rows.end(), members.begin(), members.end());
     plan.indptr.push_back(static_cast<int>(plan.rows.size()));
-    plan.prefix_len.push_back(static_cast<int>(blocks * block_size));
+    plan.prefix_begin.push_back(from * block_size);
+    plan.prefix_len.push_back(static_cast<int>((blocks - from) * block_size));
+    add_levels(view, block_size, members, static_cast<int>(blocks), plan);
   }
+}
+
+}  // namespace
+
+SharedPrefixPlan plan_shared_prefixes(const KVView& view, int block_size) {
+  std::vector<int> rows(view.row_seq.size());
+  for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int>(i);
+  SharedPrefixPlan plan;
+  add_levels(view, block_size, rows, 0, plan);
   return plan;
 }
 

@@ -23,12 +23,14 @@ struct SharedView {
   std::vector<BlockCopy> copies;  ///< to make, in order, before the batch's first write
 };
 
-/// \brief Groups the rows of `view` whose sequences hold the same physical first blocks.
+/// \brief Groups the rows of `view` whose sequences hold the same physical blocks, level by level:
+/// a tree of shared prefixes.
 ///
-/// Rows are grouped by their sequence's first block; a group's prefix is the run of blocks that
-/// all its sequences' page tables begin with, cut to the whole blocks its shortest row attends
-/// to. Only groups of at least two sequences with a prefix of at least one block are kept: one
-/// level of sharing, enough for forks of a prompt and prompts that begin alike.
+/// Rows are grouped by their sequence's first block; a group shares the run of blocks that all
+/// its sequences' page tables begin with, cut to the whole blocks its shortest row attends to.
+/// Within a group, rows whose tables go on with the same block form the next level the same way
+/// (a document after a shared system prompt, then the questions about it), and so on. Only groups
+/// of at least two sequences are kept; each shares at least one block.
 SharedPrefixPlan plan_shared_prefixes(const KVView& view, int block_size);
 
 /// \brief Appends every row's token to its sequence and builds the batch's view; with

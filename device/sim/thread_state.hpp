@@ -77,7 +77,7 @@ enum class MmaType : std::uint8_t { F16, BF16 };
 /// index in the low half), `b` 4 of the 16 x 8 B, and `d` 4 of the 16 x 8 accumulator, which the
 /// product adds to in place (D = A B + D).
 struct MmaLane {
-  MmaType type;
+  MmaType type;       ///< the inputs' element type (the same for every lane)
   const unsigned* a;  ///< [4]
   const unsigned* b;  ///< [2]
   float* d;           ///< [4], read and written

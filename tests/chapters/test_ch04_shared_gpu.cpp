@@ -24,6 +24,7 @@
 #include "kernels/decode_attention.hpp"
 #include "kernels/paged_attention.hpp"
 #include "kernels/shared_prefix_attention.hpp"
+#include "kernels/shared_prefix_device.hpp"
 #include "tests/chapters/ch04_scenario.hpp"
 #include "tests/kernels/shared_prefix_case.hpp"
 #include "tests/support/test_support.hpp"
@@ -54,10 +55,8 @@ struct BytesRead {
 
 /// The device result for a case, against plain CPU attention: the largest relative difference.
 template <class T>
-double gpu_vs_plain(DType kv, const test::SharedPrefixShape& s, const std::vector<int>& prefixes,
-                    int members, int private_positions, unsigned seed, int force_splits = 0,
-                    std::vector<int> members_of = {}, BytesRead* read = nullptr) {
-  const test::SharedPrefixCase<T> c(s, prefixes, members, private_positions, seed, members_of);
+double gpu_vs_plain(DType kv, const test::SharedPrefixCase<T>& c, int force_splits = 0,
+                    BytesRead* read = nullptr) {
   std::vector<float> want(c.q.size());
   c.attend_plain(want.data());
 
@@ -67,28 +66,8 @@ double gpu_vs_plain(DType kv, const test::SharedPrefixShape& s, const std::vecto
   const auto last = DeviceBuffer<int>::from_host(c.pages.last_page_len);
   const auto row_seq = DeviceBuffer<int>::from_host(c.pages.row_seq);
   const PagedLocator loc{indptr.data(), indices.data(), last.data(), row_seq.data(), c.block_size};
-  const SharedPrefixArrays a(c.plan, c.pages.row_seq, c.pages.n_ctx);
-  const auto prefix_len = DeviceBuffer<int>::from_host(a.prefix_len);
-  const auto prefix_seq = DeviceBuffer<int>::from_host(a.prefix_seq);
-  const auto group_rows = DeviceBuffer<int>::from_host(a.group_rows);
-  const auto group_size = DeviceBuffer<int>::from_host(a.group_size);
-  const auto first = DeviceBuffer<int>::from_host(a.first);
-  const auto own_ctx = DeviceBuffer<int>::from_host(a.own_ctx);
-  const auto row_group = DeviceBuffer<int>::from_host(a.row_group);
-  const auto row_member = DeviceBuffer<int>::from_host(a.row_member);
-  SharedPrefixView view;
-  view.groups = c.plan.groups();
-  view.widest = a.widest;
-  view.max_prefix = *std::max_element(a.prefix_len.begin(), a.prefix_len.end());
-  view.max_own = *std::max_element(a.own_ctx.begin(), a.own_ctx.end());
-  view.prefix_len = prefix_len.data();
-  view.prefix_seq = prefix_seq.data();
-  view.group_rows = group_rows.data();
-  view.group_size = group_size.data();
-  view.first = first.data();
-  view.own_ctx = own_ctx.data();
-  view.row_group = row_group.data();
-  view.row_member = row_member.data();
+  const DeviceSharedPrefix plan(c.plan, c.pages.row_seq, c.pages.n_ctx);
+  const SharedPrefixView& view = plan.view();
 
   const cuda::AttentionShape shape{c.n(), c.config.n_heads, c.config.n_kv_heads, c.config.head_dim,
                                    c.pages.max_ctx};
@@ -111,6 +90,13 @@ double gpu_vs_plain(DType kv, const test::SharedPrefixShape& s, const std::vecto
                     2 * c.config.kv_dim() * static_cast<long>(sizeof(T));
   }
   return test::rel_inf_error(out.to_host(), want);
+}
+template <class T>
+double gpu_vs_plain(DType kv, const test::SharedPrefixShape& s, const std::vector<int>& prefixes,
+                    int members, int private_positions, unsigned seed, int force_splits = 0,
+                    std::vector<int> members_of = {}, BytesRead* read = nullptr) {
+  const test::SharedPrefixCase<T> c(s, prefixes, members, private_positions, seed, members_of);
+  return gpu_vs_plain(kv, c, force_splits, read);
 }
 
 TEST(Ch04SharedPrefixGpu, EqualsEveryRowReadingItsWholeContext) {
@@ -202,6 +188,33 @@ TEST(Ch04SharedPrefixGpu, BytesLoadedAreTheBytesThePlanReads) {
   EXPECT_EQ(read.loaded, read.planned) << "fp16, 9 rows x 16 heads, split in three";
   (void)gpu_vs_plain<float>(DType::F32, {2, 4, 64, 16}, {5, 2}, 5, 20, 63, 3, {}, &read);
   EXPECT_EQ(read.loaded, read.planned) << "fp32, 5 rows x 4 heads, the decode kernel's pass";
+}
+
+// Trees of shared prefixes (system prompt, documents, questions; depths 1-3 in one batch, rows
+// ending at every depth): every level is a prefix pass of its own, over positions that begin
+// where its parent's end, and each row merges its path's levels. Both prefix passes: the decode
+// kernel's (fp32, and bf16 at head_dim 32) and the tensor-core product's (bf16 and fp16 at 64),
+// with contexts split in three; and the bytes the kernels load are still the plan's.
+TEST(Ch04SharedPrefixGpu, TreesOfPrefixes) {
+  KVHEAP_REQUIRE_DEVICE();
+  const std::vector<test::PrefixLevel> trees = {
+      {2, 1, {{2, 3, {}}, {1, 2, {}}}},
+      {1, 0, {{2, 0, {{1, 2, {}}, {1, 2, {}}}}, {1, 2, {}}}},
+      {3, 3, {}},
+  };
+  BytesRead read;
+  const test::SharedPrefixCase<float> f32({2, 4, 64, 5}, trees, 12, 71);
+  EXPECT_LE(gpu_vs_plain(DType::F32, f32, 0, &read), 1e-5);
+  if (is_simulator()) EXPECT_EQ(read.loaded, read.planned) << "fp32";
+  EXPECT_LE(gpu_vs_plain(DType::F32, f32, 3), 1e-5) << "fp32, split in three";
+  const test::SharedPrefixCase<cpu::BF16Bits> bf16_32({2, 2, 32, 7}, trees, 12, 72);
+  EXPECT_LE(gpu_vs_plain(DType::BF16, bf16_32), 1e-5) << "bf16, head_dim 32";
+  if (!cuda::prefix_pass_is_product(DType::BF16, 64)) return;
+  const test::SharedPrefixCase<cpu::BF16Bits> bf16({2, 4, 64, 5}, trees, 12, 73);
+  EXPECT_LE(gpu_vs_plain(DType::BF16, bf16, 3, &read), 1e-2) << "bf16, product";
+  if (is_simulator()) EXPECT_EQ(read.loaded, read.planned) << "bf16, product";
+  const test::SharedPrefixCase<cpu::F16Bits> f16({2, 8, 64, 7}, trees, 12, 74);
+  EXPECT_LE(gpu_vs_plain(DType::F16, f16), 2e-3) << "fp16, product";
 }
 
 /// Chapter 4 over device memory against chapter 3 over device memory, one GpuForward for both.

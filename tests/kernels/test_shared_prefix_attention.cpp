@@ -24,9 +24,7 @@ namespace {
 
 /// Shared-prefix attention against attend_batch on a random case: the largest relative difference.
 template <class T>
-double shared_vs_plain(const test::SharedPrefixShape& s, const std::vector<int>& prefix_blocks,
-                       int members, int private_positions, unsigned seed) {
-  const test::SharedPrefixCase<T> c(s, prefix_blocks, members, private_positions, seed);
+double shared_vs_plain(const test::SharedPrefixCase<T>& c) {
   std::vector<float> plain(c.q.size()), shared(c.q.size(), -1.0f);
   c.attend_plain(plain.data());
   cpu::attend_batch_shared_prefix<T>(c.shape(), c.n(), c.rows_of(), c.n_ctx_of(), c.plan,
@@ -35,6 +33,12 @@ double shared_vs_plain(const test::SharedPrefixShape& s, const std::vector<int>&
   const long last = static_cast<long>(c.n() - 1) * c.config.q_dim();
   EXPECT_TRUE(std::equal(plain.begin() + last, plain.end(), shared.begin() + last));
   return test::rel_inf_error(shared, plain);
+}
+template <class T>
+double shared_vs_plain(const test::SharedPrefixShape& s, const std::vector<int>& prefix_blocks,
+                       int members, int private_positions, unsigned seed) {
+  return shared_vs_plain(
+      test::SharedPrefixCase<T>(s, prefix_blocks, members, private_positions, seed));
 }
 
 TEST(SharedPrefixAttention, EqualsPlainPagedAttentionOverAwkwardShapes) {
@@ -54,6 +58,35 @@ TEST(SharedPrefixAttention, HalfPrecisionCachesToo) {
   // 16 rows x 4 heads: the prefix pass as products where the target has AVX-512 (product_pays).
   EXPECT_LE(shared_vs_plain<cpu::F16Bits>({2, 4, 64, 16}, {3}, 16, 30, 14), 1e-5);
   EXPECT_LE(shared_vs_plain<cpu::BF16Bits>({2, 4, 64, 16}, {4, 2}, 16, 30, 12), 1e-5);
+}
+
+// Trees of shared prefixes: a system prompt, documents after it, questions after those. Every
+// level is read once by the rows below it, and each row merges its path's levels, then its own
+// positions. Depths 1-3 in one batch, rows ending at every depth (a row of the two-level tree
+// holds only the system prompt), awkward block sizes, and 16 rows x 4 heads under one root so
+// that its pass is a product where the target has AVX-512.
+const std::vector<test::PrefixLevel>& prefix_trees() {
+  static const std::vector<test::PrefixLevel> trees = {
+      {2, 1, {{2, 3, {}}, {1, 2, {}}}},                        // two levels, a row at the first
+      {1, 0, {{2, 0, {{1, 2, {}}, {1, 2, {}}}}, {1, 2, {}}}},  // three levels
+      {3, 3, {}},                                              // one
+  };
+  return trees;
+}
+TEST(SharedPrefixAttention, TreesOfPrefixesEqualPlainAttention) {
+  for (int bs : {16, 5})
+    for (int hd : {8, 64}) {
+      const test::SharedPrefixShape s{2, 2, hd, bs};
+      EXPECT_LE(shared_vs_plain(test::SharedPrefixCase<float>(s, prefix_trees(), 12, 30 + bs)),
+                1e-5)
+          << "block size " << bs << ", head_dim " << hd;
+    }
+  EXPECT_LE(
+      shared_vs_plain(test::SharedPrefixCase<cpu::BF16Bits>({2, 4, 64, 7}, prefix_trees(), 20, 31)),
+      1e-5);
+  const std::vector<test::PrefixLevel> wide = {{3, 0, {{2, 8, {}}, {2, 6, {{1, 2, {}}}}}}};
+  EXPECT_LE(shared_vs_plain(test::SharedPrefixCase<cpu::F16Bits>({2, 4, 64, 16}, wide, 20, 32)),
+            1e-5);
 }
 
 // Prefixes longer than attend_batch's chunk (2048 positions): plain attention splits them into
@@ -128,6 +161,7 @@ TEST(SharedPrefixAttention, PositionsReadCountEachPrefixOnce) {
   plan.indptr = {0, 3, 5};
   plan.rows = {0, 1, 2, 4, 5};
   plan.prefix_len = {32, 16};
+  plan.prefix_begin = {0, 0};
   const std::vector<int> n_ctx = {40, 33, 32, 10, 20, 17};
   EXPECT_EQ(plan.positions_read(n_ctx), 40 + 33 + 32 + 10 + 20 + 17 - 2 * 32 - 1 * 16);
   EXPECT_EQ(SharedPrefixPlan{}.positions_read(n_ctx), 40 + 33 + 32 + 10 + 20 + 17);
@@ -149,8 +183,8 @@ TEST(SharedPrefixAttention, PositionsReadCountEachPrefixOnce) {
 }
 
 // Rows group by their first block, share the run of blocks all their tables begin with, and only
-// the whole blocks their shortest row attends to; a lone sequence (even with several rows) or a
-// prefix shorter than a block makes no group.
+// the whole blocks their shortest row attends to; those that go on alike form the next level; a
+// lone sequence (even with several rows) or a prefix shorter than a block makes no group.
 TEST(SharedPrefixAttention, PlanGroupsSequencesByTheirCommonFirstBlocks) {
   KVView pb;
   pb.indptr = {0, 3, 6, 8, 10, 11};
@@ -159,13 +193,17 @@ TEST(SharedPrefixAttention, PlanGroupsSequencesByTheirCommonFirstBlocks) {
   pb.n_ctx = {40, 45, 20, 30, 31, 12};
   pb.last_page_len = {8, 13, 4, 14, 12};
   const SharedPrefixPlan plan = ch04::plan_shared_prefixes(pb, 16);
-  ASSERT_EQ(plan.groups(), 1);
-  EXPECT_EQ(plan.rows, (std::vector<int>{0, 1, 2}));
-  EXPECT_EQ(plan.prefix_len[0], 16);  // tables agree on [7, 2] but row 2 holds only 7, 5
-  pb.n_ctx[2] = 15;                   // row 2 now attends to less than a block: it cannot join
+  // Rows 0-2 share block 7; rows 0 and 1 then go on with block 2, a second level.
+  ASSERT_EQ(plan.groups(), 2);
+  EXPECT_EQ(plan.indptr, (std::vector<int>{0, 3, 5}));
+  EXPECT_EQ(plan.rows, (std::vector<int>{0, 1, 2, 0, 1}));
+  EXPECT_EQ(plan.prefix_begin, (std::vector<int>{0, 16}));
+  EXPECT_EQ(plan.prefix_len, (std::vector<int>{16, 16}));
+  pb.n_ctx[2] = 15;  // row 2 now attends to less than a block: it cannot join
   const SharedPrefixPlan shorter = ch04::plan_shared_prefixes(pb, 16);
   ASSERT_EQ(shorter.groups(), 1);
   EXPECT_EQ(shorter.rows, (std::vector<int>{0, 1}));
+  EXPECT_EQ(shorter.prefix_begin[0], 0);
   EXPECT_EQ(shorter.prefix_len[0], 32);
 }
 

@@ -101,8 +101,9 @@ void DeviceKVStorage::load(KVView view) {
   if (view_.paged && view_.prefixes.groups() > 0) {
     const SharedPrefixArrays plan(view_.prefixes, view_.row_seq, view_.n_ctx);
     for (const std::vector<int>* part :
-         {&plan.prefix_len, &plan.prefix_seq, &plan.group_rows, &plan.group_size, &plan.first,
-          &plan.own_ctx, &plan.row_group, &plan.row_member})
+         {&plan.prefix_len, &plan.prefix_begin, &plan.prefix_seq, &plan.group_rows,
+          &plan.group_size, &plan.first, &plan.own_ctx, &plan.path_at, &plan.path_group,
+          &plan.path_member})
       add(*part);
     prefix_.groups = view_.prefixes.groups();
     prefix_.widest = plan.widest;
@@ -129,13 +130,15 @@ void DeviceKVStorage::bind() {
   if (view_.paged) locator_ = PagedLocator{ints(1), ints(2), ints(3), ints(4), view_.block_size};
   if (prefix_.groups == 0) return;
   prefix_.prefix_len = ints(5);
-  prefix_.prefix_seq = ints(6);
-  prefix_.group_rows = ints(7);
-  prefix_.group_size = ints(8);
-  prefix_.first = ints(9);
-  prefix_.own_ctx = ints(10);
-  prefix_.row_group = ints(11);
-  prefix_.row_member = ints(12);
+  prefix_.prefix_begin = ints(6);
+  prefix_.prefix_seq = ints(7);
+  prefix_.group_rows = ints(8);
+  prefix_.group_size = ints(9);
+  prefix_.first = ints(10);
+  prefix_.own_ctx = ints(11);
+  prefix_.path_at = ints(12);
+  prefix_.path_group = ints(13);
+  prefix_.path_member = ints(14);
 }
 
 void DeviceKVStorage::write(int layer, const float* k, const float* v) {
