@@ -8,6 +8,10 @@
 // (cpu::attend_batch_shared_prefix). Both must agree within 1e-5 relative before anything is
 // timed.
 //
+// A third shape is a tree of three levels: a system prompt of 2048 positions, 4 documents of 2048
+// after it, 4 questions after each (make_shared_prefix_tree_step); every level is read once, and
+// the benchmark fails unless read-once's positions are exactly the distinct slots the rows hold.
+//
 // Napkin math: plain attention reads sum(n_ctx) x 2 x kv_dim x 2 B (bf16) per layer; read-once
 // attention reads each prefix once, groups x prefix + rows x own positions. The KV actually
 // stored is the latter too. GB/s is each variant's own bytes over its own time, against the
@@ -71,10 +75,14 @@ struct Step : bench::SharedPrefixStep {
   }
 };
 
-Step make_step(int groups, int samples, int prefix) {
+/// The step of `groups` prompts x `samples` of `prefix` positions or, with `document` > 0, the
+/// tree of a system prompt of `prefix` positions, `groups` documents of `document` positions
+/// after it and `samples` questions after each.
+Step make_step(int groups, int samples, int prefix, int document) {
   Step s;
   static_cast<bench::SharedPrefixStep&>(s) =
-      bench::make_shared_prefix_step(groups, samples, prefix);
+      document > 0 ? bench::make_shared_prefix_tree_step(prefix, groups, document, samples)
+                   : bench::make_shared_prefix_step(groups, samples, prefix);
   const std::size_t elems = static_cast<std::size_t>(s.num_blocks()) * kSharedBlockSize * kv_dim();
   s.k = HostBuffer(elems * sizeof(T));
   s.v = HostBuffer(elems * sizeof(T));
@@ -106,13 +114,39 @@ struct Row {
 std::vector<Row> g_rows;
 double g_peak_gbps = 0.0;
 
-void shared_prefix(benchmark::State& state, int groups, int samples, int prefix) {
+/// Cache positions the step's rows attend to, each distinct slot once: what reading every shared
+/// block once comes to.
+long distinct_positions(const Step& s) {
+  const KVView& v = s.batch.view;
+  std::vector<char> seen(static_cast<std::size_t>(s.num_blocks()) * kSharedBlockSize, 0);
+  long distinct = 0;
+  for (int i = 0; i < s.rows(); ++i)
+    for (int t = 0; t < v.n_ctx[i]; ++t) {
+      const int* pages = v.indices.data() + v.indptr[v.row_seq[i]];
+      const std::size_t slot =
+          static_cast<std::size_t>(pages[t / kSharedBlockSize]) * kSharedBlockSize +
+          t % kSharedBlockSize;
+      distinct += seen[slot] == 0;
+      seen[slot] = 1;
+    }
+  return distinct;
+}
+
+void shared_prefix(benchmark::State& state, int groups, int samples, int prefix, int document) {
   static std::unique_ptr<Step> kept;  // Google Benchmark calls this more than once per config
-  if (!kept || kept->groups != groups || kept->samples != samples || kept->prefix != prefix) {
+  if (!kept || kept->groups != groups || kept->samples != samples || kept->prefix != prefix ||
+      kept->document != document) {
     kept.reset();
-    kept = std::make_unique<Step>(make_step(groups, samples, prefix));
+    kept = std::make_unique<Step>(make_step(groups, samples, prefix, document));
   }
   const Step& s = *kept;
+  // Read-once reads every distinct block once, at every level of the tree.
+  const long once_positions = s.batch.view.prefixes.positions_read(s.batch.view.n_ctx);
+  if (once_positions != distinct_positions(s)) {
+    bench::fail(state, fmt::format("read-once reads {} positions where the rows hold {} distinct",
+                                   once_positions, distinct_positions(s)));
+    return;
+  }
   std::vector<float> plain(s.q.size()), once(s.q.size());
   attend_plain(s, plain.data());
   attend_read_once(s, once.data());
@@ -144,8 +178,11 @@ void shared_prefix(benchmark::State& state, int groups, int samples, int prefix)
   const double p_ms = *std::min_element(tp.begin(), tp.end());
   const double o_ms = *std::min_element(to.begin(), to.end());
   state.counters["speedup"] = p_ms / o_ms;
-  const std::string config = fmt::format("{} prompts x {} samples, prefix {}, own {}", groups,
-                                         samples, prefix, kOwnPositions);
+  const std::string config =
+      document > 0 ? fmt::format("system {}, {} documents x {}, {} questions each, own {}", prefix,
+                                 groups, document, samples, kOwnPositions)
+                   : fmt::format("{} prompts x {} samples, prefix {}, own {}", groups, samples,
+                                 prefix, kOwnPositions);
   const double stored = static_cast<double>(s.blocks->slots_stored()) * row_bytes() / 1e6;
   double positions = 0.0;
   for (int n : s.batch.view.n_ctx) positions += n;
@@ -213,11 +250,17 @@ int main(int argc, char** argv) {
     const std::string name =
         fmt::format("shared_prefix/bf16/prompts{}/samples{}/prefix{}", groups, samples, prefix);
     benchmark::RegisterBenchmark(
-        name.c_str(), [=](benchmark::State& s) { shared_prefix(s, groups, samples, prefix); })
+        name.c_str(), [=](benchmark::State& s) { shared_prefix(s, groups, samples, prefix, 0); })
         ->UseManualTime()
         ->Unit(benchmark::kMillisecond)
         ->MinTime(1.0);
   }
+  // Three levels: a system prompt of 2048 positions, 4 documents of 2048, 4 questions each.
+  benchmark::RegisterBenchmark("shared_prefix_tree/bf16/system2048/documents4x2048/questions4",
+                               [](benchmark::State& s) { shared_prefix(s, 4, 4, 2048, 2048); })
+      ->UseManualTime()
+      ->Unit(benchmark::kMillisecond)
+      ->MinTime(1.0);
   // A listing runs nothing, so it needs no peak: the names are all it prints.
   if (listing) return bench::list_benchmarks();
   g_peak_gbps = measure_read_bandwidth().gbps;

@@ -24,6 +24,9 @@
 // DRAM traffic lies between the read-once bytes and its own, and its "GB/s" may exceed the copy
 // peak; the speedup, not that rate, is what sharing buys.
 //
+// A last configuration is a tree of three levels (a system prompt of 2048 positions, 4 documents
+// of 2048 after it, 4 questions after each): every level is read once.
+//
 // Beside the measured times the table prints the bandwidth roofline's prediction for each variant
 // from the GPU's datasheet (bench/support/roofline_model.hpp), labelled as a model, from the same
 // bytes as the MB columns; --model-only prints the model alone, on any machine.
@@ -90,8 +93,16 @@ struct Problem {
 };
 
 /// Builds the problem, or returns why it does not fit the free memory.
-std::string make_problem(Problem& p, int groups, int samples, int prefix) {
-  p.step = bench::make_shared_prefix_step(groups, samples, prefix);
+/// The step of `groups` prompts x `samples` of `prefix` positions or, with `document` > 0, the
+/// tree of a system prompt of `prefix` positions, `groups` documents of `document` positions after
+/// it and `samples` questions after each (bench/support/shared_prefix_step.hpp).
+bench::SharedPrefixStep make_step(int groups, int samples, int prefix, int document) {
+  return document > 0 ? bench::make_shared_prefix_tree_step(prefix, groups, document, samples)
+                      : bench::make_shared_prefix_step(groups, samples, prefix);
+}
+
+std::string make_problem(Problem& p, int groups, int samples, int prefix, int document = 0) {
+  p.step = make_step(groups, samples, prefix, document);
   const std::size_t pool =
       static_cast<std::size_t>(p.step.num_blocks()) * bench::kSharedBlockSize * kRowBytes;
   std::size_t free_bytes = 0, total_bytes = 0;
@@ -278,23 +289,32 @@ struct Kernels {
   }
 };
 
-/// --smoke: the harness on a tiny step (2 prompts of 64 positions, 3 samples each), checked and
-/// not timed, so that it runs in the simulator build's tests too.
+/// --smoke: the harness on two tiny steps, checked and not timed, so that it runs in the
+/// simulator build's tests too: 2 prompts of 64 positions with 3 samples each (2 groups), and a
+/// tree of a 64-position system prompt, 2 documents of 32 and 2 questions each (3 groups).
 int smoke() {
-  Problem p;
-  if (const std::string err = make_problem(p, 2, 3, 64); !err.empty()) {
-    fmt::print(stderr, "bench_shared_prefix_gpu --smoke: {}\n", err);
-    return 1;
+  int failures = 0;
+  for (const int document : {0, 32}) {
+    Problem p;
+    if (const std::string err = make_problem(p, 2, document > 0 ? 2 : 3, 64, document);
+        !err.empty()) {
+      fmt::print(stderr, "bench_shared_prefix_gpu --smoke: {}\n", err);
+      return 1;
+    }
+    Kernels k(p);
+    std::vector<int> rows(static_cast<std::size_t>(p.step.rows()));
+    for (std::size_t r = 0; r < rows.size(); ++r) rows[r] = static_cast<int>(r);
+    const Kernels::Check c = k.check(rows);
+    const double plain = p.step.bytes(false, 2.0 * kRowBytes), once = read_once_bytes(p);
+    fmt::print(
+        "bench_shared_prefix_gpu --smoke: {} groups; {}; {:.0f} bytes read plain, {:.0f} read "
+        "once\n",
+        p.view.groups, c.describe(), plain, once);
+    const int groups = document > 0 ? 3 : 2;
+    failures +=
+        c.passed() && c.ref.plain <= 1e-5 && p.view.groups == groups && once < plain ? 0 : 1;
   }
-  Kernels k(p);
-  std::vector<int> rows(static_cast<std::size_t>(p.step.rows()));
-  for (std::size_t r = 0; r < rows.size(); ++r) rows[r] = static_cast<int>(r);
-  const Kernels::Check c = k.check(rows);
-  const double plain = p.step.bytes(false, 2.0 * kRowBytes), once = read_once_bytes(p);
-  fmt::print(
-      "bench_shared_prefix_gpu --smoke: {} groups; {}; {:.0f} bytes read plain, {:.0f} read once\n",
-      p.view.groups, c.describe(), plain, once);
-  return c.passed() && c.ref.plain <= 1e-5 && p.view.groups == 2 && once < plain ? 0 : 1;
+  return failures == 0 ? 0 : 1;
 }
 
 struct Row {
@@ -304,13 +324,13 @@ struct Row {
 };
 std::vector<Row> g_rows;
 
-void shared_prefix(benchmark::State& state, int groups, int samples, int prefix) {
+void shared_prefix(benchmark::State& state, int groups, int samples, int prefix, int document) {
   static std::unique_ptr<Problem> kept;  // Google Benchmark calls this more than once per config
   if (!kept || kept->step.groups != groups || kept->step.samples != samples ||
-      kept->step.prefix != prefix) {
+      kept->step.prefix != prefix || kept->step.document != document) {
     kept.reset();
     auto p = std::make_unique<Problem>();
-    if (const std::string err = make_problem(*p, groups, samples, prefix); !err.empty()) {
+    if (const std::string err = make_problem(*p, groups, samples, prefix, document); !err.empty()) {
       bench::fail(state, err);
       return;
     }
@@ -333,8 +353,11 @@ void shared_prefix(benchmark::State& state, int groups, int samples, int prefix)
   const bench::PairTiming t = bench::timed_pair(state, stream, plain, once);
   const double p_ms = t.a_ms, o_ms = t.b_ms;
   state.counters["speedup"] = p_ms / o_ms;
-  const Row row{fmt::format("{} prompts x {} samples, prefix {}, own {}", groups, samples, prefix,
-                            bench::kOwnPositions),
+  const Row row{document > 0
+                    ? fmt::format("system {}, {} documents x {}, {} questions each, own {}", prefix,
+                                  groups, document, samples, bench::kOwnPositions)
+                    : fmt::format("{} prompts x {} samples, prefix {}, own {}", groups, samples,
+                                  prefix, bench::kOwnPositions),
                 p.step.bytes(false, 2.0 * kRowBytes) / 1e6,
                 read_once_bytes(p) / 1e6,
                 p_ms,
@@ -349,6 +372,10 @@ constexpr int kPrompts = 4, kPrefix = 16384;
 std::string bench_name(int samples) {
   return fmt::format("shared_prefix/bf16/prompts{}/samples{}/prefix{}", kPrompts, samples, kPrefix);
 }
+/// Three levels: a system prompt of kTreeLevel positions, kTreeFanout documents of kTreeLevel
+/// after it, kTreeFanout questions after each.
+constexpr int kTreeLevel = 2048, kTreeFanout = 4;
+const char* const kTreeName = "shared_prefix_tree/bf16/system2048/documents4x2048/questions4";
 
 /// --model-only: the roofline's time for both variants of every configuration, on `gpu`, and
 /// nothing timed (the steps are laid out by the allocator on the host; no device is touched).
@@ -359,14 +386,17 @@ int print_model(const bench::GpuDatasheet& gpu) {
       "| benchmark | plain reads MB | read-once reads MB | GFLOP | plain model us | read-once "
       "model "
       "us | model speedup |\n|---|---:|---:|---:|---:|---:|---:|\n");
-  for (int samples : kSamples) {
-    const StepWork w = work_of(bench::make_shared_prefix_step(kPrompts, samples, kPrefix));
+  const auto row = [&](const std::string& name, const bench::SharedPrefixStep& step) {
+    const StepWork w = work_of(step);
     const double plain = bench::predict(w.plain, gpu).seconds,
                  once = bench::predict(w.once, gpu).seconds;
-    fmt::print("| {} | {:.1f} | {:.1f} | {:.3f} | {:.1f} | {:.1f} | {:.2f} |\n",
-               bench_name(samples), w.plain.bytes / 1e6, w.once.bytes / 1e6,
-               w.plain.fp32_flops / 1e9, plain * 1e6, once * 1e6, plain / once);
-  }
+    fmt::print("| {} | {:.1f} | {:.1f} | {:.3f} | {:.1f} | {:.1f} | {:.2f} |\n", name,
+               w.plain.bytes / 1e6, w.once.bytes / 1e6, w.plain.fp32_flops / 1e9, plain * 1e6,
+               once * 1e6, plain / once);
+  };
+  for (int samples : kSamples)
+    row(bench_name(samples), bench::make_shared_prefix_step(kPrompts, samples, kPrefix));
+  row(kTreeName, make_step(kTreeFanout, kTreeFanout, kTreeLevel, kTreeLevel));
   return 0;
 }
 
@@ -382,11 +412,18 @@ int main(int argc, char** argv) {
   for (int samples : kSamples) {
     benchmark::RegisterBenchmark(
         bench_name(samples).c_str(),
-        [=](benchmark::State& s) { shared_prefix(s, kPrompts, samples, kPrefix); })
+        [=](benchmark::State& s) { shared_prefix(s, kPrompts, samples, kPrefix, 0); })
         ->UseManualTime()
         ->Unit(benchmark::kMicrosecond)
         ->MinTime(0.2);
   }
+  benchmark::RegisterBenchmark(kTreeName,
+                               [](benchmark::State& s) {
+                                 shared_prefix(s, kTreeFanout, kTreeFanout, kTreeLevel, kTreeLevel);
+                               })
+      ->UseManualTime()
+      ->Unit(benchmark::kMicrosecond)
+      ->MinTime(0.2);
   const bench::GpuStart start =
       bench::start_gpu_benchmark("bench_shared_prefix_gpu", flags->listing, flags->model,
                                  print_model, "bench_shared_prefix_cpu");

@@ -44,6 +44,10 @@ void attend_batch_shared_prefix(const AttendShape& sh, int n, const RowsOf& rows
   const int q_dim = sh.q_dim(), n_heads = sh.n_heads(), hd = sh.head_dim, kvh = sh.n_kv_heads;
   const int group = sh.group;
 
+  if (plan.groups() == 0) {  // nothing shared: plain attention, with no copies of q and out
+    attend_batch<T>(sh, n, rows_of, n_ctx_of, q, out);
+    return;
+  }
   // Rows that share nothing: attend_batch over them, gathered and scattered.
   std::vector<char> grouped(n, 0);
   for (int r : plan.rows) grouped[r] = 1;
@@ -61,7 +65,6 @@ void attend_batch_shared_prefix(const AttendShape& sh, int n, const RowsOf& rows
     for (long j = 0; j < m; ++j)
       std::copy_n(&out_alone[j * q_dim], q_dim, out + alone[j] * static_cast<long>(q_dim));
   }
-  if (plan.groups() == 0) return;
 
   // The prefix pass sees a group of r rows as one row with r x group query heads per KV head:
   // wide head h * (r * group) + m * group + j is head h * group + j of the group's m-th row.

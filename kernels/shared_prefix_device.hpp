@@ -19,10 +19,9 @@ class DeviceSharedPrefix {
   DeviceSharedPrefix(const SharedPrefixPlan& plan, const std::vector<int>& row_seq,
                      const std::vector<int>& n_ctx) {
     const SharedPrefixArrays a(plan, row_seq, n_ctx);
-    const std::vector<int>* parts[] = {&a.prefix_len, &a.prefix_begin, &a.prefix_seq,
-                                       &a.group_rows, &a.group_size,   &a.first,
-                                       &a.own_ctx,    &a.path_at,      &a.path_group,
-                                       &a.path_member};
+    const std::vector<int>* parts[] = {&a.prefix_len, &a.prefix_begin, &a.prefix_seq, &a.group_rows,
+                                       &a.group_size, &a.first,        &a.own_ctx,    &a.path_at,
+                                       &a.path_group, &a.path_member};
     for (const std::vector<int>* part : parts)  // an empty part still gets a (one-int) buffer
       buffers_.push_back(DeviceBuffer<int>::from_host(part->empty() ? std::vector<int>{0} : *part));
     view_.groups = plan.groups();

@@ -1,7 +1,8 @@
 // The decode step the shared-prefix benchmarks time (CPU twin and GPU): `groups` prompts of
 // `prefix` positions, each forked into `samples` sequences that have generated kOwnPositions
 // positions of their own, laid out by chapter 4's allocator (a shuffled pool; forks share every
-// prompt block), with one decode row per sequence.
+// prompt block), with one decode row per sequence; or a tree of three levels (a system prompt,
+// documents after it, questions after each document).
 #pragma once
 
 #include <memory>
@@ -20,6 +21,9 @@ inline constexpr int kSharedBlockSize = 16;
 /// \brief The allocator's state and the step's batch view (page tables, shared-prefix plan).
 struct SharedPrefixStep {
   int groups = 0, samples = 0, prefix = 0;
+  /// Positions of each group's document below a common prefix (make_shared_prefix_tree_step);
+  /// 0 for one level of groups, each with its own prefix.
+  int document = 0;
   std::unique_ptr<ch04::SharedBlockManager> blocks;
   ch04::SharedView batch;
 
@@ -55,6 +59,44 @@ inline SharedPrefixStep make_shared_prefix_step(int groups, int samples, int pre
     for (int seq : seqs) {
       for (int t = 0; t + 1 < kOwnPositions; ++t) (void)s.blocks->append_slot(seq, seq * 7 + t);
       step.rows.push_back({1, seq, prefix + kOwnPositions - 1, true});
+    }
+  }
+  (void)s.blocks->take_copies();  // contents are synthetic: nothing to copy
+  s.batch = ch04::shared_view(*s.blocks, step);
+  return s;
+}
+
+/// \brief A tree of three levels: one sequence appends a system prompt of `system` positions and
+/// is forked into `documents` sequences, each of which appends a document of `document` positions
+/// and is forked into `questions` sequences; each of those appends kOwnPositions positions of its
+/// own (its question and answer so far), then the step's batch is built by shared_view. The
+/// step's groups are the documents and its samples the questions of each.
+inline SharedPrefixStep make_shared_prefix_tree_step(int system, int documents, int document,
+                                                     int questions) {
+  SharedPrefixStep s;
+  s.groups = documents;
+  s.samples = questions;
+  s.prefix = system;
+  s.document = document;
+  const int bs = kSharedBlockSize;
+  const long blocks =
+      system / bs + 1 +
+      static_cast<long>(documents) *
+          (document / bs + 2 + static_cast<long>(questions) * (kOwnPositions / bs + 2));
+  s.blocks = std::make_unique<ch04::SharedBlockManager>(static_cast<int>(blocks), bs,
+                                                        /*shuffle_seed=*/11);
+  Batch step;
+  const int root = s.blocks->allocate();
+  for (int t = 0; t < system; ++t) (void)s.blocks->append_slot(root, t);
+  std::vector<int> docs = {root};
+  for (int d = 1; d < documents; ++d) docs.push_back(s.blocks->fork(root));
+  for (int d = 0; d < documents; ++d) {
+    for (int t = 0; t < document; ++t) (void)s.blocks->append_slot(docs[d], (d + 1) * 1000003 + t);
+    std::vector<int> seqs = {docs[d]};
+    for (int k = 1; k < questions; ++k) seqs.push_back(s.blocks->fork(docs[d]));
+    for (int seq : seqs) {
+      for (int t = 0; t + 1 < kOwnPositions; ++t) (void)s.blocks->append_slot(seq, seq * 7 + t);
+      step.rows.push_back({1, seq, system + document + kOwnPositions - 1, true});
     }
   }
   (void)s.blocks->take_copies();  // contents are synthetic: nothing to copy
