@@ -12,6 +12,10 @@
 // after it, 4 questions after each (make_shared_prefix_tree_step); every level is read once, and
 // the benchmark fails unless read-once's positions are exactly the distinct slots the rows hold.
 //
+// `--sweep` times prefixes of 256, 1024, 4096 and 16384 positions x 1, 2, 4, 8, 16 and 32
+// samples (4 prompts) instead, for the question of when reading once pays; each row prints the
+// roofline's prediction for both ways beside their measured times.
+//
 // Napkin math: plain attention reads sum(n_ctx) x 2 x kv_dim x 2 B (bf16) per layer; read-once
 // attention reads each prefix once, groups x prefix + rows x own positions. The KV actually
 // stored is the latter too. GB/s is each variant's own bytes over its own time, against the
@@ -244,23 +248,39 @@ void prefix_pass_row(const char* dtype, int heads_q, int positions, double fma_p
 
 int main(int argc, char** argv) {
   using namespace kvheap;
+  // --sweep: prefixes of 256 to 16384 positions x 1 to 32 samples, 4 prompts each, in place of
+  // the default configurations.
+  bool sweep = false;
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "--sweep") {
+      sweep = true;
+      std::copy(argv + i + 1, argv + argc, argv + i);
+      --argc;
+      break;
+    }
   const bool listing = bench::initialize(argc, argv);
-  for (int samples : {1, 2, 4, 8, 16}) {
-    const int groups = 4, prefix = 8192;
+  const auto add = [](int groups, int samples, int prefix, double min_time) {
     const std::string name =
         fmt::format("shared_prefix/bf16/prompts{}/samples{}/prefix{}", groups, samples, prefix);
     benchmark::RegisterBenchmark(
         name.c_str(), [=](benchmark::State& s) { shared_prefix(s, groups, samples, prefix, 0); })
         ->UseManualTime()
         ->Unit(benchmark::kMillisecond)
-        ->MinTime(1.0);
+        ->MinTime(min_time);
+  };
+  if (sweep) {
+    for (int prefix : {256, 1024, 4096, 16384})
+      for (int samples : {1, 2, 4, 8, 16, 32}) add(4, samples, prefix, 0.5);
+  } else {
+    for (int samples : {1, 2, 4, 8, 16}) add(4, samples, 8192, 1.0);
   }
   // Three levels: a system prompt of 2048 positions, 4 documents of 2048, 4 questions each.
-  benchmark::RegisterBenchmark("shared_prefix_tree/bf16/system2048/documents4x2048/questions4",
-                               [](benchmark::State& s) { shared_prefix(s, 4, 4, 2048, 2048); })
-      ->UseManualTime()
-      ->Unit(benchmark::kMillisecond)
-      ->MinTime(1.0);
+  if (!sweep)
+    benchmark::RegisterBenchmark("shared_prefix_tree/bf16/system2048/documents4x2048/questions4",
+                                 [](benchmark::State& s) { shared_prefix(s, 4, 4, 2048, 2048); })
+        ->UseManualTime()
+        ->Unit(benchmark::kMillisecond)
+        ->MinTime(1.0);
   // A listing runs nothing, so it needs no peak: the names are all it prints.
   if (listing) return bench::list_benchmarks();
   g_peak_gbps = measure_read_bandwidth().gbps;
@@ -273,21 +293,25 @@ int main(int argc, char** argv) {
       "\nShared-prefix attention, CPU twin, one layer, bf16, block size 16, {} threads. "
       "STREAM-like read peak: {:.2f} GB/s; fp32 multiply-add peak {:.1f} GFLOP/s (best of the "
       "probes before and after); LLC {} KiB. The roofline is max(bytes / read peak, flops / "
-      "multiply-add peak), each way's own bytes.\n\n"
+      "multiply-add peak), each way's own bytes; the model columns are that roofline's time.\n\n"
       "| config | KV stored MB | plain reads MB | read-once reads MB | GFLOP | plain ms | "
-      "read-once ms | speedup | plain GB/s | read-once GB/s | read-once % of peak | read-once % "
-      "of FMA peak | read-once % of roofline |\n"
-      "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+      "plain model ms | read-once ms | read-once model ms | speedup | model speedup | plain GB/s | "
+      "read-once GB/s | read-once % of peak | read-once % of FMA peak | read-once % of roofline "
+      "|\n"
+      "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
       omp_get_max_threads(), g_peak_gbps, fma_gflops, bench::llc_bytes() / 1024);
   for (const Row& r : g_rows) {
     const double once_gbps = r.once_mb / r.once_ms;  // MB per ms = GB/s
     const double fma_ms = r.gflop / fma_gflops * 1e3, read_ms = r.once_mb / g_peak_gbps;
+    const double plain_model = std::max(fma_ms, r.plain_mb / g_peak_gbps),
+                 once_model = std::max(fma_ms, read_ms);
     fmt::print(
         "| {} | {:.1f} | {:.1f} | {:.1f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | "
-        "{:.1f} | {:.1f} | {:.1f} |\n",
-        r.config, r.stored_mb, r.plain_mb, r.once_mb, r.gflop, r.plain_ms, r.once_ms,
-        r.plain_ms / r.once_ms, r.plain_mb / r.plain_ms, once_gbps, 100.0 * once_gbps / g_peak_gbps,
-        100.0 * fma_ms / r.once_ms, 100.0 * std::max(fma_ms, read_ms) / r.once_ms);
+        "{:.2f} | {:.2f} | {:.2f} | {:.1f} | {:.1f} | {:.1f} |\n",
+        r.config, r.stored_mb, r.plain_mb, r.once_mb, r.gflop, r.plain_ms, plain_model, r.once_ms,
+        once_model, r.plain_ms / r.once_ms, plain_model / once_model, r.plain_mb / r.plain_ms,
+        once_gbps, 100.0 * once_gbps / g_peak_gbps, 100.0 * fma_ms / r.once_ms,
+        100.0 * once_model / r.once_ms);
   }
   // The prefix pass alone, per query heads per KV head: the measurement behind product_pays.
   const double per_core = fma_gflops / omp_get_max_threads();
