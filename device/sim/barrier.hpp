@@ -42,6 +42,7 @@ struct WarpGroup {
   detail::SourceSite site{};  ///< where the lane that opened the group called the intrinsic
   std::uint64_t value[32]{};  ///< each lane's contribution: the bits of its value or predicate
   std::int8_t source[32]{};   ///< shuffles: the lane each lane reads
+  bool mixed_types = false;   ///< an mma whose lanes passed different input types
 };
 
 /// \brief The warp groups and lane liveness of one warp.

@@ -84,7 +84,10 @@ std::uint64_t BlockRunner::warp_collective(WarpOp op, unsigned mask, std::uint64
   int index = -1;
   for (int i = 0; i < 32 && g == nullptr; ++i) {
     WarpGroup& c = w.groups[i];
-    if (c.in_use && !c.complete && c.mask == mask && joins(c.op, op) && (c.arrived & bit) == 0) {
+    // An mma joins only lanes at the same call site: on a GPU, lanes at two different mma.sync
+    // instructions do not make one product (the wait is then a deadlock, and reported so).
+    if (c.in_use && !c.complete && c.mask == mask && joins(c.op, op) && (c.arrived & bit) == 0 &&
+        (op != WarpOp::Mma || same_site(c.site, site))) {
       g = &c;
       index = i;
     }
@@ -125,6 +128,9 @@ std::uint64_t BlockRunner::warp_collective(WarpOp op, unsigned mask, std::uint64
          std::to_string(warp) + ": lanes " + ranges_string(absent) +
          " exited or do not exist, and an mma.sync needs all 32 lanes");
   }
+  if (op == WarpOp::Mma && g->mixed_types)
+    fail(std::string(warp_op_name(op)) + " at " + site_string(site) + " in warp " +
+         std::to_string(warp) + ": its lanes pass different input types (fp16 and bf16)");
   const std::uint64_t result = group_result(*g, lane);
   if (--g->readers == 0) g->in_use = false;
   return result;
@@ -133,10 +139,14 @@ std::uint64_t BlockRunner::warp_collective(WarpOp op, unsigned mask, std::uint64
 void BlockRunner::complete_group(int warp, WarpGroup& g) {
   g.complete = true;
   // Every lane's fragments are on its stack, which waits intact until the lane reads its result.
+  // (A lane's fragments are gone once it has read its result: only here may they be read.)
   if (g.op == WarpOp::Mma && g.arrived == 0xffffffffu) {
     detail::MmaLane* lanes[32];
-    for (int l = 0; l < 32; ++l) lanes[l] = reinterpret_cast<detail::MmaLane*>(g.value[l]);
-    detail::mma_m16n8k16_product(lanes);
+    for (int l = 0; l < 32; ++l) {
+      lanes[l] = reinterpret_cast<detail::MmaLane*>(g.value[l]);
+      g.mixed_types |= lanes[l]->type != lanes[0]->type;
+    }
+    if (!g.mixed_types) detail::mma_m16n8k16_product(lanes);
   }
   g.readers = static_cast<unsigned>(std::popcount(g.arrived));
   for (int lane = 0; lane < 32; ++lane) {

@@ -269,10 +269,11 @@ __global__ void async_copy_left_pending_kernel(const float* src) {
 // One 16 x 8 x 16 tensor-core product, `repeat` times into the same accumulators. Each lane
 // gathers its fragments from row-major A [16][16], B [16][8] (k x n) and C [16][8] by the PTX
 // ISA's layout, written out here on its own (not kernels/mma.cuh's comment, not the simulator's
-// code). Lanes from `lanes` on return first.
+// code). Lanes from `lanes` on return first; with `two_sites`, odd lanes call it from a second
+// call site.
 template <class T>
 __global__ void mma_tile_kernel(const unsigned short* a, const unsigned short* b, const float* c,
-                                float* d, int repeat, int lanes) {
+                                float* d, int repeat, int lanes, bool two_sites) {
   const int lane = static_cast<int>(threadIdx.x), gid = lane / 4, t = lane % 4;
   if (lane >= lanes) return;
   unsigned ra[4], rb[2];
@@ -286,20 +287,26 @@ __global__ void mma_tile_kernel(const unsigned short* a, const unsigned short* b
     rb[r] = b[k * 8 + gid] | static_cast<unsigned>(b[(k + 1) * 8 + gid]) << 16;
   }
   for (int i = 0; i < 4; ++i) acc[i] = c[(gid + 8 * (i / 2)) * 8 + 2 * t + i % 2];
-  for (int k = 0; k < repeat; ++k) cuda::detail::mma_16816<T>(acc, ra, rb);
+  for (int k = 0; k < repeat; ++k) {
+    if (two_sites && lane % 2 == 1) {  // NOLINT(bugprone-branch-clone): the two sites are the test
+      cuda::detail::mma_16816<T>(acc, ra, rb);
+    } else {
+      cuda::detail::mma_16816<T>(acc, ra, rb);
+    }
+  }
   for (int i = 0; i < 4; ++i) d[(gid + 8 * (i / 2)) * 8 + 2 * t + i % 2] = acc[i];
 }
 
 }  // namespace
 
 void mma_tile(bool bf16, const unsigned short* a, const unsigned short* b, const float* c, float* d,
-              int repeat, int lanes) {
+              int repeat, int lanes, bool two_sites) {
   if (bf16) {
     kvheap::launch<mma_tile_kernel<__nv_bfloat16>>(dim3(1), dim3(32), 0, nullptr, a, b, c, d,
-                                                   repeat, lanes);
+                                                   repeat, lanes, two_sites);
   } else {
     kvheap::launch<mma_tile_kernel<__half>>(dim3(1), dim3(32), 0, nullptr, a, b, c, d, repeat,
-                                            lanes);
+                                            lanes, two_sites);
   }
 }
 

@@ -80,10 +80,11 @@ void async_copy(const float* src, float* before, float* first_only, float* after
 void async_copy_left_pending(const float* src);
 
 /// \brief One warp computes D = C + repeat x A B with kernels/mma.cuh's m16n8k16 product (fp16
-/// or bf16 inputs given as their bits, fp32 C and D); lanes from `lanes` on return before it.
+/// or bf16 inputs given as their bits, fp32 C and D); lanes from `lanes` on return before it, and
+/// with `two_sites` odd lanes call the product from a second call site.
 /// \param a [16][16] row-major  \param b [16][8] (k x n)  \param c, d [16][8]
 void mma_tile(bool bf16, const unsigned short* a, const unsigned short* b, const float* c, float* d,
-              int repeat, int lanes = 32);
+              int repeat, int lanes = 32, bool two_sites = false);
 
 /// \brief Sets cudaFuncAttributeMaxDynamicSharedMemorySize of the big-shared-memory kernel.
 void set_big_smem_limit(int bytes);

@@ -464,6 +464,11 @@ TEST(SimFaults, TensorCoreProductWithoutEveryLaneFailsTheLaunch) {
   EXPECT_NE(m.find("mma_tile_kernel"), std::string::npos) << m;
   EXPECT_NE(m.find("lanes 30-31 exited or do not exist"), std::string::npos) << m;
   EXPECT_NE(m.find("device/sim_kernels.cu:"), std::string::npos) << m;
+  // Lanes at two different mma call sites make no product: each half waits for the other.
+  const std::string two = launch_error_of(
+      [&] { test::mma_tile(true, a.data(), b.data(), c.data(), d.data(), 1, 32, true); });
+  EXPECT_NE(two.find("deadlock"), std::string::npos) << two;
+  EXPECT_NE(two.find("mma.sync.m16n8k16"), std::string::npos) << two;
 }
 
 TEST(SimFaults, AsyncCopyNotWaitedForFailsTheLaunch) {
