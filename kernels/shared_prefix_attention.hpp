@@ -72,15 +72,39 @@ struct SharedPrefixPlan {
                                     int most_heads = 0) const {
     long total = 0;
     for (int c : n_ctx) total += c;
+    const long per_slice = slice_of(group, most_heads);
+    for (int g = 0; g < groups(); ++g)
+      total -= (rows_in(g) - reads(g, group, per_slice)) * prefix_len[g];
+    return total;
+  }
+  /// \brief The shared positions of positions_read, by level of the tree (top level first):
+  /// each group's positions times the times it is read (once, or once per slice as there).
+  [[nodiscard]] std::vector<long> positions_read_by_level(int group = 1, int most_heads = 0) const {
+    const long per_slice = slice_of(group, most_heads);
+    std::vector<long> by_level;
+    // Levels seen so far by each row: parents come first, so a group's depth is its rows'.
+    std::vector<int> depth_of_row(rows.empty() ? 0
+                                               : *std::max_element(rows.begin(), rows.end()) + 1);
+    for (int g = 0; g < groups(); ++g) {
+      const int depth = depth_of_row[rows[indptr[g]]];
+      for (int k = indptr[g]; k < indptr[g + 1]; ++k) ++depth_of_row[rows[k]];
+      if (depth >= static_cast<int>(by_level.size())) by_level.resize(depth + 1, 0);
+      by_level[depth] += reads(g, group, per_slice) * prefix_len[g];
+    }
+    return by_level;
+  }
+
+ private:
+  [[nodiscard]] long rows_in(int g) const { return indptr[g + 1] - indptr[g]; }
+  /// Query heads of each slice of the prefix pass's wide row (0: no slicing).
+  [[nodiscard]] long slice_of(int group, int most_heads) const {
     int widest = 0;
     for (int g = 0; g < groups(); ++g) widest = std::max(widest, indptr[g + 1] - indptr[g]);
-    const long per_slice = most_heads > 0 ? slice_heads(widest * group, most_heads) : 0;
-    for (int g = 0; g < groups(); ++g) {
-      const long r = indptr[g + 1] - indptr[g];
-      const long reads = per_slice > 0 ? (r * group + per_slice - 1) / per_slice : 1;
-      total -= (r - reads) * prefix_len[g];
-    }
-    return total;
+    return most_heads > 0 ? slice_heads(widest * group, most_heads) : 0;
+  }
+  /// Times group g's positions are read: once per slice that holds one of its real heads.
+  [[nodiscard]] long reads(int g, int group, long per_slice) const {
+    return per_slice > 0 ? (rows_in(g) * group + per_slice - 1) / per_slice : 1;
   }
 };
 

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstddef>
+#include <vector>
 
 #include "common/cache/batch.hpp"
 
@@ -49,6 +50,10 @@ class KVCache {
   /// \brief Positions the last prepared batch's attention reads in each layer: every row's
   /// context, less what a policy that reads shared prefixes once saves.
   [[nodiscard]] virtual long positions_read() const = 0;
+  /// \brief The part of positions_read() that shared levels read once, by level (top first):
+  /// a system prompt, then the documents after it, and so on; empty for a policy that reads
+  /// nothing once.
+  [[nodiscard]] virtual std::vector<long> shared_positions_read() const { return {}; }
 };
 
 }  // namespace kvheap

@@ -124,6 +124,9 @@ class HostKVStorage final : public KVStorage {
   [[nodiscard]] long positions_read() const override {
     return view_.prefixes.positions_read(view_.n_ctx);
   }
+  [[nodiscard]] std::vector<long> shared_positions_read() const override {
+    return view_.prefixes.positions_read_by_level();
+  }
 
  private:
   // `layer`'s [num_slots, kv_dim] part of a K or V buffer.

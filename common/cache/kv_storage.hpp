@@ -82,6 +82,8 @@ class KVStorage {
   /// what shared prefixes save (a GPU reads a prefix once per slice of
   /// gpu_heads_per_block(head_dim) query heads per KV head).
   [[nodiscard]] virtual long positions_read() const = 0;
+  /// \brief The part of positions_read() that the shared levels read, by level (top first).
+  [[nodiscard]] virtual std::vector<long> shared_positions_read() const = 0;
 
   /// \brief Token slots per layer.
   [[nodiscard]] std::int64_t num_slots() const { return num_slots_; }

@@ -28,6 +28,10 @@ class StorageCache : public KVCache {
   void attend(int layer, const Batch& batch, const float* q, float* out) final;
   /// \brief The storage's count for the loaded view (shared prefixes read once, when planned).
   [[nodiscard]] long positions_read() const final { return storage_->positions_read(); }
+  /// \brief The storage's count of what the shared levels read, by level.
+  [[nodiscard]] std::vector<long> shared_positions_read() const final {
+    return storage_->shared_positions_read();
+  }
   /// \brief Bytes the whole storage occupies, every slot included (the pool, or every
   /// reservation).
   [[nodiscard]] std::size_t storage_bytes() const { return storage_->bytes(); }

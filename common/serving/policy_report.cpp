@@ -49,6 +49,16 @@ double unshared_bytes_per_step(const ServeResult& r, std::size_t bytes_per_token
              : 0.0;
 }
 
+// What decode steps read of each shared level, on average (top level first).
+std::vector<double> level_bytes_per_step(const ServeResult& r, std::size_t bytes_per_token) {
+  std::vector<double> out;
+  if (r.decode_passes() == 0) return out;
+  for (double positions : r.decode_level_positions_read)
+    out.push_back(positions * static_cast<double>(bytes_per_token) /
+                  static_cast<double>(r.decode_passes()));
+  return out;
+}
+
 void print_sharing(const SharingStats& s, const ServeResult& r, std::size_t bytes_per_token,
                    std::ostream& os) {
   fmt::print(os,
@@ -71,6 +81,13 @@ void print_sharing(const SharingStats& s, const ServeResult& r, std::size_t byte
                  : 0.0,
              unshared_bytes_per_step(r, bytes_per_token) / 1e6,
              s.read_once ? "" : " (--no-read-once: the same)");
+  const std::vector<double> levels = level_bytes_per_step(r, bytes_per_token);
+  if (!levels.empty()) {
+    fmt::print(os, "                 of which shared levels, each read once:");
+    for (std::size_t l = 0; l < levels.size(); ++l)
+      fmt::print(os, "{} level {} {:.3f} MB", l > 0 ? "," : "", l + 1, levels[l] / 1e6);
+    fmt::print(os, "\n");
+  }
 }
 
 void print_scheduler(const SchedulerStats& s, const ServeResult& r, std::ostream& os) {
@@ -146,6 +163,7 @@ void add_policy_json(const PolicyStats& s, const ServeResult& result, std::size_
     root["sharing"] = *s.sharing;
     root["sharing"]["kv_bytes_per_step_unshared"] =
         unshared_bytes_per_step(result, bytes_per_token);
+    root["sharing"]["kv_bytes_per_step_by_level"] = level_bytes_per_step(result, bytes_per_token);
   }
   if (s.scheduler) {
     root["scheduler"] = *s.scheduler;

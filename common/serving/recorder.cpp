@@ -157,6 +157,11 @@ void Recorder::passed(const StepPlan& plan, ServingPolicy& policy, const Backend
   for (const BatchRow& row : plan.batch.rows) res_.positions_attended += row.pos + 1;
   if (plan.decode_rows > 0) {
     res_.decode_positions_read += positions;
+    const std::vector<long> levels = policy.cache().shared_positions_read();
+    if (levels.size() > res_.decode_level_positions_read.size())
+      res_.decode_level_positions_read.resize(levels.size(), 0.0);
+    for (std::size_t l = 0; l < levels.size(); ++l)
+      res_.decode_level_positions_read[l] += static_cast<double>(levels[l]);
     for (const BatchRow& row : plan.batch.rows) res_.decode_positions_unshared += row.pos + 1;
   }
   record_start_ = Clock::now();

@@ -146,6 +146,8 @@ struct ServeResult {
   double seconds = 0;                   ///< the whole loop
   double positions_read = 0;            ///< sum over passes of the attention's positions per layer
   double decode_positions_read = 0;     ///< the same over passes with decode rows
+  /// The part of decode_positions_read that shared levels read once, by level (top first).
+  std::vector<double> decode_level_positions_read;
   /// \brief Over passes with decode rows, the sum of every row's position + 1: what they would
   /// read if no row shared a position with another.
   double decode_positions_unshared = 0;

@@ -89,6 +89,10 @@ TEST(Cli, Chapter4SamplesAreForksThatCopyOnlyTheLastBlock) {
   EXPECT_DOUBLE_EQ(j["sharing"]["kv_bytes_per_step_unshared"].get<double>() -
                        j["metrics"]["kv_bytes_per_step"].get<double>(),
                    3 * 8 * per_position);
+  // One shared level, those 8 positions, read once a step; nothing read once without it.
+  ASSERT_EQ(j["sharing"]["kv_bytes_per_step_by_level"].size(), 1u);
+  EXPECT_DOUBLE_EQ(j["sharing"]["kv_bytes_per_step_by_level"][0].get<double>(), 8 * per_position);
+  EXPECT_TRUE(jp["sharing"]["kv_bytes_per_step_by_level"].empty());
 }
 
 // Sampled forks draw with their own seeds, as chapter 3's copies of a prompt do.

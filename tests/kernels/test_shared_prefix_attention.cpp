@@ -180,6 +180,21 @@ TEST(SharedPrefixAttention, PositionsReadCountEachPrefixOnce) {
             40 + 33 + 32 + 10 + 20 + 17 - 2 * 32 - 1 * 16);
   // At 16 heads per row, 48 heads make three slices of 16: 3 reads for 3 rows, 2 for 2.
   EXPECT_EQ(plan.positions_read(n_ctx, 16, kGpuHeadsPerBlock), 40 + 33 + 32 + 10 + 20 + 17);
+  // Both groups are top levels; by level they read 32 + 16 once, and twice + twice at 8 heads.
+  EXPECT_EQ(plan.positions_read_by_level(), (std::vector<long>{48}));
+  EXPECT_EQ(plan.positions_read_by_level(8, kGpuHeadsPerBlock),
+            (std::vector<long>{2 * 32 + 2 * 16}));
+  EXPECT_TRUE(SharedPrefixPlan{}.positions_read_by_level().empty());
+  // A tree: rows 0-3 share [0, 32); rows 0-1 then [32, 48), rows 2-3 [32, 40); rows 0-1 then
+  // [48, 64). Each level is read once: 32, then 16 + 8, then 16.
+  SharedPrefixPlan tree;
+  tree.indptr = {0, 4, 6, 8, 10};
+  tree.rows = {0, 1, 2, 3, 0, 1, 2, 3, 0, 1};
+  tree.prefix_begin = {0, 32, 32, 48};
+  tree.prefix_len = {32, 16, 8, 16};
+  const std::vector<int> tree_ctx = {70, 66, 41, 45};
+  EXPECT_EQ(tree.positions_read_by_level(), (std::vector<long>{32, 24, 16}));
+  EXPECT_EQ(tree.positions_read(tree_ctx), 70 + 66 + 41 + 45 - 3 * 32 - 1 * 16 - 1 * 8 - 1 * 16);
 }
 
 // Rows group by their first block, share the run of blocks all their tables begin with, and only

@@ -41,6 +41,10 @@ class DeviceKVStorage final : public KVStorage {
     return view_.prefixes.positions_read(view_.n_ctx, config_.group_size(),
                                          cuda::prefix_heads_per_read(kv_, config_.head_dim));
   }
+  [[nodiscard]] std::vector<long> shared_positions_read() const override {
+    return view_.prefixes.positions_read_by_level(
+        config_.group_size(), cuda::prefix_heads_per_read(kv_, config_.head_dim));
+  }
 
  private:
   [[nodiscard]] std::size_t layer_bytes() const { return bytes() / 2 / config_.n_layers; }
