@@ -213,9 +213,9 @@ int prefix_heads_per_read(DType kv, int head_dim);
 /// (SharedPrefixPlan::positions_read), not once per row; a slice of padding reads nothing.
 ///
 /// Equality: within about 1e-6 relative of plain attention for fp32 caches and for the decode
-/// kernel; the product rounds the queries and the softmax weights to the cache type, which
-/// measured within 1e-2 relative for bf16 and 2e-3 for fp16 (tier 2, tests/chapters/
-/// test_ch04_shared_gpu.cpp).
+/// kernel; the product rounds the queries and the softmax weights to the cache type: within 1e-2
+/// relative for bf16 and 2e-3 for fp16 in tests/chapters/test_ch04_shared_gpu.cpp (tier 2), an
+/// error that grows with the spread of the scores (chapter 4's page has the measurements).
 ///
 /// \param kv      element type of the pool
 /// \param q       [n, n_heads, head_dim] fp32 (device)
