@@ -17,6 +17,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <utility>
 
 #include "base/error.hpp"
 #include "device/device.hpp"
@@ -129,6 +130,22 @@ bool tensor_cores() {
   return devices[device] = info.is_simulator || info.cc_major >= 8;
 }
 
+/// The current device's SM count, and how many blocks of `threads` threads of `Kernel` (a prefix
+/// product) one SM holds: asked of the driver once per device and block size, since every layer
+/// of every step launches it.
+template <auto Kernel>
+std::pair<int, int> product_occupancy(int threads, std::size_t smem) {
+  static std::mutex mutex;
+  static std::map<std::pair<int, int>, std::pair<int, int>> known;  // (device, threads) ->
+  int device = 0;
+  KVHEAP_CUDA_CHECK(cudaGetDevice(&device));
+  const std::lock_guard lock(mutex);
+  const auto it = known.find({device, threads});
+  if (it != known.end()) return it->second;
+  return known[{device, threads}] = {device_info(device).sm_count,
+                                     max_active_blocks<Kernel>(threads, smem)};
+}
+
 /// The prefix pass as a tensor-core product (prefix_product.cuh) for the groups of `plan`;
 /// returns its number of context splits.
 template <class T, int HD>
@@ -159,9 +176,9 @@ int launch_prefix_product(const float* wide_q, const void* k_cache, const void* 
     d.splits = force_splits;
   } else {
     // As the decode kernel's plan: fill one wave of resident blocks, no chunk below 256 positions.
-    d.splits =
-        choose_num_splits(static_cast<int>(items), plan.max_prefix, device_info().sm_count,
-                          max_active_blocks<kernel>(threads, smem), detail::min_split_positions());
+    const auto [sm_count, blocks_per_sm] = product_occupancy<kernel>(threads, smem);
+    d.splits = choose_num_splits(static_cast<int>(items), plan.max_prefix, sm_count, blocks_per_sm,
+                                 detail::min_split_positions());
   }
   ws.reserve(static_cast<std::size_t>(d.splits) * plan.groups * d.wide_heads, HD);
   launch<kernel>(dim3(static_cast<unsigned>(items), static_cast<unsigned>(d.splits)),
