@@ -1,5 +1,6 @@
 // Tensor-core products for kernels: one warp-wide mma.sync.m16n8k16 with 16-bit inputs (fp16 or
-// bf16) and fp32 accumulators, and the packing of two fp32 values into one input register.
+// bf16) and fp32 accumulators, ldmatrix to load B fragments from shared memory, and the packing
+// of two fp32 values into one input register.
 //
 // The fragment layout is the PTX ISA's for m16n8k16 (lane = 4 groupID + t):
 //   A, 16 x 16, row-major, 4 registers of 2 elements (the lower column in the low half):
@@ -11,10 +12,10 @@
 // So a lane's accumulators of two n-tiles side by side are exactly its A registers of the next
 // product over those 16 columns (the score tile S becomes the weight tile P with no shuffle).
 //
-// On a GPU of compute capability 8.0 or later this is the mma.sync instruction. The simulator
-// runs it as a warp collective of all 32 lanes whose last arrival computes the whole tile from
-// every lane's fragments (device/sim/sync.cpp): kernels index fragments directly, so the twin
-// keeps the documented layout rather than an invented one.
+// On a GPU of compute capability 8.0 or later these are the mma.sync and ldmatrix instructions.
+// The simulator runs each as a warp collective of all 32 lanes whose last arrival does the whole
+// warp's work from every lane's operands (device/sim/sync.cpp): kernels index fragments directly,
+// so the twins keep the documented layouts rather than invented ones.
 #pragma once
 
 #include "device/cuda_compat.hpp"
@@ -81,6 +82,41 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4],
   }
 #elif defined(__CUDA_ARCH__)
   __trap();  // no such instruction before sm_80: the host never launches this path there
+#endif
+}
+#endif
+
+/// \brief ldmatrix.sync.aligned.m8n8.x4{.trans}.shared.b16: four 8 x 8 matrices of 16-bit elements
+/// from shared memory into fragments. Lane 8j + r passes the address of row r of matrix j (16
+/// bytes, 16-byte aligned); register j of lane l receives two elements of matrix j: of row l / 4,
+/// columns 2 (l % 4) and 2 (l % 4) + 1 (the lower in the low half), or with kTrans those of column
+/// l / 4, rows 2 (l % 4) and 2 (l % 4) + 1. Every lane of the warp must call it together.
+///   - An 8 x 8 block of K (rows: positions, columns: dims) without kTrans is the B fragment
+///     register of Q Kᵀ for those 8 positions and 8 dims (k = dims).
+///   - An 8 x 8 block of V (rows: positions, columns: dims) with kTrans is the B fragment register
+///     of P V for those 8 positions (k) and 8 dims (n).
+#if defined(KVHEAP_SIM)
+template <bool kTrans>
+inline void ldmatrix_x4(unsigned (&r)[4], const void* row,
+                        ::kvheap::sim::detail::SourceSite site = {}) {
+  ::kvheap::sim::detail::ldmatrix_x4(::kvheap::sim::detail::LdmatrixLane{row, r, kTrans}, site);
+}
+#else
+template <bool kTrans>
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* row) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const auto a = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  if constexpr (kTrans) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+  } else {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+  }
+#elif defined(__CUDA_ARCH__)
+  __trap();  // the kernels that use it run from sm_80 on only
 #endif
 }
 #endif

@@ -13,11 +13,13 @@
 // Shared memory to registers, per warp and tile:
 //   S = Q Kᵀ: 4 n-tiles of 8 positions x head_dim / 16 products of m16n8k16. The queries, scaled
 //     by 1/sqrt(head_dim) x log2(e) and rounded to the cache type, stay in registers as A
-//     fragments for the whole split; a K row is a column of B, two elements to a 32-bit load.
+//     fragments for the whole split; K's B fragments come by ldmatrix, four 8 x 8 blocks (two
+//     k-steps) an instruction.
 //   online softmax: each lane holds two rows' scores; the 4 lanes of a row share its maximum
 //     (two shuffles); the running sums and outputs are rescaled by exp2(old max - new max).
 //   O += P V: the weights, rounded to the cache type, are already the A fragments of the next
-//     product (see kernels/mma.cuh); V is read as B, two 16-bit loads to a register.
+//     product (see kernels/mma.cuh); V's B fragments come by ldmatrix.trans, which transposes
+//     its 8 x 8 blocks on the way (two output n-tiles an instruction).
 // The sums add the rounded weights, the same ones the product multiplies, so the output stays a
 // weighted mean of V rows. Against plain attention the result differs by the rounding of the
 // queries and weights to 16 bits (8 significant bits for bf16, 11 for fp16): tier 2.
@@ -73,11 +75,11 @@ __global__ void __launch_bounds__(kProductWarps * 32)
                           PagedLocator pages, ProductDims d, float* part_acc,
                           SoftmaxState* part_state) {
   constexpr int kRow = product_row(HD);
-  constexpr int KS = HD / 16;           // k-steps of Q Kᵀ
-  constexpr int NT = kProductTile / 8;  // n-tiles of S
-  constexpr int DT = HD / 8;            // n-tiles of O
-  constexpr int kVecs = HD * 2 / 16;    // 16-byte vectors a row
-  static_assert(sizeof(T) == 2 && HD % 16 == 0 && NT % 2 == 0);
+  constexpr int KS = HD / 16;                                    // k-steps of Q Kᵀ
+  constexpr int NT = kProductTile / 8;                           // n-tiles of S
+  constexpr int DT = HD / 8;                                     // n-tiles of O
+  constexpr int kVecs = HD * 2 / 16;                             // 16-byte vectors a row
+  static_assert(sizeof(T) == 2 && HD % 32 == 0 && NT % 2 == 0);  // k-steps and n-tiles in pairs
 
   const int item = static_cast<int>(blockIdx.x);
   const int slice = item % d.slices;
@@ -143,17 +145,22 @@ __global__ void __launch_bounds__(kProductWarps * 32)
     const T* ks_base = stages + (s * 2) * kProductTile * kRow;
     const auto* k16 = reinterpret_cast<const unsigned short*>(ks_base);
     const auto* v16 = k16 + kProductTile * kRow;
+    // ldmatrix: lane 8j + r names row r of matrix j. For K, matrices j = 0..3 are dims
+    // [16 ks + 8 j, + 8) of 8 positions: the B registers of k-steps ks and ks + 1.
+    const int lr = lane % 8, lj = lane / 8;
     float sc[NT][4];
     KVHEAP_UNROLL
     for (int nt = 0; nt < NT; ++nt) {
       KVHEAP_UNROLL
       for (int i = 0; i < 4; ++i) sc[nt][i] = 0.0f;
-      const unsigned short* krow = k16 + (nt * 8 + gid) * kRow + 2 * t;
+      const unsigned short* krow = k16 + (nt * 8 + lr) * kRow + 8 * lj;
       KVHEAP_UNROLL
-      for (int ks = 0; ks < KS; ++ks) {
-        const unsigned b[2] = {*reinterpret_cast<const unsigned*>(krow + ks * 16),
-                               *reinterpret_cast<const unsigned*>(krow + ks * 16 + 8)};
-        mma_16816<T>(sc[nt], qa[ks], b);
+      for (int ks = 0; ks < KS; ks += 2) {
+        unsigned kb[4];
+        ldmatrix_x4<false>(kb, krow + ks * 16);
+        const unsigned b0[2] = {kb[0], kb[1]}, b1[2] = {kb[2], kb[3]};
+        mma_16816<T>(sc[nt], qa[ks], b0);
+        mma_16816<T>(sc[nt], qa[ks + 1], b1);
       }
     }
     float top[2] = {-INFINITY, -INFINITY};
@@ -189,14 +196,17 @@ __global__ void __launch_bounds__(kProductWarps * 32)
         pa[nt / 2][2 * (nt % 2) + r] = w;
       }
     }
+    // For V (transposed on the way), matrices j = 0..3 are positions [16 k + 8 (j % 2), + 8) of
+    // dims [8 dt + 8 (j / 2), + 8): the B registers of output n-tiles dt and dt + 1.
     KVHEAP_UNROLL
-    for (int dt = 0; dt < DT; ++dt) {
+    for (int dt = 0; dt < DT; dt += 2) {
       KVHEAP_UNROLL
-      for (int j = 0; j < NT / 2; ++j) {
-        const unsigned short* vcol = v16 + (j * 16 + 2 * t) * kRow + dt * 8 + gid;
-        const unsigned b[2] = {vcol[0] | static_cast<unsigned>(vcol[kRow]) << 16,
-                               vcol[8 * kRow] | static_cast<unsigned>(vcol[9 * kRow]) << 16};
-        mma_16816<T>(o[dt], pa[j], b);
+      for (int k = 0; k < NT / 2; ++k) {
+        unsigned vb[4];
+        ldmatrix_x4<true>(vb, v16 + (k * 16 + 8 * (lj % 2) + lr) * kRow + dt * 8 + 8 * (lj / 2));
+        const unsigned b0[2] = {vb[0], vb[1]}, b1[2] = {vb[2], vb[3]};
+        mma_16816<T>(o[dt], pa[k], b0);
+        mma_16816<T>(o[dt + 1], pa[k], b1);
       }
     }
   };

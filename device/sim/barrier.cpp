@@ -49,7 +49,8 @@ std::uint64_t group_result(const WarpGroup& g, int lane) {
   unsigned votes = 0;
   switch (g.op) {
     case WarpOp::Sync:
-    case WarpOp::Mma: return 0;  // an mma writes each lane's registers itself
+    case WarpOp::Mma:
+    case WarpOp::Ldmatrix: return 0;  // these write each lane's registers themselves
     case WarpOp::ShflIdx:
     case WarpOp::ShflUp:
     case WarpOp::ShflDown:
@@ -85,6 +86,7 @@ const char* warp_op_name(WarpOp op) {
     case WarpOp::Any: return "__any_sync";
     case WarpOp::All: return "__all_sync";
     case WarpOp::Mma: return "mma.sync.m16n8k16";
+    case WarpOp::Ldmatrix: return "ldmatrix.sync.m8n8.x4";
   }
   return "warp intrinsic";
 }

@@ -42,7 +42,7 @@ struct WarpGroup {
   detail::SourceSite site{};  ///< where the lane that opened the group called the intrinsic
   std::uint64_t value[32]{};  ///< each lane's contribution: the bits of its value or predicate
   std::int8_t source[32]{};   ///< shuffles: the lane each lane reads
-  bool mixed_types = false;   ///< an mma whose lanes passed different input types
+  bool mixed_types = false;   ///< an mma or ldmatrix whose lanes passed different forms
 };
 
 /// \brief The warp groups and lane liveness of one warp.
@@ -57,6 +57,10 @@ inline constexpr std::uint64_t kPoison = ~std::uint64_t{0};
 
 /// \brief True for the four shuffle operations.
 bool is_shuffle(detail::WarpOp op);
+/// \brief True for the warp-wide matrix operations (mma, ldmatrix): all 32 lanes, one call site.
+inline bool whole_warp(detail::WarpOp op) {
+  return op == detail::WarpOp::Mma || op == detail::WarpOp::Ldmatrix;
+}
 /// \brief True when a lane arriving with `op` may join a group opened by `group_op`: any two
 /// shuffles may (each lane carries its own source), other operations only with themselves.
 bool joins(detail::WarpOp group_op, detail::WarpOp op);

@@ -68,11 +68,11 @@ std::uint64_t BlockRunner::warp_collective(WarpOp op, unsigned mask, std::uint64
          std::to_string(warp) + ") called " + warp_op_name(op) + " at " + site_string(site) +
          " with mask " + hex + ", which does not include its own lane");
   }
-  if (op == WarpOp::Mma && mask != 0xffffffffu) {
+  if (whole_warp(op) && mask != 0xffffffffu) {
     char hex[16];
     std::snprintf(hex, sizeof hex, "0x%08x", mask);
     fail(std::string(warp_op_name(op)) + " at " + site_string(site) + " with mask " + hex +
-         ": an mma.sync takes all 32 lanes of the warp");
+         ": it takes all 32 lanes of the warp");
   }
   if (is_shuffle(op) && (width < 1 || width > 32 || !std::has_single_bit(unsigned(width)))) {
     fail(std::string(warp_op_name(op)) + " at " + site_string(site) + ": width " +
@@ -84,10 +84,11 @@ std::uint64_t BlockRunner::warp_collective(WarpOp op, unsigned mask, std::uint64
   int index = -1;
   for (int i = 0; i < 32 && g == nullptr; ++i) {
     WarpGroup& c = w.groups[i];
-    // An mma joins only lanes at the same call site: on a GPU, lanes at two different mma.sync
-    // instructions do not make one product (the wait is then a deadlock, and reported so).
+    // An mma (or ldmatrix) joins only lanes at the same call site: on a GPU, lanes at two
+    // different mma.sync instructions do not make one product (the wait is then a deadlock, and
+    // reported so).
     if (c.in_use && !c.complete && c.mask == mask && joins(c.op, op) && (c.arrived & bit) == 0 &&
-        (op != WarpOp::Mma || same_site(c.site, site))) {
+        (!whole_warp(op) || same_site(c.site, site))) {
       g = &c;
       index = i;
     }
@@ -120,17 +121,19 @@ std::uint64_t BlockRunner::warp_collective(WarpOp op, unsigned mask, std::uint64
   }
   me.wait = Wait::None;
   me.group = -1;
-  if (op == WarpOp::Mma && g->arrived != 0xffffffffu) {
+  if (whole_warp(op) && g->arrived != 0xffffffffu) {
     std::vector<int> absent;
     for (int l = 0; l < 32; ++l)
       if ((g->arrived >> l & 1u) == 0) absent.push_back(l);
     fail(std::string(warp_op_name(op)) + " at " + site_string(site) + " in warp " +
          std::to_string(warp) + ": lanes " + ranges_string(absent) +
-         " exited or do not exist, and an mma.sync needs all 32 lanes");
+         " exited or do not exist, and it needs all 32 lanes");
   }
-  if (op == WarpOp::Mma && g->mixed_types)
+  if (whole_warp(op) && g->mixed_types)
     fail(std::string(warp_op_name(op)) + " at " + site_string(site) + " in warp " +
-         std::to_string(warp) + ": its lanes pass different input types (fp16 and bf16)");
+         std::to_string(warp) +
+         (op == WarpOp::Mma ? ": its lanes pass different input types (fp16 and bf16)"
+                            : ": some lanes ask for .trans and some do not"));
   const std::uint64_t result = group_result(*g, lane);
   if (--g->readers == 0) g->in_use = false;
   return result;
@@ -147,6 +150,14 @@ void BlockRunner::complete_group(int warp, WarpGroup& g) {
       g.mixed_types |= lanes[l]->type != lanes[0]->type;
     }
     if (!g.mixed_types) detail::mma_m16n8k16_product(lanes);
+  }
+  if (g.op == WarpOp::Ldmatrix && g.arrived == 0xffffffffu) {
+    detail::LdmatrixLane* lanes[32];
+    for (int l = 0; l < 32; ++l) {
+      lanes[l] = reinterpret_cast<detail::LdmatrixLane*>(g.value[l]);
+      g.mixed_types |= lanes[l]->trans != lanes[0]->trans;
+    }
+    if (!g.mixed_types) detail::ldmatrix_x4_gather(lanes);
   }
   g.readers = static_cast<unsigned>(std::popcount(g.arrived));
   for (int lane = 0; lane < 32; ++lane) {
@@ -231,6 +242,32 @@ void mma_m16n8k16(const MmaLane& lane, const SourceSite& site) {
   runner("mma.sync", site)
       .warp_collective(WarpOp::Mma, 0xffffffffu, reinterpret_cast<std::uintptr_t>(&lane), 0, 32,
                        site);
+}
+
+void ldmatrix_x4(const LdmatrixLane& lane, const SourceSite& site) {
+  BlockRunner& r = runner("ldmatrix", site);
+  if (reinterpret_cast<std::uintptr_t>(lane.row) % 16 != 0)
+    r.fail(std::string("ldmatrix at ") + site_string(site) +
+           ": a row address must be 16-byte aligned");
+  r.warp_collective(WarpOp::Ldmatrix, 0xffffffffu, reinterpret_cast<std::uintptr_t>(&lane), 0, 32,
+                    site);
+}
+
+void ldmatrix_x4_gather(LdmatrixLane* const (&lanes)[32]) {
+  // Element (row, column) of matrix j: column `column` of the row lane 8j + row names.
+  const auto element = [&](int j, int row, int column) {
+    return static_cast<unsigned>(
+        static_cast<const std::uint16_t*>(lanes[8 * j + row]->row)[column]);
+  };
+  unsigned regs[32][4];
+  for (int l = 0; l < 32; ++l)
+    for (int j = 0; j < 4; ++j) {
+      const int a = l / 4, b = 2 * (l % 4);
+      regs[l][j] = lanes[0]->trans ? element(j, b, a) | element(j, b + 1, a) << 16
+                                   : element(j, a, b) | element(j, a, b + 1) << 16;
+    }
+  for (int l = 0; l < 32; ++l)  // written last: a lane's registers may alias the rows it names
+    for (int j = 0; j < 4; ++j) lanes[l]->out[j] = regs[l][j];
 }
 
 void mma_m16n8k16_product(MmaLane* const (&lanes)[32]) {

@@ -53,7 +53,8 @@ enum class WarpOp : std::uint8_t {
   Ballot,
   Any,
   All,
-  Mma
+  Mma,
+  Ldmatrix
 };
 
 /// \brief __syncthreads and its _count/_and/_or forms: waits for the whole block at `site`;
@@ -88,6 +89,24 @@ struct MmaLane {
 /// fragments and writes each lane's accumulators; a lane that exited or does not exist fails
 /// the launch, naming the lanes.
 void mma_m16n8k16(const MmaLane& lane, const SourceSite& site);
+
+/// \brief One lane's part of an ldmatrix.sync.aligned.m8n8.x4{.trans}.shared.b16: lane 8j + r
+/// names row r of matrix j (8 16-bit elements, 16-byte aligned), and receives 4 registers,
+/// register j two elements of matrix j: of row lane / 4, columns 2 (lane % 4) and 2 (lane % 4) + 1
+/// (the lower in the low half), or with `trans` of column lane / 4, rows 2 (lane % 4) and
+/// 2 (lane % 4) + 1.
+struct LdmatrixLane {
+  const void* row;  ///< the row this lane names, in shared memory
+  unsigned* out;    ///< [4], written
+  bool trans;       ///< the .trans form (the same for every lane)
+};
+
+/// \brief ldmatrix.sync.aligned.m8n8.x4{.trans}.shared.b16: a warp collective of all 32 lanes, like
+/// mma_m16n8k16; the last lane to arrive reads the four matrices and writes every lane's registers.
+void ldmatrix_x4(const LdmatrixLane& lane, const SourceSite& site);
+
+/// \brief The data movement behind ldmatrix_x4 for the warp's lanes[0..31] (for its tests).
+void ldmatrix_x4_gather(LdmatrixLane* const (&lanes)[32]);
 
 /// \brief D += A B for the warp's fragments `lanes[0..31]` (the arithmetic behind mma_m16n8k16,
 /// exposed for its tests): every product of two 16-bit inputs is exact in fp32, and each

@@ -297,7 +297,28 @@ __global__ void mma_tile_kernel(const unsigned short* a, const unsigned short* b
   for (int i = 0; i < 4; ++i) d[(gid + 8 * (i / 2)) * 8 + 2 * t + i % 2] = acc[i];
 }
 
+// Four 8 x 8 matrices of 16-bit values, `in` [4][8][8], into shared memory and out again through
+// ldmatrix.x4: lane 8j + r names row r of matrix j; out[lane][j] is the lane's register j.
+template <bool kTrans>
+__global__ void ldmatrix_tile_kernel(const unsigned short* in, unsigned* out) {
+  __shared__ __align__(16) unsigned short m[4 * 8 * 8];
+  const int lane = static_cast<int>(threadIdx.x);
+  for (int e = lane; e < 4 * 8 * 8; e += 32) m[e] = in[e];
+  __syncthreads();
+  unsigned r[4];
+  cuda::detail::ldmatrix_x4<kTrans>(r, &m[(lane / 8) * 64 + (lane % 8) * 8]);
+  for (int j = 0; j < 4; ++j) out[lane * 4 + j] = r[j];
+}
+
 }  // namespace
+
+void ldmatrix_tile(const unsigned short* in, unsigned* out, bool trans) {
+  if (trans) {
+    kvheap::launch<ldmatrix_tile_kernel<true>>(dim3(1), dim3(32), 0, nullptr, in, out);
+  } else {
+    kvheap::launch<ldmatrix_tile_kernel<false>>(dim3(1), dim3(32), 0, nullptr, in, out);
+  }
+}
 
 void mma_tile(bool bf16, const unsigned short* a, const unsigned short* b, const float* c, float* d,
               int repeat, int lanes, bool two_sites) {

@@ -86,6 +86,11 @@ void async_copy_left_pending(const float* src);
 void mma_tile(bool bf16, const unsigned short* a, const unsigned short* b, const float* c, float* d,
               int repeat, int lanes = 32, bool two_sites = false);
 
+/// \brief One warp loads four 8 x 8 matrices of 16-bit values through shared memory with
+/// kernels/mma.cuh's ldmatrix (x4, `trans` or not); out[lane * 4 + j] is the lane's register j.
+/// \param in [4][8][8]  \param out [32][4]
+void ldmatrix_tile(const unsigned short* in, unsigned* out, bool trans);
+
 /// \brief Sets cudaFuncAttributeMaxDynamicSharedMemorySize of the big-shared-memory kernel.
 void set_big_smem_limit(int bytes);
 /// \brief Runs a kernel that writes and checks `smem_bytes` of dynamic shared memory;

@@ -455,6 +455,34 @@ TEST(SimKernels, TensorCoreProductFollowsThePtxLayout) {
   }
 }
 
+// ldmatrix against the PTX ISA's description, written out here: lane l's register j holds two
+// elements of matrix j, row l / 4 and columns 2 (l % 4), 2 (l % 4) + 1, or, transposed, column
+// l / 4 and rows 2 (l % 4), 2 (l % 4) + 1; the lower column (row) in the low half. Every element
+// differs, so any misplaced one shows. On a GPU it checks the instruction itself.
+TEST(SimKernels, LdmatrixFollowsThePtxLayout) {
+  KVHEAP_REQUIRE_DEVICE();
+  if (!is_simulator() && device_info().cc_major < 8)
+    GTEST_SKIP() << "the kernels use ldmatrix from compute capability 8.0";
+  std::vector<unsigned short> in(4 * 8 * 8);
+  for (std::size_t e = 0; e < in.size(); ++e) in[e] = static_cast<unsigned short>(1000 + e);
+  const auto d_in = DeviceBuffer<unsigned short>::from_host(in);
+  DeviceBuffer<unsigned> out(32 * 4);
+  for (const bool trans : {false, true}) {
+    test::ldmatrix_tile(d_in.data(), out.data(), trans);
+    const std::vector<unsigned> got = out.to_host();
+    for (int l = 0; l < 32; ++l)
+      for (int j = 0; j < 4; ++j) {
+        const auto at = [&](int row, int col) {
+          return static_cast<unsigned>(in[j * 64 + row * 8 + col]);
+        };
+        const int a = l / 4, b = 2 * (l % 4);
+        const unsigned want = trans ? at(b, a) | at(b + 1, a) << 16 : at(a, b) | at(a, b + 1) << 16;
+        EXPECT_EQ(got[l * 4 + j], want)
+            << (trans ? "trans, " : "") << "lane " << l << ", matrix " << j;
+      }
+  }
+}
+
 TEST(SimFaults, TensorCoreProductWithoutEveryLaneFailsTheLaunch) {
   KVHEAP_REQUIRE_SIMULATOR();
   DeviceBuffer<unsigned short> a(16 * 16), b(16 * 8);
