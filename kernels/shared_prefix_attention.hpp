@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <utility>
 #include <vector>
 
 #include "base/dtype.hpp"
@@ -62,6 +63,33 @@ struct SharedPrefixPlan {
 
   /// \brief Number of groups.
   [[nodiscard]] int groups() const { return static_cast<int>(prefix_len.size()); }
+
+  /// \brief Each batch row's path through the tree: the groups it is in, parents first.
+  struct Paths {
+    std::vector<int> at;      ///< [n + 1] row i's entries are at[i] .. at[i + 1]
+    std::vector<int> group;   ///< [rows in groups] the group of each entry
+    std::vector<int> member;  ///< [rows in groups] the row's index within that group
+    std::vector<int> first;   ///< [n] where each row's own positions begin (0 in no group)
+  };
+  /// \brief The paths of a batch of `n` rows (every row id in `rows` below n).
+  [[nodiscard]] Paths paths(int n) const {
+    Paths p;
+    p.at.assign(n + 1, 0);
+    for (int r : rows) ++p.at[r + 1];
+    for (int i = 0; i < n; ++i) p.at[i + 1] += p.at[i];
+    p.group.resize(rows.size());
+    p.member.resize(rows.size());
+    p.first.assign(n, 0);
+    std::vector<int> filled(p.at.begin(), p.at.end() - 1);
+    for (int g = 0; g < groups(); ++g)  // parents come first, so each row's path is in order
+      for (int k = indptr[g]; k < indptr[g + 1]; ++k) {
+        const int i = rows[k];
+        p.first[i] = std::max(p.first[i], prefix_end(g));
+        p.group[filled[i]] = g;
+        p.member[filled[i]++] = k - indptr[g];
+      }
+    return p;
+  }
   /// \brief Positions attention reads for a batch whose row i attends n_ctx[i] positions: each
   /// group's shared positions once, plus every row's positions outside its groups. With
   /// `most_heads` > 0 (the GPU kernel's limit, gpu_heads_per_block), the prefix pass's wide row
@@ -150,23 +178,16 @@ struct SharedPrefixArrays {
     prefix_len = plan.prefix_len;
     prefix_begin = plan.prefix_begin;
     group_rows.assign(static_cast<std::size_t>(G) * widest, -1);
-    first.assign(n, 0);
-    path_at.assign(n + 1, 0);
-    for (int r : plan.rows) ++path_at[r + 1];
-    for (int i = 0; i < n; ++i) path_at[i + 1] += path_at[i];
-    path_group.resize(plan.rows.size());
-    path_member.resize(plan.rows.size());
-    std::vector<int> filled(path_at.begin(), path_at.end() - 1);
-    for (int g = 0; g < G; ++g) {  // parents come first, so each row's path is in order
+    SharedPrefixPlan::Paths p = plan.paths(n);
+    path_at = std::move(p.at);
+    path_group = std::move(p.group);
+    path_member = std::move(p.member);
+    first = std::move(p.first);
+    for (int g = 0; g < G; ++g) {
       prefix_seq.push_back(row_seq[plan.rows[plan.indptr[g]]]);
       group_size.push_back(plan.indptr[g + 1] - plan.indptr[g]);
-      for (int k = plan.indptr[g]; k < plan.indptr[g + 1]; ++k) {
-        const int i = plan.rows[k], m = k - plan.indptr[g];
-        group_rows[static_cast<std::size_t>(g) * widest + m] = i;
-        first[i] = std::max(first[i], plan.prefix_end(g));
-        path_group[filled[i]] = g;
-        path_member[filled[i]++] = m;
-      }
+      for (int k = plan.indptr[g]; k < plan.indptr[g + 1]; ++k)
+        group_rows[static_cast<std::size_t>(g) * widest + (k - plan.indptr[g])] = plan.rows[k];
     }
     own_ctx.resize(n);
     for (int i = 0; i < n; ++i) own_ctx[i] = n_ctx[i] - first[i];

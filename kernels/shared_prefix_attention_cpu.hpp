@@ -102,29 +102,14 @@ void attend_batch_shared_prefix(const AttendShape& sh, int n, const RowsOf& rows
   std::vector<int> group_of_chunk(chunks);
   for (int g = 0; g < G; ++g)
     for (int ch = first_chunk[g]; ch < first_chunk[g + 1]; ++ch) group_of_chunk[ch] = g;
-  // The grouped rows, each once however many levels it is in, with its path: the entries of
-  // plan.rows that are its groups, parents first (the plan's order), and where its own positions
-  // begin. Their own passes' states are [R, n_heads], their accumulators in `out`.
-  std::vector<int> member_of(n, -1), grouped_rows, path_at{0}, path;
-  for (int k : plan.rows)
-    if (member_of[k] < 0) {
-      member_of[k] = static_cast<int>(grouped_rows.size());
-      grouped_rows.push_back(k);
-    }
+  // The grouped rows, each once however many levels it is in, and their paths (the groups they
+  // are in, parents first, and where their own positions begin). Their own passes' states are
+  // [R, n_heads], their accumulators in `out`.
+  const SharedPrefixPlan::Paths paths = plan.paths(n);
+  std::vector<int> grouped_rows;
+  for (int i = 0; i < n; ++i)
+    if (paths.at[i + 1] > paths.at[i]) grouped_rows.push_back(i);
   const int R = static_cast<int>(grouped_rows.size());
-  std::vector<std::vector<int>> entries(R);
-  for (int k = 0; k < static_cast<int>(plan.rows.size()); ++k)
-    entries[member_of[plan.rows[k]]].push_back(k);
-  std::vector<int> group_of(plan.rows.size()), own_first(R, 0);
-  for (int g = 0; g < G; ++g)
-    for (int k = plan.indptr[g]; k < plan.indptr[g + 1]; ++k) group_of[k] = g;
-  for (int j = 0; j < R; ++j) {
-    for (int k : entries[j]) {
-      path.push_back(k);
-      own_first[j] = std::max(own_first[j], plan.prefix_end(group_of[k]));
-    }
-    path_at.push_back(static_cast<int>(path.size()));
-  }
   std::vector<float> own_max(static_cast<long>(R) * n_heads), own_sum(own_max.size());
   int widest = 0;
   for (int g = 0; g < G; ++g) widest = std::max(widest, plan.indptr[g + 1] - plan.indptr[g]);
@@ -164,7 +149,7 @@ void attend_batch_shared_prefix(const AttendShape& sh, int n, const RowsOf& rows
       } else {  // a grouped row's own positions past its deepest group
         const int j = static_cast<int>(unit - chunks), i = grouped_rows[j];
         const long at = static_cast<long>(j) * n_heads + static_cast<long>(h0) * group;
-        attend_span<T>(q + static_cast<long>(i) * q_dim, rows_of(i), own_first[j], n_ctx_of(i),
+        attend_span<T>(q + static_cast<long>(i) * q_dim, rows_of(i), paths.first[i], n_ctx_of(i),
                        AttendShape{kvh, group, hd}, h0, h0 + per_range,
                        out + static_cast<long>(i) * q_dim, &own_max[at], &own_sum[at],
                        scratch.data());
@@ -175,13 +160,14 @@ void attend_batch_shared_prefix(const AttendShape& sh, int n, const RowsOf& rows
 #pragma omp for schedule(static)
     for (long jh = 0; jh < static_cast<long>(R) * n_heads; ++jh) {
       const int j = static_cast<int>(jh / n_heads), qh = static_cast<int>(jh % n_heads);
-      float* o = out + static_cast<long>(grouped_rows[j]) * q_dim + static_cast<long>(qh) * hd;
+      const int i = grouped_rows[j];
+      float* o = out + static_cast<long>(i) * q_dim + static_cast<long>(qh) * hd;
       std::copy_n(o, hd, own.data());
       std::fill(o, o + hd, 0.0f);
       SoftmaxState state;
-      for (int e = path_at[j]; e < path_at[j + 1]; ++e) {
-        const int k = path[e], g = group_of[k];
-        const int m = k - plan.indptr[g], r = plan.indptr[g + 1] - plan.indptr[g];
+      for (int e = paths.at[i]; e < paths.at[i + 1]; ++e) {
+        const int g = paths.group[e], m = paths.member[e];
+        const int r = plan.indptr[g + 1] - plan.indptr[g];
         const long wide = static_cast<long>(qh / group) * r * group + m * group + qh % group;
         for (int ch = first_chunk[g]; ch < first_chunk[g + 1]; ++ch) {
           const long p = part_at[ch] + wide;

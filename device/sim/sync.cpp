@@ -139,26 +139,33 @@ std::uint64_t BlockRunner::warp_collective(WarpOp op, unsigned mask, std::uint64
   return result;
 }
 
+namespace {
+
+/// The work of a whole-warp operation whose lanes passed a Lane each: `work` over all 32 when
+/// `form` (the element type, the layout) is the same in every lane; false, doing nothing, when not.
+template <class Lane, class Form, class Work>
+bool whole_warp_work(const WarpGroup& g, Form form, Work work) {
+  Lane* lanes[32];
+  for (int l = 0; l < 32; ++l) {
+    lanes[l] = reinterpret_cast<Lane*>(g.value[l]);
+    if (form(*lanes[l]) != form(*lanes[0])) return false;
+  }
+  work(lanes);
+  return true;
+}
+
+}  // namespace
+
 void BlockRunner::complete_group(int warp, WarpGroup& g) {
   g.complete = true;
   // Every lane's fragments are on its stack, which waits intact until the lane reads its result.
   // (A lane's fragments are gone once it has read its result: only here may they be read.)
-  if (g.op == WarpOp::Mma && g.arrived == 0xffffffffu) {
-    detail::MmaLane* lanes[32];
-    for (int l = 0; l < 32; ++l) {
-      lanes[l] = reinterpret_cast<detail::MmaLane*>(g.value[l]);
-      g.mixed_types |= lanes[l]->type != lanes[0]->type;
-    }
-    if (!g.mixed_types) detail::mma_m16n8k16_product(lanes);
-  }
-  if (g.op == WarpOp::Ldmatrix && g.arrived == 0xffffffffu) {
-    detail::LdmatrixLane* lanes[32];
-    for (int l = 0; l < 32; ++l) {
-      lanes[l] = reinterpret_cast<detail::LdmatrixLane*>(g.value[l]);
-      g.mixed_types |= lanes[l]->trans != lanes[0]->trans;
-    }
-    if (!g.mixed_types) detail::ldmatrix_x4_gather(lanes);
-  }
+  if (g.arrived == 0xffffffffu && g.op == WarpOp::Mma)
+    g.mixed_types = !whole_warp_work<detail::MmaLane>(
+        g, [](const detail::MmaLane& l) { return l.type; }, detail::mma_m16n8k16_product);
+  if (g.arrived == 0xffffffffu && g.op == WarpOp::Ldmatrix)
+    g.mixed_types = !whole_warp_work<detail::LdmatrixLane>(
+        g, [](const detail::LdmatrixLane& l) { return l.trans; }, detail::ldmatrix_x4_gather);
   g.readers = static_cast<unsigned>(std::popcount(g.arrived));
   for (int lane = 0; lane < 32; ++lane) {
     if ((g.arrived >> lane & 1u) != 0) make_ready(warp * 32 + lane);  // skips the running lane
