@@ -34,6 +34,8 @@ run_target() {
   local work="build/fuzz/corpus/$t" findings="build/fuzz/findings/$t"
   mkdir -p "$work" "$findings"
   cp -n "fuzz/corpus/$t"/* "$work"/ 2>/dev/null || true
+  # Past findings start the run as well: the fuzz build's sanitizers check them again.
+  cp -n "fuzz/regressions/$t"/* "$work"/ 2>/dev/null || true
   local dict=()
   if [ -f "fuzz/dict/$t.dict" ]; then dict=("-dict=fuzz/dict/$t.dict"); fi
   # -timeout: one input taking 10 s is a hang; -rss_limit_mb: an input that makes kvheap allocate

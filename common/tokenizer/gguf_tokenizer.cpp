@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <limits>
 #include <string_view>
 #include <unordered_map>
@@ -21,6 +22,7 @@ constexpr std::int64_t kUnknown = 2;
 constexpr std::int64_t kControl = 3;
 constexpr std::int64_t kUserDefined = 4;
 constexpr std::int64_t kByte = 6;
+constexpr std::int64_t kLastType = 6;  // 0 undefined, 1 normal, ..., 5 unused, 6 byte
 
 // The split patterns of the pre-tokenizers llama.cpp names, as their tokenizer.json files write
 // them. Qwen's is Llama 3's with single digits.
@@ -149,6 +151,11 @@ BpeParts gguf_tokenizer_parts(const GgufFile& f) {
   std::unordered_map<std::string_view, int> id_of;  // as the file writes the token
   id_of.reserve(tokens.size());
   for (std::size_t id = 0; id < tokens.size(); ++id) {
+    // A float array, or an integer past the types llama.cpp defines, is a corrupt file: checked
+    // before the conversion, which a value such as 1e300 would overflow.
+    if (!(types[id] >= 0 && types[id] <= kLastType) || types[id] != std::floor(types[id]))
+      fail(f, fmt::format("tokenizer.ggml.token_type[{}] is {}; expected a token type from 0 to {}",
+                          id, types[id], kLastType));
     const auto type = static_cast<std::int64_t>(types[id]);
     const bool added = type == kControl || type == kUserDefined || type == kUnknown;
     if (added && !tokens[id].empty())

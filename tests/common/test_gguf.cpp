@@ -383,6 +383,19 @@ TEST(Gguf, BadFilesAreRefusedByName) {
     expect_mentions(test::input_error_of([&] { return load_gguf_tokenizer(path); }),
                     {"tokenizer.ggml.model is 'bert'", "gpt2", "llama"});
   }
+  // Token types are llama.cpp's small integers; a float array with a huge value is refused
+  // before it is converted (the fuzzer found that conversion overflowing).
+  for (const float type : {1e30f, -1.0f, 7.0f, 1.5f}) {
+    test::GgufWriter v;
+    v.string("tokenizer.ggml.model", "gpt2");
+    v.strings("tokenizer.ggml.tokens", {"a", "b"});
+    v.f32s("tokenizer.ggml.token_type", {1.0f, type});
+    v.strings("tokenizer.ggml.merges", {});
+    const std::string path = tmp.file("types.gguf");
+    test::write_bytes(path, v.bytes());
+    expect_mentions(test::input_error_of([&] { return load_gguf_tokenizer(path); }),
+                    {"tokenizer.ggml.token_type[1] is", "expected a token type from 0 to 6"});
+  }
 }
 
 }  // namespace
