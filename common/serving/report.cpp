@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <fmt/ostream.h>
 
+#include <algorithm>
 #include <ostream>
 
 namespace kvheap {
@@ -34,6 +35,23 @@ double RunReport::matmul_gflops() const {
   return sec > 0
              ? matmul_flops_per_row * static_cast<double>(prefill_rows + decode_rows) / sec / 1e9
              : 0;
+}
+
+double RunReport::roofline_seconds() const {
+  if (peak.gbps <= 0 || peak.gflops <= 0) return 0;
+  const double bytes_s = step_bytes() / (peak.gbps * 1e9);
+  double sum = 0;
+  for (const int rows : pass_rows)
+    sum += std::max(bytes_s, matmul_flops_per_row * rows / (peak.gflops * 1e9));
+  return sum;
+}
+
+long RunReport::passes_bound_by_bytes() const {
+  if (peak.gbps <= 0 || peak.gflops <= 0) return 0;
+  const double bytes_s = step_bytes() / (peak.gbps * 1e9);
+  return std::count_if(pass_rows.begin(), pass_rows.end(), [&](int rows) {
+    return bytes_s >= matmul_flops_per_row * rows / (peak.gflops * 1e9);
+  });
 }
 
 double RunReport::prefill_tokens_per_s() const {
@@ -111,6 +129,8 @@ RunReport make_report(const ServeResult& result, const std::vector<Request>& req
   r.kv_reserved_bytes = result.peak.reserved;
   r.kv_used_bytes = result.peak.used;
   r.matmul_flops_per_row = matmul_flops_per_row(c);
+  r.pass_rows.reserve(result.timeline.size());
+  for (const StepSample& t : result.timeline) r.pass_rows.push_back(t.rows);
   r.phases = result.phases;
   r.device_timed = result.device_timed;
   r.latency = latencies(result);
@@ -163,6 +183,12 @@ void print_report(const RunReport& r, std::ostream& os) {
              "MB (average)\n",
              r.weight_bytes_per_step / 1e6, r.kv_bytes_per_step / 1e6);
   print_achieved(r.peak, r.decode_gbps(), r.step_bytes(), os, r.matmul_gflops());
+  if (const double roof = r.roofline_seconds(); roof > 0 && r.pass_seconds() > 0)
+    fmt::print(os,
+               "  roofline: max(bytes / read peak, flops / FMA peak) is {:.3f} ms a pass; the "
+               "passes took {:.3f} ms, {:.2f} of the roofline; {} of {} bound by bytes\n",
+               1e3 * roof / r.passes, 1e3 * r.pass_seconds() / r.passes, roof / r.pass_seconds(),
+               r.passes_bound_by_bytes(), r.pass_rows.size());
   print_phases(r, os);
 }
 
@@ -289,6 +315,10 @@ nlohmann::json serving_json(const RunReport& r) {
             {"matmul_gflops", r.matmul_gflops()},
             {"peak_gflops", r.peak.gflops},
             {"fraction_of_fma_peak", r.peak.gflops > 0 ? r.matmul_gflops() / r.peak.gflops : 0.0},
+            {"roofline_s", r.roofline_seconds()},
+            {"fraction_of_roofline",
+             r.pass_seconds() > 0 ? r.roofline_seconds() / r.pass_seconds() : 0.0},
+            {"passes_bound_by_bytes", r.passes_bound_by_bytes()},
             {"phases", phases_json(r)}});
   return s;
 }

@@ -75,8 +75,9 @@ struct RunReport {
   double matmul_flops_per_row = 0;    ///< matmul_flops_per_row() of the model
   MeasuredPeak peak;                  ///< measured in the same process (gbps 0: not measured)
 
-  PhaseTimes phases;          ///< where the passes' time went, summed over the run
-  bool device_timed = false;  ///< phases.forward and phases.sample are a GPU's device times
+  std::vector<int> pass_rows;  ///< rows of each forward pass, in order
+  PhaseTimes phases;           ///< where the passes' time went, summed over the run
+  bool device_timed = false;   ///< phases.forward and phases.sample are a GPU's device times
 
   Latencies latency;         ///< TTFT, TPOT, inter-token and queueing times
   PolicyCounters counters;   ///< preemptions and prompt positions taken from a prefix index
@@ -98,6 +99,13 @@ struct RunReport {
   }
   /// \brief The matrix products' 1e9 FLOP/s over every row of every pass.
   [[nodiscard]] double matmul_gflops() const;
+  /// \brief The passes' time at the roofline, in seconds: for each pass the larger of its
+  /// bytes (the weights and the average step's KV) at the read peak and its products' flops
+  /// (matmul_flops_per_row a row) at the multiply-add peak, summed. 0 unless both peaks were
+  /// measured.
+  [[nodiscard]] double roofline_seconds() const;
+  /// \brief Passes whose bytes take longer at the read peak than their flops at the FMA peak.
+  [[nodiscard]] long passes_bound_by_bytes() const;
   /// \brief 1 - used / reserved: the share of the cache's memory holding no token.
   [[nodiscard]] double waste_fraction() const;
   /// \brief Prompt positions taken from a prefix index over all prompt positions the run needed

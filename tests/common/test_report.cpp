@@ -121,5 +121,27 @@ TEST(ServingJson, MatmulRateOverEveryRowOfEveryPass) {
   EXPECT_DOUBLE_EQ(serving_json(r)["matmul_gflops"].get<double>(), 75.0);
 }
 
+// Each pass at the larger of its two times: bytes at the read peak, flops at the FMA peak. Here
+// a step reads 1 GB (0.1 s at 10 GB/s) and a row does 1 GFLOP (0.01 s at 100 GFLOP/s), so
+// passes of up to 10 rows are bound by bytes.
+TEST(ServingJson, RooflineTakesTheLargerTimeOfEachPass) {
+  RunReport r;
+  r.weight_bytes_per_step = 0.9e9;
+  r.kv_bytes_per_step = 0.1e9;
+  r.matmul_flops_per_row = 1e9;
+  r.pass_rows = {64, 10, 4, 1};
+  r.passes = 4;
+  r.prefill_seconds = 0.2;
+  r.decode_seconds = 0.8;
+  EXPECT_EQ(r.roofline_seconds(), 0.0) << "no peaks measured: no roofline";
+  r.peak.gbps = 10.0;
+  r.peak.gflops = 100.0;
+  EXPECT_NEAR(r.roofline_seconds(), 0.64 + 0.1 + 0.1 + 0.1, 1e-12);
+  EXPECT_EQ(r.passes_bound_by_bytes(), 3);
+  const nlohmann::json s = serving_json(r);
+  EXPECT_NEAR(s["fraction_of_roofline"].get<double>(), 0.94, 1e-12);
+  EXPECT_EQ(s["passes_bound_by_bytes"].get<long>(), 3);
+}
+
 }  // namespace
 }  // namespace kvheap
