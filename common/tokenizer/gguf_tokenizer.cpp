@@ -22,7 +22,7 @@ constexpr std::int64_t kUnknown = 2;
 constexpr std::int64_t kControl = 3;
 constexpr std::int64_t kUserDefined = 4;
 constexpr std::int64_t kByte = 6;
-constexpr std::int64_t kLastType = 6;  // 0 undefined, 1 normal, ..., 5 unused, 6 byte
+constexpr std::int64_t kLastType = kByte;  // the types run 0 (undefined) to 6 (byte)
 
 // The split patterns of the pre-tokenizers llama.cpp names, as their tokenizer.json files write
 // them. Qwen's is Llama 3's with single digits.
