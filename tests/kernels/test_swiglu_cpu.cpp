@@ -15,7 +15,7 @@
 namespace kvheap {
 namespace {
 
-TEST(SwigluCpu, MatchesDoublePrecisionWithinFourUlps) {
+TEST(SwigluCpu, MatchesDoublePrecisionWithinFourRoundings) {
   static_assert(cpu::kParallelElements <= 70001, "the longest case runs on threads");
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> wide(-30.0f, 30.0f), unit(-2.0f, 2.0f);
