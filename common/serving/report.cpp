@@ -37,21 +37,31 @@ double RunReport::matmul_gflops() const {
              : 0;
 }
 
+namespace {
+
+/// Each pass's two roofline times, bytes at the read peak and flops at the FMA peak, given to
+/// f(bytes_s, flops_s); nothing unless both peaks were measured.
+template <class F>
+void for_each_pass_roof(const RunReport& r, F&& f) {
+  if (r.peak.gbps <= 0 || r.peak.gflops <= 0) return;
+  const double bytes_s = r.step_bytes() / (r.peak.gbps * 1e9);
+  for (const int rows : r.pass_rows)
+    f(bytes_s, r.matmul_flops_per_row * rows / (r.peak.gflops * 1e9));
+}
+
+}  // namespace
+
 double RunReport::roofline_seconds() const {
-  if (peak.gbps <= 0 || peak.gflops <= 0) return 0;
-  const double bytes_s = step_bytes() / (peak.gbps * 1e9);
   double sum = 0;
-  for (const int rows : pass_rows)
-    sum += std::max(bytes_s, matmul_flops_per_row * rows / (peak.gflops * 1e9));
+  for_each_pass_roof(*this,
+                     [&](double bytes_s, double flops_s) { sum += std::max(bytes_s, flops_s); });
   return sum;
 }
 
 long RunReport::passes_bound_by_bytes() const {
-  if (peak.gbps <= 0 || peak.gflops <= 0) return 0;
-  const double bytes_s = step_bytes() / (peak.gbps * 1e9);
-  return std::count_if(pass_rows.begin(), pass_rows.end(), [&](int rows) {
-    return bytes_s >= matmul_flops_per_row * rows / (peak.gflops * 1e9);
-  });
+  long n = 0;
+  for_each_pass_roof(*this, [&](double bytes_s, double flops_s) { n += bytes_s >= flops_s; });
+  return n;
 }
 
 double RunReport::prefill_tokens_per_s() const {
