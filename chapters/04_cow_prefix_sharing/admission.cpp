@@ -119,7 +119,11 @@ PolicyStats SharingAdmission::stats() const {
                                   .forks = k.forks,
                                   .copies_on_write = k.copies_on_write,
                                   .evictions = k.evictions,
-                                  .read_once = cache_->reads_once()}};
+                                  .read_once = cache_->reads_once(),
+                                  .priced = cache_->prices_groups(),
+                                  .groups_planned = cache_->groups_planned(),
+                                  .groups_read_once = cache_->groups_read_once(),
+                                  .pricing_seconds = cache_->pricing_seconds()}};
 }
 
 RequestStats SharingAdmission::request_stats(int id) const {

@@ -27,7 +27,7 @@ using namespace kvheap;
 int main(int argc, char** argv) {
   PoolOptions pool;
   int samples = 4;
-  bool no_read_once = false;
+  ch04::ReadOnceFlags read_once;
 
   Chapter chapter;
   chapter.name = "04_cow_prefix_sharing";
@@ -36,10 +36,9 @@ int main(int argc, char** argv) {
   chapter.add_flags = [&](CommandLine& cli) {
     add_pool_options(cli, pool);
     cli.option("--samples", samples, "Sequences forked from each prompt").show_default();
-    cli.flag("--no-read-once", no_read_once,
-             "Every row reads its whole context, shared prefixes included (chapter 3's "
-             "attention)");
+    read_once.add(cli);
   };
+  chapter.check_flags = [&](const CommonOptions&) { (void)read_once.resolve(); };
   chapter.configure_self_check = [&](CommonOptions&) {
     pool.block_size = 4;
     samples = 2;
@@ -49,7 +48,7 @@ int main(int argc, char** argv) {
   };
   chapter.make_policy = [&](const Run& run) {
     PoolSize size;  // the default budget: what chapter 2 reserves (max_seq_len each)
-    auto cache = ch04::make_shared_cache(run, pool, !no_read_once, size);
+    auto cache = ch04::make_shared_cache(run, pool, read_once.resolve(), size);
     // One prompt per pass: each finds the full blocks of the prompts before it in the index.
     return std::make_unique<StaticBatches>(
         std::make_unique<ch04::SharingAdmission>(std::move(cache), run.config, run.kv, size),

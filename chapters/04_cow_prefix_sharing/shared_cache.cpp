@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <map>
 #include <span>
+#include <stdexcept>
 #include <unordered_map>
 
 #include "base/error.hpp"
@@ -122,8 +123,18 @@ SharedCache::SharedCache(const ModelConfig& config, DType kv, int num_blocks, in
       read_once_(read_once),
       blocks_(num_blocks, block_size, shuffle_seed) {}
 
+void SharedCache::price_groups(const AttentionDims& dims, AttentionRates rates) {
+  if (!read_once_)
+    throw std::logic_error("price_groups: a cache that never reads once has no groups to price");
+  dims_ = dims;
+  rates_ = std::move(rates);
+}
+
 KVView SharedCache::view_for(const Batch& batch) {
   SharedView sv = shared_view(blocks_, batch, read_once_);
+  groups_planned_ += sv.view.prefixes.groups();
+  if (prices_groups()) sv.view.prefixes = choose_read_once(sv.view.prefixes, dims_, rates_).plan;
+  groups_read_once_ += sv.view.prefixes.groups();
   const std::int64_t bs = blocks_.pool().block_size();
   for (const BlockCopy& c : sv.copies) copy_slots(c.src * bs, c.dst * bs, c.slots);
   return std::move(sv.view);
@@ -135,11 +146,41 @@ std::size_t SharedCache::bytes_reserved() const {
 
 std::size_t SharedCache::bytes_used() const { return blocks_.slots_stored() * bytes_per_token_; }
 
+ReadOnce parse_read_once(const std::string& name) {
+  if (name == "where-it-pays") return ReadOnce::kWherePays;
+  if (name == "always") return ReadOnce::kAlways;
+  if (name == "never") return ReadOnce::kNever;
+  throw UsageError(fmt::format(
+      "--read-once {}: expected where-it-pays (each shared prefix read once where the cost model "
+      "says it pays), always or never",
+      name));
+}
+
+void ReadOnceFlags::add(CommandLine& cli) {
+  Flag choice = cli.option(
+      "--read-once", mode,
+      "Where rows that share a prefix read it once per step for all of them: where-it-pays "
+      "(each group whose price, from the read peak and the attention loops' rates measured in "
+      "this run, says it saves time; always on a GPU or with --no-peak), always, or never");
+  choice.show_default();
+  cli.flag("--no-read-once", never,
+           "Every row reads its whole context, shared prefixes included (chapter 3's attention): "
+           "--read-once never")
+      .excludes(choice);
+}
+
 std::unique_ptr<SharedCache> make_shared_cache(const Run& run, const PoolOptions& pool,
-                                               bool read_once, PoolSize& size) {
+                                               ReadOnce read_once, PoolSize& size) {
   size = pool_for_run(run, pool.block_size);
-  return std::make_unique<SharedCache>(run.config, run.kv, size.num_blocks, pool.block_size,
-                                       pool.shuffle_seed, read_once, run.backend.memory());
+  auto cache = std::make_unique<SharedCache>(run.config, run.kv, size.num_blocks, pool.block_size,
+                                             pool.shuffle_seed, read_once != ReadOnce::kNever,
+                                             run.backend.memory());
+  const auto& peak = run.backend.peak();
+  if (read_once == ReadOnce::kWherePays && run.backend.memory() == Memory::kHost && peak.gbps > 0)
+    cache->price_groups(
+        attention_dims(run.config, run.kv),
+        cpu_attention_rates(run.config, run.kv, peak.gbps, static_cast<double>(peak.cache_bytes)));
+  return cache;
 }
 
 }  // namespace kvheap::ch04

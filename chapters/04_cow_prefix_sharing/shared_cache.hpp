@@ -5,12 +5,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "chapters/04_cow_prefix_sharing/shared_block_manager.hpp"
 #include "common/program/chapter.hpp"
 #include "common/cache/storage_cache.hpp"
 #include "common/cache/kv_storage.hpp"
+#include "common/cache/read_once_cost.hpp"
 #include "common/model/model_config.hpp"
 #include "common/program/kv_budget.hpp"
 
@@ -42,6 +44,28 @@ SharedPrefixPlan plan_shared_prefixes(const KVView& view, int block_size);
 /// ResourceError before any sequence grows.
 SharedView shared_view(SharedBlockManager& blocks, const Batch& batch, bool read_once = true);
 
+/// \brief When rows that share a prefix read it once per step (--read-once).
+enum class ReadOnce {
+  kNever,      ///< every row reads its whole context, as in chapter 3
+  kAlways,     ///< every shared prefix, whatever it costs
+  kWherePays,  ///< each group whose price says it pays (choose_read_once); always without rates
+};
+
+/// \brief Parses --read-once's value (where-it-pays, always or never); UsageError otherwise.
+ReadOnce parse_read_once(const std::string& name);
+
+/// \brief --read-once and --no-read-once, as chapters 4 and 5 take them.
+struct ReadOnceFlags {
+  std::string mode = "where-it-pays";  ///< --read-once
+  bool never = false;                  ///< --no-read-once: --read-once never
+  /// \brief Registers both flags on `cli` (refused together).
+  void add(CommandLine& cli);
+  /// \brief The choice the flags make; UsageError for an unknown --read-once value.
+  [[nodiscard]] ReadOnce resolve() const {
+    return never ? ReadOnce::kNever : parse_read_once(mode);
+  }
+};
+
 /// \brief Reference-counted blocks with fork, copy-on-write and a prefix index; K and V in
 /// [num_blocks, block_size, n_kv_heads, head_dim] arrays per layer, in host or device memory.
 /// Sequences are SharedBlockManager ids (the batch's `slot` field).
@@ -56,6 +80,18 @@ class SharedCache final : public StorageCache {
 
   /// \brief True when rows that share a prefix read it once per step.
   [[nodiscard]] bool reads_once() const { return read_once_; }
+  /// \brief Reads a group's prefix once only where choose_read_once says it pays, priced with
+  /// `dims` and `rates` (a cache made with read_once only).
+  void price_groups(const AttentionDims& dims, AttentionRates rates);
+  /// \brief Whether groups are priced (price_groups).
+  [[nodiscard]] bool prices_groups() const { return static_cast<bool>(rates_.flops_per_s); }
+  /// \brief Groups the batches so far planned to share a prefix, and of those how many read it
+  /// once (all of them unless priced).
+  [[nodiscard]] long groups_planned() const { return groups_planned_; }
+  /// \copydoc groups_planned()
+  [[nodiscard]] long groups_read_once() const { return groups_read_once_; }
+  /// \brief Seconds spent measuring the rates groups are priced with (0 unless priced).
+  [[nodiscard]] double pricing_seconds() const { return rates_.setup_seconds; }
   /// \brief The allocator: admit, fork, grow and free sequences through it.
   SharedBlockManager& blocks() { return blocks_; }
   /// \copydoc blocks()
@@ -74,12 +110,20 @@ class SharedCache final : public StorageCache {
 
   std::size_t bytes_per_token_;
   bool read_once_;
+  AttentionDims dims_;
+  AttentionRates rates_;  // empty unless price_groups
+  long groups_planned_ = 0, groups_read_once_ = 0;
   SharedBlockManager blocks_;
 };
 
 /// \brief The sharing cache of a chapter's run: a pool cut from its budget (pool_for_run) in blocks
 /// of `pool.block_size`, in the backend's memory. `size` receives the pool's size.
+///
+/// ReadOnce::kWherePays prices groups on a CPU backend whose read peak was measured, with the
+/// CPU attention loops' rates (CpuAttendRates, measured in this process on first use). A device
+/// backend, or a run without the peak (--no-peak), reads every shared prefix once: the model has
+/// no measured rates to price it with there.
 std::unique_ptr<SharedCache> make_shared_cache(const Run& run, const PoolOptions& pool,
-                                               bool read_once, PoolSize& size);
+                                               ReadOnce read_once, PoolSize& size);
 
 }  // namespace kvheap::ch04

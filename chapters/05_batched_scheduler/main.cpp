@@ -28,7 +28,7 @@ int main(int argc, char** argv) {
   PoolOptions pool;
   ch05::SchedulerConfig limits{.max_batch_tokens = 64, .max_running = 64};
   int arrival_interval = 0;
-  bool no_read_once = false;
+  ch04::ReadOnceFlags read_once;
 
   Chapter chapter;
   chapter.name = "05_batched_scheduler";
@@ -44,10 +44,10 @@ int main(int argc, char** argv) {
                "Steps between two requests' arrivals; 0 submits them all at the start")
         .show_default()
         .excludes(cli.get("--workload"));
-    cli.flag("--no-read-once", no_read_once,
-             "Every row reads its whole context, shared prefixes included");
+    read_once.add(cli);
   };
   chapter.check_flags = [&](const CommonOptions&) {
+    (void)read_once.resolve();
     if (arrival_interval < 0)
       throw UsageError(
           fmt::format("--arrival-interval must be 0 or more, got {}", arrival_interval));
@@ -65,7 +65,7 @@ int main(int argc, char** argv) {
   };
   chapter.make_policy = [&](const Run& run) {
     PoolSize size;  // the default budget: what chapter 2 reserves (max_seq_len each)
-    auto cache = ch04::make_shared_cache(run, pool, !no_read_once, size);
+    auto cache = ch04::make_shared_cache(run, pool, read_once.resolve(), size);
     return std::make_unique<ch05::ContinuousBatching>(std::move(cache), run.config, run.kv, size,
                                                       limits);
   };

@@ -6,6 +6,8 @@
 
 #include <ostream>
 
+#include "common/cache/read_once_cost.hpp"
+
 namespace kvheap {
 
 // The JSON objects' keys are the fields' names.
@@ -14,7 +16,8 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(PoolStats, blocks_total, blocks_used, blocks_
                                    bytes_per_token, reservation_slots)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(SharingStats, block_size, blocks_total, prompt_positions,
                                    prompt_positions_reused, blocks_held, blocks_referenced, forks,
-                                   copies_on_write, evictions, read_once)
+                                   copies_on_write, evictions, read_once, priced, groups_planned,
+                                   groups_read_once, pricing_seconds)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(SchedulerCounters, steps, admissions, preemptions, decode_rows,
                                    prefill_rows, recomputed_rows, positions_reused, peak_running)
 
@@ -80,7 +83,13 @@ void print_sharing(const SharingStats& s, const ServeResult& r, std::size_t byte
                        static_cast<double>(r.decode_passes()) / 1e6
                  : 0.0,
              unshared_bytes_per_step(r, bytes_per_token) / 1e6,
-             s.read_once ? "" : " (--no-read-once: the same)");
+             s.read_once ? "" : " (--read-once never: the same)");
+  if (s.priced)
+    fmt::print(os,
+               "                 {} of {} groups of rows that share a prefix read it once (summed "
+               "over the passes); for the others the cost model, its rates measured in {:.3f} s at "
+               "start, priced plain attention within {:.0f} % of reading once, or below\n",
+               s.groups_read_once, s.groups_planned, s.pricing_seconds, 100 * kReadOnceMargin);
   const std::vector<double> levels = level_bytes_per_step(r, bytes_per_token);
   if (!levels.empty()) {
     fmt::print(os, "                 of which shared levels, each read once:");

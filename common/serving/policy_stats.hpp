@@ -82,6 +82,10 @@ struct SharingStats {
   long copies_on_write = 0;          ///< shared last blocks copied because a sequence wrote to them
   long evictions = 0;                ///< cached blocks given back to the pool to make room
   bool read_once = false;            ///< the attention reads a shared prefix once per step
+  bool priced = false;         ///< read once only where a cost model says it pays (--read-once)
+  long groups_planned = 0;     ///< groups of rows sharing a prefix, summed over the passes
+  long groups_read_once = 0;   ///< of them, those that read it once (all unless priced)
+  double pricing_seconds = 0;  ///< measuring the rates the cost model prices with, at start
 };
 
 /// \brief What the scheduler has done so far.

@@ -150,12 +150,55 @@ TEST(Cli, Chapter4OnTheDeviceGeneratesTheCpuIds) {
   EXPECT_EQ(jg["metrics"]["kv_bytes_per_step"], jc["metrics"]["kv_bytes_per_step"]);
 }
 
+// With the read peak measured (no --no-peak), each group is priced and read once only where that
+// pays; the tokens stay chapter 1's. Without the peak there is nothing to price with: every group
+// reads once, as with --read-once always.
+TEST(Cli, Chapter4ReadsOnceWhereTheCostModelSaysItPays) {
+  const std::vector<std::string> common = {"--model",
+                                           "tiny",
+                                           "--prompt-ids",
+                                           "1,5,9,2,77,31,4,8,3,12",
+                                           "--samples",
+                                           "4",
+                                           "--max-new-tokens",
+                                           "12",
+                                           "--temperature",
+                                           "0",
+                                           "--ignore-eos",
+                                           "--block-size",
+                                           "4",
+                                           "--json"};
+  const auto priced = run_program(kCh04, common);
+  ASSERT_EQ(priced.exit_code, 0) << priced.err;
+  std::vector<std::string> args = common;
+  args.emplace_back("--no-peak");
+  const auto unpriced = run_program(kCh04, args);
+  ASSERT_EQ(unpriced.exit_code, 0) << unpriced.err;
+  const auto jp = nlohmann::json::parse(priced.out), ju = nlohmann::json::parse(unpriced.out);
+  EXPECT_EQ(jp["generated_ids"], ju["generated_ids"]);
+  // One group of four rows a pass, from the second pass on (the first is the prompt's).
+  EXPECT_TRUE(jp["sharing"]["priced"]);
+  EXPECT_EQ(jp["sharing"]["groups_planned"], 11);
+  EXPECT_LE(jp["sharing"]["groups_read_once"], 11);
+  EXPECT_GT(jp["sharing"]["pricing_seconds"], 0.0);
+  EXPECT_FALSE(ju["sharing"]["priced"]);
+  EXPECT_EQ(ju["sharing"]["groups_read_once"], 11);
+  EXPECT_EQ(ju["sharing"]["groups_planned"], 11);
+  // The bytes read follow the choice: read once in every pass, or in none.
+  const double per_position = 512.0;  // tiny: bytes of K and V per position, all layers
+  const double saved = jp["sharing"]["kv_bytes_per_step_unshared"].get<double>() -
+                       jp["metrics"]["kv_bytes_per_step"].get<double>();
+  EXPECT_DOUBLE_EQ(saved, jp["sharing"]["groups_read_once"] == 11 ? 3 * 8 * per_position : 0.0);
+}
+
 TEST(Cli, Chapter4RefusesBadCounts) {
   expect_flags_refused(kCh04, {{"--samples", "0"},
                                {"--samples", "70000"},
                                {"--block-size", "0"},
                                {"--num-seqs", "0"},
-                               {"--kv-budget-mb", "nan"}});
+                               {"--kv-budget-mb", "nan"},
+                               {"--read-once", "sometimes"},
+                               {"--read-once", "never", "--no-read-once"}});
 }
 
 }  // namespace

@@ -191,6 +191,7 @@ TEST(Cli, Chapter5RefusesBadLimitsAndRequestsThatCannotFit) {
   expect_flags_refused(kCh05, {{"--max-batch-tokens", "0"},
                                {"--max-running", "0"},
                                {"--arrival-interval", "-1"},
+                               {"--read-once", "sometimes"},
                                {"--block-size", "0"},
                                {"--num-seqs", "0"}});
   // 0.002 MB of tiny = 3 blocks of 1: a request of 1 + 7 positions can never fit.
