@@ -153,6 +153,25 @@ Stream& Stream::operator=(Stream&& other) noexcept {
 
 void Stream::synchronize() const { KVHEAP_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
+SideStream::SideStream() {
+  KVHEAP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+}
+
+SideStream::~SideStream() {
+  if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
+}
+
+cudaStream_t SideStream::fork(cudaStream_t main) {
+  forked_.record(main);
+  forked_.order_before(stream_);
+  return stream_;
+}
+
+void SideStream::join(cudaStream_t main) {
+  joined_.record(stream_);
+  joined_.order_before(main);
+}
+
 Event::Event(bool timing) {
   KVHEAP_CUDA_CHECK(
       cudaEventCreateWithFlags(&event_, timing ? cudaEventDefault : cudaEventDisableTiming));
@@ -175,6 +194,10 @@ Event& Event::operator=(Event&& other) noexcept {
 void Event::record(cudaStream_t stream) { KVHEAP_CUDA_CHECK(cudaEventRecord(event_, stream)); }
 
 void Event::synchronize() const { KVHEAP_CUDA_CHECK(cudaEventSynchronize(event_)); }
+
+void Event::order_before(cudaStream_t stream) const {
+  KVHEAP_CUDA_CHECK(cudaStreamWaitEvent(stream, event_, 0));
+}
 
 float elapsed_ms(const Event& start, const Event& stop) {
   stop.synchronize();

@@ -85,7 +85,8 @@ DeviceInfo require_cuda_device();
 /// so the error names the cache instead of a failed cudaMalloc.
 void require_free_device_memory(std::size_t bytes, const std::string& what);
 
-/// \brief An owned CUDA stream (in the simulator every stream is synchronous).
+/// \brief An owned CUDA stream (in the simulator every stream is synchronous, and checked for the
+/// order a GPU would keep: device/sim/ordering.hpp).
 class Stream {
  public:
   /// \brief Creates a stream; throws ResourceError on failure.
@@ -109,7 +110,7 @@ class Stream {
   cudaStream_t stream_ = nullptr;
 };
 
-/// \brief An owned CUDA event, for timing work on a stream.
+/// \brief An owned CUDA event, for timing work on a stream or ordering work across streams.
 class Event {
  public:
   /// \brief Creates an event; `timing` = false makes a cheaper event that cannot be timed.
@@ -126,11 +127,39 @@ class Event {
   void record(cudaStream_t stream = nullptr);
   /// \brief Waits until the work before the recording has finished.
   void synchronize() const;
+  /// \brief Makes `stream`'s later work wait, on the device, for the work before the last
+  /// recording (cudaStreamWaitEvent); the host does not wait.
+  void order_before(cudaStream_t stream) const;
   /// \brief The raw handle.
   [[nodiscard]] cudaEvent_t get() const noexcept { return event_; }
 
  private:
   cudaEvent_t event_ = nullptr;
+};
+
+/// \brief A second stream, for work that may run on the device beside a stream's own: fork()
+/// orders it after what was issued on that stream so far, join() orders what is issued on that
+/// stream next after the work given to it in between. The host never waits.
+///
+/// It does not block with the legacy default stream (cudaStreamNonBlocking), so that work forked
+/// from the default stream runs beside it, not after it: only the two events order them.
+class SideStream {
+ public:
+  /// \brief Creates the stream and its two events; throws ResourceError on failure.
+  SideStream();
+  ~SideStream();
+  SideStream(const SideStream&) = delete;
+  SideStream& operator=(const SideStream&) = delete;
+
+  /// \brief Orders this stream after everything issued on `main` so far; returns the stream,
+  /// for the work that may run beside `main`'s next.
+  cudaStream_t fork(cudaStream_t main);
+  /// \brief Orders what is issued on `main` next after everything issued on this stream so far.
+  void join(cudaStream_t main);
+
+ private:
+  cudaStream_t stream_ = nullptr;
+  Event forked_{false}, joined_{false};
 };
 
 /// \brief Milliseconds between two recorded events; waits for `stop` first.

@@ -91,7 +91,8 @@ void launch_impl(KernelParams<P...>, dim3 grid, dim3 block, std::size_t smem_byt
     auto note = [&]<std::size_t J>(std::integral_constant<std::size_t, J>) {
       if constexpr (std::is_pointer_v<std::tuple_element_t<J, Tuple>>) {
         pointers[n_pointers++] =
-            sim::PointerArg{static_cast<int>(J), static_cast<const void*>(std::get<J>(params))};
+            sim::PointerArg{static_cast<int>(J), static_cast<const void*>(std::get<J>(params)),
+                            std::is_const_v<std::remove_pointer_t<std::tuple_element_t<J, Tuple>>>};
       }
     };
     (note(std::integral_constant<std::size_t, I>{}), ...);

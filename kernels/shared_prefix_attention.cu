@@ -215,7 +215,7 @@ void shared_prefix_attention(DType kv, const float* q, const void* k_cache, cons
                              const PagedLocator& pages, const SharedPrefixView& plan,
                              const AttentionShape& shape, float* out, float* wide_q,
                              AttentionWorkspace& prefix_ws, AttentionWorkspace& own_ws,
-                             StreamHandle stream, int force_splits) {
+                             StreamHandle stream, int force_splits, SideStream* side) {
   if (shape.n == 0) return;
   if (pages.block_size <= 0)
     throw InputError("shared_prefix_attention: block_size = " + std::to_string(pages.block_size) +
@@ -225,6 +225,15 @@ void shared_prefix_attention(DType kv, const float* q, const void* k_cache, cons
   detail::check_page_bytes("shared_prefix_attention", pages.block_size, shape, kv);
   const int group = shape.n_heads / shape.n_kv_heads;
   const unsigned threads = static_cast<unsigned>((shape.head_dim + 31) / 32 * 32);
+
+  // The rows' own pass first, on the side stream when there is one: it needs nothing the prefix
+  // pass computes, so the two may run at the same time until the merge.
+  AttentionShape own = shape;
+  own.max_n_ctx = plan.max_own;
+  const StreamHandle own_stream = side != nullptr ? side->fork(stream) : stream;
+  const int own_splits = detail::launch_decode_attention_partials(
+      kv, q, k_cache, v_cache, plan.own_ctx, SharedPrefixLocator{pages, plan.first, nullptr, group},
+      own, own_ws, own_stream, force_splits);
 
   int prefix_splits = 0;
   if (plan.groups > 0) {
@@ -257,11 +266,7 @@ void shared_prefix_attention(DType kv, const float* q, const void* k_cache, cons
           stream, force_splits);
     }
   }
-  AttentionShape own = shape;
-  own.max_n_ctx = plan.max_own;
-  const int own_splits = detail::launch_decode_attention_partials(
-      kv, q, k_cache, v_cache, plan.own_ctx, SharedPrefixLocator{pages, plan.first, nullptr, group},
-      own, own_ws, stream, force_splits);
+  if (side != nullptr) side->join(stream);
   launch<merge_shared_prefix_kernel>(
       dim3(static_cast<unsigned>(shape.n * shape.n_heads)), dim3(threads), 0, stream,
       plan.groups > 0 ? prefix_ws.states() : nullptr, plan.groups > 0 ? prefix_ws.acc() : nullptr,

@@ -195,6 +195,7 @@ struct SharedPrefixArrays {
 };
 
 struct PagedLocator;  // kernels/paged_attention.hpp
+class SideStream;     // device/device.hpp (device builds only)
 
 namespace cuda {
 
@@ -221,11 +222,11 @@ int prefix_heads_per_read(DType kv, int head_dim);
 /// \brief Decode attention over a paged cache in which the groups of `plan` read their shared
 /// prefix once (GPU; the CPU twin is cpu::attend_batch_shared_prefix).
 ///
-/// Four launches: a gather of the wide queries (n_heads x widest query heads per group, into
-/// `wide_q`), the prefix pass over one wide row per group through the page table of the group's
-/// first sequence, the rows' pass over every row's positions [first, n_ctx) through a locator
-/// that offsets positions, and a merge of both passes' unnormalised partial states per (row,
-/// head). The prefix pass is the tensor-core product of prefix_product.cuh where
+/// Four launches: the rows' pass over every row's positions [first, n_ctx) through a locator that
+/// offsets positions (on `side` when given), a gather of the wide queries (n_heads x widest query
+/// heads per group, into `wide_q`), the prefix pass over one wide row per group through the page
+/// table of the group's first sequence, and a merge of both passes' unnormalised partial states
+/// per (row, head). The prefix pass is the tensor-core product of prefix_product.cuh where
 /// prefix_pass_is_product says so, else chapter 2's decode kernel; the rows' pass is always the
 /// decode kernel. A group wider than prefix_heads_per_read query heads per KV head (128 for the
 /// product; 16 for the decode kernel, 8 above head_dim 128) is cut into slices that each read the
@@ -252,11 +253,15 @@ int prefix_heads_per_read(DType kv, int head_dim);
 /// \param own_ws  scratch of the rows' own pass's partial states, grown when needed
 /// \param stream  stream to run on
 /// \param force_splits > 0: split both passes' contexts into exactly this many chunks (tests)
+/// \param side    when given, the rows' own pass runs on it, forked from `stream` before the
+///                prefix pass and joined back before the merge, so that a GPU may run the two
+///                passes at the same time; else every launch is on `stream`, one after another
 void shared_prefix_attention(DType kv, const float* q, const void* k_cache, const void* v_cache,
                              const PagedLocator& pages, const SharedPrefixView& plan,
                              const AttentionShape& shape, float* out, float* wide_q,
                              AttentionWorkspace& prefix_ws, AttentionWorkspace& own_ws,
-                             StreamHandle stream = nullptr, int force_splits = 0);
+                             StreamHandle stream = nullptr, int force_splits = 0,
+                             SideStream* side = nullptr);
 
 }  // namespace cuda
 }  // namespace kvheap

@@ -7,12 +7,14 @@
 #include <cstdlib>
 #include <functional>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "device/sim/block_runner.hpp"
 #include "device/sim/counters.hpp"
 #include "device/sim/memory.hpp"
+#include "device/sim/ordering.hpp"
 #include "device/sim/runtime.hpp"
 #include "device/sim/sim.hpp"
 
@@ -180,6 +182,17 @@ cudaError_t launch_kernel(const LaunchSpec& spec) {
 
   detail::count(detail::Count::Launch);
   std::lock_guard launch_lock(g_launch_mutex);
+  {
+    std::vector<std::string> names;
+    std::vector<Access> uses;
+    names.reserve(spec.pointer_args.size());
+    for (const PointerArg& arg : spec.pointer_args) {
+      names.push_back("argument " + std::to_string(arg.index));
+      uses.push_back({arg.value, !arg.read_only, names.back()});
+    }
+    if (std::string why = ordering_operation(spec.stream, spec.kernel_name, uses); !why.empty())
+      return api_fail(cudaErrorLaunchFailure, why);
+  }
   ScopedDeviceAccess access;  // kernels may touch any device block
   const dim3 g = spec.grid;
   const std::uint64_t n_blocks = std::uint64_t{g.x} * g.y * g.z;

@@ -14,6 +14,7 @@
 #include "device/sim/block_runner.hpp"
 #include "device/sim/memory.hpp"
 #include "device/sim/counters.hpp"
+#include "device/sim/ordering.hpp"
 #include "device/sim/runtime.hpp"
 #include "device/sim/sim.hpp"
 
@@ -121,6 +122,7 @@ cudaError_t cudaGetDevice(int* device) {
 
 cudaError_t cudaDeviceSynchronize() {
   kvheap::sim::detail::count(kvheap::sim::detail::Count::Sync);
+  kvheap::sim::ordering_host_waits_all();
   return api_ok();
 }
 

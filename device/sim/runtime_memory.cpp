@@ -10,6 +10,7 @@
 
 #include "device/sim/counters.hpp"
 #include "device/sim/memory.hpp"
+#include "device/sim/ordering.hpp"
 #include "device/sim/runtime.hpp"
 #include "device/sim/sim.hpp"
 
@@ -70,7 +71,7 @@ void count_copy(const void* dst, const void* src, std::size_t bytes) {
 }
 
 cudaError_t copy(const char* api, void* dst, const void* src, std::size_t count,
-                 cudaMemcpyKind kind) {
+                 cudaMemcpyKind kind, cudaStream_t stream) {
   if (count == 0) return api_ok();
   const std::string what =
       std::string(api) + " (" + kind_name(kind) + ") of " + std::to_string(count) + " bytes: ";
@@ -104,6 +105,9 @@ cudaError_t copy(const char* api, void* dst, const void* src, std::size_t count,
   if (auto why = check_side("source", src, count, src_device); !why.empty()) {
     return api_fail(cudaErrorInvalidValue, what + why);
   }
+  const Access uses[] = {{dst, true, "destination"}, {src, false, "source"}};
+  if (auto why = ordering_operation(stream, api, uses); !why.empty())
+    return api_fail(cudaErrorInvalidValue, what + why);
   ScopedOpen open_dst(dst);
   ScopedOpen open_src(src);
   std::memmove(dst, src, count);
@@ -111,12 +115,15 @@ cudaError_t copy(const char* api, void* dst, const void* src, std::size_t count,
   return api_ok();
 }
 
-cudaError_t fill(const char* api, void* dst, int value, std::size_t count) {
+cudaError_t fill(const char* api, void* dst, int value, std::size_t count, cudaStream_t stream) {
   if (count == 0) return api_ok();
   const std::string what = std::string(api) + " of " + std::to_string(count) + " bytes: ";
   if (auto why = check_side("destination", dst, count, 1); !why.empty()) {
     return api_fail(cudaErrorInvalidValue, what + why);
   }
+  const Access uses[] = {{dst, true, "destination"}};
+  if (auto why = ordering_operation(stream, api, uses); !why.empty())
+    return api_fail(cudaErrorInvalidValue, what + why);
   ScopedOpen open_dst(dst);
   std::memset(dst, value, count);
   detail::count(detail::Count::DeviceCopy);
@@ -168,8 +175,10 @@ cudaError_t cudaMalloc(void** devPtr, size_t size) {
 cudaError_t cudaFree(void* devPtr) {
   if (devPtr == nullptr) return api_ok();
   std::string why;
+  kvheap::sim::ordering_host_waits_all();  // cudaFree waits for the device
   const cudaError_t e = DeviceMemory::instance().release(devPtr, MemoryKind::Device, why);
   if (e == cudaSuccess) kvheap::sim::detail::count(kvheap::sim::detail::Count::Free);
+  if (e == cudaSuccess) kvheap::sim::ordering_freed(devPtr);
   return e == cudaSuccess ? api_ok() : api_fail(e, why);
 }
 
@@ -182,15 +191,19 @@ cudaError_t cudaHostAlloc(void** pHost, size_t size, unsigned int /*flags*/) {
 cudaError_t cudaFreeHost(void* ptr) {
   if (ptr == nullptr) return api_ok();
   std::string why;
+  kvheap::sim::ordering_host_waits_all();  // cudaFreeHost waits for the device
   const cudaError_t e = DeviceMemory::instance().release(ptr, MemoryKind::Pinned, why);
   if (e == cudaSuccess) kvheap::sim::detail::count(kvheap::sim::detail::Count::Free);
+  if (e == cudaSuccess) kvheap::sim::ordering_freed(ptr);
   return e == cudaSuccess ? api_ok() : api_fail(e, why);
 }
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
   // Synchronous on a GPU: the host waits for the device, as at any synchronisation.
   if (count > 0) kvheap::sim::detail::count(kvheap::sim::detail::Count::Sync);
-  return kvheap::sim::copy("cudaMemcpy", dst, src, count, kind);
+  const cudaError_t e = kvheap::sim::copy("cudaMemcpy", dst, src, count, kind, nullptr);
+  kvheap::sim::ordering_host_waits_stream(nullptr);
+  return e;
 }
 
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
@@ -198,18 +211,18 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpy
   if (!kvheap::sim::is_live_stream(stream)) {
     return api_fail(cudaErrorInvalidResourceHandle, "cudaMemcpyAsync: stream is not live");
   }
-  return kvheap::sim::copy("cudaMemcpyAsync", dst, src, count, kind);
+  return kvheap::sim::copy("cudaMemcpyAsync", dst, src, count, kind, stream);
 }
 
 cudaError_t cudaMemset(void* devPtr, int value, size_t count) {
-  return kvheap::sim::fill("cudaMemset", devPtr, value, count);
+  return kvheap::sim::fill("cudaMemset", devPtr, value, count, nullptr);
 }
 
 cudaError_t cudaMemsetAsync(void* devPtr, int value, size_t count, cudaStream_t stream) {
   if (!kvheap::sim::is_live_stream(stream)) {
     return api_fail(cudaErrorInvalidResourceHandle, "cudaMemsetAsync: stream is not live");
   }
-  return kvheap::sim::fill("cudaMemsetAsync", devPtr, value, count);
+  return kvheap::sim::fill("cudaMemsetAsync", devPtr, value, count, stream);
 }
 
 // In the simulator a __device__ or __constant__ variable is an ordinary global, so its address

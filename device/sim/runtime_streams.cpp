@@ -1,11 +1,13 @@
 // Streams and events of the simulator's CUDA runtime subset. Every operation completes before
-// it returns, so a stream is only a handle to validate, and an event is the host time at which it
-// was recorded (elapsed times are wall-clock times of the host, meaningless as GPU timings).
+// it returns, so a stream is a handle to validate, and an event is the host time at which it was
+// recorded (elapsed times are wall-clock times of the host, meaningless as GPU timings). Both also
+// tell the ordering bookkeeping (ordering.hpp) what a GPU would order, and what it would not.
 #include <chrono>
 #include <mutex>
 #include <set>
 
 #include "device/sim/counters.hpp"
+#include "device/sim/ordering.hpp"
 #include "device/sim/runtime.hpp"
 
 /// A simulated stream: a handle only, since every operation completes before it returns.
@@ -48,6 +50,7 @@ using kvheap::sim::api_ok;
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags) {
   if (stream == nullptr) return api_fail(cudaErrorInvalidValue, "cudaStreamCreate: null pointer");
   *stream = new CUstream_st{flags};
+  kvheap::sim::ordering_stream_created(*stream, flags);
   std::lock_guard lock(kvheap::sim::g_handles_mutex);
   kvheap::sim::g_streams.insert(*stream);
   return api_ok();
@@ -62,6 +65,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
       return api_fail(cudaErrorInvalidResourceHandle, "cudaStreamDestroy: not a live stream");
     }
   }
+  kvheap::sim::ordering_stream_destroyed(stream);
   delete stream;
   return api_ok();
 }
@@ -78,6 +82,16 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
     return api_fail(cudaErrorInvalidResourceHandle, "cudaStreamSynchronize: not a live stream");
   }
   kvheap::sim::detail::count(kvheap::sim::detail::Count::Sync);
+  kvheap::sim::ordering_host_waits_stream(stream);
+  return api_ok();
+}
+
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags) {
+  if (!kvheap::sim::is_live_stream(stream) || !kvheap::sim::live_event(event)) {
+    return api_fail(cudaErrorInvalidResourceHandle, "cudaStreamWaitEvent: not a live stream/event");
+  }
+  if (flags != 0) return api_fail(cudaErrorInvalidValue, "cudaStreamWaitEvent: flags must be 0");
+  kvheap::sim::ordering_stream_waits(stream, event);
   return api_ok();
 }
 
@@ -98,6 +112,7 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
       return api_fail(cudaErrorInvalidResourceHandle, "cudaEventDestroy: not a live event");
     }
   }
+  kvheap::sim::ordering_event_destroyed(event);
   delete event;
   return api_ok();
 }
@@ -108,6 +123,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   }
   event->recorded = true;
   event->when = std::chrono::steady_clock::now();
+  kvheap::sim::ordering_event_recorded(event, stream);
   return api_ok();
 }
 
@@ -123,6 +139,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
     return api_fail(cudaErrorInvalidResourceHandle, "cudaEventSynchronize: not a live event");
   }
   kvheap::sim::detail::count(kvheap::sim::detail::Count::Sync);
+  kvheap::sim::ordering_host_waits_event(event);
   return api_ok();
 }
 

@@ -17,6 +17,7 @@ namespace kvheap::sim {
 struct PointerArg {
   int index = 0;                ///< position in the kernel's parameter list
   const void* value = nullptr;  ///< the pointer passed, after conversion to the parameter type
+  bool read_only = false;       ///< a pointer to const: the kernel only reads through it
 };
 
 /// \brief One kernel launch, erased to plain data so the simulator itself is not a template.

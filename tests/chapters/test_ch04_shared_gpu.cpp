@@ -54,9 +54,10 @@ struct BytesRead {
 };
 
 /// The device result for a case, against plain CPU attention: the largest relative difference.
+/// With `side`, the rows' own pass runs on it, and the call is made twice on the same scratch.
 template <class T>
 double gpu_vs_plain(DType kv, const test::SharedPrefixCase<T>& c, int force_splits = 0,
-                    BytesRead* read = nullptr) {
+                    BytesRead* read = nullptr, SideStream* side = nullptr) {
   std::vector<float> want(c.q.size());
   c.attend_plain(want.data());
 
@@ -79,8 +80,9 @@ double gpu_vs_plain(DType kv, const test::SharedPrefixCase<T>& c, int force_spli
 #if defined(KVHEAP_SIM)
   const sim::ApiCounters before = sim::api_counters();
 #endif
-  cuda::shared_prefix_attention(kv, q.data(), k.data(), v.data(), loc, view, shape, out.data(),
-                                wide.data(), prefix_ws, own_ws, nullptr, force_splits);
+  for (int call = 0; call < (side != nullptr ? 2 : 1); ++call)
+    cuda::shared_prefix_attention(kv, q.data(), k.data(), v.data(), loc, view, shape, out.data(),
+                                  wide.data(), prefix_ws, own_ws, nullptr, force_splits, side);
   if (read != nullptr) {
 #if defined(KVHEAP_SIM)
     read->loaded = sim::api_counters().since(before).kernel_copy_bytes;
@@ -108,6 +110,22 @@ TEST(Ch04SharedPrefixGpu, EqualsEveryRowReadingItsWholeContext) {
           << "group " << group << ", head_dim " << hd;
   // Five rows of group 4: 20 query heads per KV head, more than one block's 16.
   EXPECT_LE(gpu_vs_plain<float>(DType::F32, {2, 4, 64, 7}, {5, 2}, 5, 20, 3), 1e-5);
+}
+
+// The rows' own pass on a second stream, beside the prefix pass: the same kernels, so the same
+// bits. In the simulator a missing fork or join fails the launch that would race (ordering.hpp):
+// the second call's own pass would overwrite the partial states the first call's merge reads,
+// and the merge would read the own pass's before they were written.
+TEST(Ch04SharedPrefixGpu, OwnPassBesideThePrefixPassGivesTheSameBits) {
+  KVHEAP_REQUIRE_DEVICE();
+  SideStream side;
+  const test::SharedPrefixCase<float> fp32({2, 4, 64, 7}, {5, 2}, 5, 20, 3);
+  EXPECT_EQ(gpu_vs_plain(DType::F32, fp32, 0, nullptr, &side), gpu_vs_plain(DType::F32, fp32));
+  const test::SharedPrefixCase<cpu::BF16Bits> bf16({2, 4, 64, 5}, {9, 7}, 6, 21, 17);
+  EXPECT_EQ(gpu_vs_plain(DType::BF16, bf16, 3, nullptr, &side), gpu_vs_plain(DType::BF16, bf16, 3));
+  const std::vector<test::PrefixLevel> tree = {{2, 1, {{2, 3, {}}, {1, 2, {}}}}};
+  const test::SharedPrefixCase<float> levels({2, 2, 64, 5}, tree, 12, 41);
+  EXPECT_EQ(gpu_vs_plain(DType::F32, levels, 0, nullptr, &side), gpu_vs_plain(DType::F32, levels));
 }
 
 // Half caches at a head_dim the product does not take: the decode kernel's prefix pass widens

@@ -566,6 +566,56 @@ TEST(SimLaunch, HostPointerArgumentIsRefused) {
   EXPECT_NE(m.find("is host memory"), std::string::npos) << m;
 }
 
+// Work on two streams that nothing orders may overlap on a GPU. The simulator runs it in order
+// anyway, so it checks the order a GPU would keep instead: events, host waits, and the default
+// stream's implicit order with blocking streams.
+TEST(SimStreams, UnorderedWorkOnTwoStreamsIsReported) {
+  KVHEAP_REQUIRE_SIMULATOR();
+  DeviceBuffer<float> a(64);
+  std::vector<float> host(64);
+  Stream one, two;
+  const auto fill_on = [&](cudaStream_t s, float v) { test::fill(a.data(), v, 64, 1, 64, s); };
+  fill_on(one, 1.0f);
+  // Write after write.
+  std::string m = launch_error_of([&] { fill_on(two, 2.0f); });
+  EXPECT_NE(m.find("nothing orders the two"), std::string::npos) << m;
+  EXPECT_NE(m.find("argument 0"), std::string::npos) << m;
+  // Read after write: a copy out on the second stream.
+  EXPECT_EQ(cudaMemcpyAsync(host.data(), a.data(), a.bytes(), cudaMemcpyDeviceToHost, two),
+            cudaErrorInvalidValue);
+  (void)cudaGetLastError();
+  // An event orders them, without the host waiting.
+  Event written(/*timing=*/false);
+  written.record(one);
+  written.order_before(two);
+  fill_on(two, 2.0f);
+  KVHEAP_CUDA_CHECK(cudaMemcpyAsync(host.data(), a.data(), a.bytes(), cudaMemcpyDeviceToHost, two));
+  // Write after write: the first stream again, before anything orders it after the second.
+  m = launch_error_of([&] { fill_on(one, 3.0f); });
+  EXPECT_NE(m.find("wrote, and nothing orders"), std::string::npos) << m;
+  // The host waiting for the second stream orders it before everything issued later.
+  two.synchronize();
+  EXPECT_EQ(host[5], 2.0f);
+  fill_on(one, 3.0f);
+  // Write after read: a copy out on the second stream, then a write on the first.
+  one.synchronize();
+  KVHEAP_CUDA_CHECK(cudaMemcpyAsync(host.data(), a.data(), a.bytes(), cudaMemcpyDeviceToHost, two));
+  m = launch_error_of([&] { fill_on(one, 3.5f); });
+  EXPECT_NE(m.find("which cudaMemcpyAsync on stream #"), std::string::npos) << m;
+  EXPECT_NE(m.find("read, and nothing orders"), std::string::npos) << m;
+  two.synchronize();
+  fill_on(one, 3.5f);
+  // The default (legacy) stream waits for blocking streams, and they wait for it.
+  fill_on(nullptr, 4.0f);
+  fill_on(two, 5.0f);
+  // A non-blocking stream is ordered with nothing.
+  cudaStream_t apart = nullptr;
+  KVHEAP_CUDA_CHECK(cudaStreamCreateWithFlags(&apart, cudaStreamNonBlocking));
+  m = launch_error_of([&] { fill_on(apart, 6.0f); });
+  EXPECT_NE(m.find("nothing orders the two"), std::string::npos) << m;
+  KVHEAP_CUDA_CHECK(cudaStreamDestroy(apart));
+}
+
 TEST(SimMemory, CopiesOutsideTheirAllocationAreRefused) {
   KVHEAP_REQUIRE_SIMULATOR();
   DeviceBuffer<float> small(64);

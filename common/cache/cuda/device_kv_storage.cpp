@@ -80,6 +80,7 @@ class DeviceKVStorage final : public KVStorage {
   SharedPrefixView prefix_;
   DeviceBuffer<float> wide_q_;  // the prefix pass's gathered queries
   cuda::AttentionWorkspace workspace_, own_workspace_;
+  SideStream side_;  // the rows' own pass of shared-prefix attention, beside the prefix pass
 };
 
 void DeviceKVStorage::load(KVView view) {
@@ -165,7 +166,7 @@ void DeviceKVStorage::attend(int layer, const float* q, float* out) {
     cuda::paged_attention(kv_, q, kd, vd, n_ctx_, locator_, shape(), out, workspace_, nullptr);
   } else {
     cuda::shared_prefix_attention(kv_, q, kd, vd, locator_, prefix_, shape(), out, wide_q_.data(),
-                                  workspace_, own_workspace_);
+                                  workspace_, own_workspace_, nullptr, 0, &side_);
   }
 }
 
