@@ -69,12 +69,13 @@ struct GroupPrice {
 struct ReadOnceChoice {
   SharedPrefixPlan plan;           ///< the groups kept, in the full plan's order
   std::vector<GroupPrice> prices;  ///< one per group of the full plan, in its order
+  /// \brief Groups kept.
   [[nodiscard]] int kept() const { return plan.groups(); }
 };
 
 /// \brief The rates of the CPU attention twin for `config`'s heads and a cache of `kv`: the read
-/// peak and last-level cache given (MeasuredPeak's gbps and cache_bytes), and the loops' rates
-/// measured on first use of each width (CpuAttendRates, common/measure/attend_rate.hpp).
+/// peak and last-level cache given (MeasuredPeak's gbps and cache_bytes), and the loops' rates,
+/// measured here (CpuAttendRates, common/measure/attend_rate.hpp: about 0.1 s).
 AttentionRates cpu_attention_rates(const ModelConfig& config, DType kv, double read_gbps,
                                    double cache_bytes);
 
