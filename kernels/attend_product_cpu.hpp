@@ -5,12 +5,13 @@
 // of Llama-3-8B. attend_span serves four heads per loaded vector, with an online softmax and a
 // horizontal sum for every tile of eight positions; with 64 heads the same K and V rows go
 // through its inner loops sixteen times, and those loops, not memory, set the pace. Here the
-// heads' queries are transposed once per call, so that 16 heads sit in the lanes of one vector,
-// and each block of 32 positions is widened once into fp32 scratch. The block's scores are then
-// a register-tiled product with heads in the lanes (with AVX-512, 8 positions by 32 heads: a
-// broadcast K element against two query vectors per step), the online softmax runs on 16 heads at
-// a time, and the weighted values are a second tiled product with outputs in the lanes (4 heads by
-// 64 outputs: a broadcast weight against four V vectors). Every K and V element is read from
+// heads' queries are transposed once per call, so that 16 heads (8 without AVX-512) sit in the
+// lanes of one vector, and each block of 32 positions is widened once into fp32 scratch. The
+// block's scores are then a register-tiled product with heads in the lanes (with AVX-512, 8
+// positions by 32 heads: a broadcast K element against two query vectors per step; with AVX2, 4
+// by 16), the online softmax runs on one vector of heads at a time, and the weighted values are a
+// second tiled product with outputs in the lanes (4 heads by 64 outputs, or by 16: a broadcast
+// weight against four or two V vectors). Every K and V element is read from
 // memory once per block and used by every head from the core's caches, and no sum runs across
 // lanes.
 //
@@ -25,6 +26,7 @@
 #include <cstddef>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "kernels/decode_attention_cpu.hpp"
 #include "kernels/decode_attention_simd.hpp"
@@ -33,24 +35,35 @@ namespace kvheap::cpu {
 
 /// \brief Positions per block of attend_span_product.
 inline constexpr int kProductBlock = 32;
-/// \brief Query heads per vector of attend_span_product's scores and softmax.
-inline constexpr int kProductLanes = 16;
+/// \brief Query heads per vector of attend_span_product's scores and softmax: a vector register's
+/// floats, 16 with AVX-512 and 8 without. (Wider vectors than the registers, written with GCC's
+/// vector extension, compile to copies through the stack: about 2 GFLOP/s.)
+inline constexpr int kProductLanes = simd::kWideDefault ? 16 : 8;
 
 /// \brief Query heads attend_span_product keeps per KV head: n_heads_q rounded up to whole vectors.
 inline int product_heads(int n_heads_q) {
   return (n_heads_q + kProductLanes - 1) / kProductLanes * kProductLanes;
 }
 
-/// \brief Whether attend_span_product pays for `n_heads_q` query heads per KV head: with AVX-512,
-/// from 64 on. At 32 the pass alone measured 1.2-1.3x attend_span, but a whole read-once step of
-/// 8 samples (32 heads) slower in both runs; at 16 and fewer the pass alone was as fast or slower,
-/// its vectors of heads part empty (`bench_shared_prefix_cpu`;
-/// docs/results/shared-prefix-cpu-intel-xeon-emerald-rapids.md). Without AVX-512 its 16-float
-/// vectors take two registers each, its tiles spill, and it measured about 20x slower: it is
-/// never chosen there.
-inline bool product_pays(int n_heads_q) {
-  return simd::kWideDefault && n_heads_q >= 4 * kProductLanes;
-}
+/// \brief Query heads per KV head from which attend_span_product pays, as whole read-once steps
+/// measured (`bench_shared_prefix_cpu`, 4 prompts of 8192 positions, Llama-3-8B heads, bf16):
+/// - with AVX-512, 64. At 32 the pass alone measured 1.2-1.3x attend_span, but a whole step of 8
+///   samples (32 heads) slower in both runs; at 16 and fewer the pass alone was as fast or slower
+///   (docs/results/shared-prefix-cpu-intel-xeon-emerald-rapids.md);
+/// - with AVX2, 16: a step of 4 samples (16 heads) took 30.7 ms against attend_span's 37.6-40.2,
+///   of 8 and 16 samples 49 and 90 ms against 86 and 157; of 2 samples (8 heads, one vector) 25.4
+///   against 21.3 (docs/results/shared-prefix-sweep-cpu-amd-epyc-zen3.md);
+/// - elsewhere never: not measured.
+#if defined(__AVX512F__)
+inline constexpr int kProductFrom = 64;
+#elif defined(__AVX2__) && defined(__FMA__)
+inline constexpr int kProductFrom = 16;
+#else
+inline constexpr int kProductFrom = std::numeric_limits<int>::max();
+#endif
+
+/// \brief Whether attend_span_product pays for `n_heads_q` query heads per KV head.
+inline bool product_pays(int n_heads_q) { return n_heads_q >= kProductFrom; }
 
 /// \brief Floats of scratch attend_span_product needs for `n_heads_q` query heads per KV head
 /// (AttendShape::group): the queries transposed, a block of K and of V widened, the block's
@@ -63,24 +76,35 @@ inline std::size_t attend_product_scratch_floats(int n_heads_q, int head_dim) {
 
 namespace detail {
 
-/// Value tiles: heads, and 16-float vectors per head, that fit in 32 vector registers with
-/// AVX-512. Without it the smaller tiles keep the kernel correct, not fast (product_pays).
-inline constexpr int kValueHeads = simd::kWideDefault ? 4 : 2;
+/// One vector of kProductLanes floats, its loads and stores.
+using Lanes = std::conditional_t<simd::kWideDefault, simd::Vec16, simd::Vec8>;
+inline Lanes load_lanes(const float* p) {
+  Lanes v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void store_lanes(float* p, Lanes v) { std::memcpy(p, &v, sizeof v); }
+inline Lanes in_register(Lanes v) { return simd::in_register(v); }
+
+/// Value tiles: heads, and vectors per head, whose accumulators and loads fit in the vector
+/// registers (32 with AVX-512, 16 without): 4 x 4 + 4, or 4 x 2 + 2.
+inline constexpr int kValueHeads = 4;
 inline constexpr int kValueVecs = simd::kWideDefault ? 4 : 2;
-/// Score tiles: positions, and 16-head vectors per position, likewise.
+/// Score tiles: positions, by two vectors of heads per position, likewise: 8 x 2 + 2, or
+/// 4 x 2 + 2.
 inline constexpr int kScorePositions = simd::kWideDefault ? 8 : 4;
 
-/// st[p][h] = k_p . q_h for kPos positions from p0 and the kVecs x 16 heads from h0, with qt the
-/// queries transposed ([head_dim][hp]) and kb the block's K rows ([32][head_dim]).
+/// st[p][h] = k_p . q_h for kPos positions from p0 and the kVecs x kProductLanes heads from h0,
+/// with qt the queries transposed ([head_dim][hp]) and kb the block's K rows ([32][head_dim]).
 template <int kPos, int kVecs>
 void block_scores(const float* qt, int hp, int h0, const float* kb, int p0, int head_dim,
                   float* st) {
-  using simd::Vec16;
-  Vec16 acc[kPos][kVecs] = {};
+  constexpr int kL = kProductLanes;
+  Lanes acc[kPos][kVecs] = {};
   for (int d = 0; d < head_dim; ++d) {
-    Vec16 q[kVecs];
+    Lanes q[kVecs];
     for (int j = 0; j < kVecs; ++j)
-      q[j] = simd::in_register(simd::load16f(qt + static_cast<long>(d) * hp + h0 + 16 * j));
+      q[j] = in_register(load_lanes(qt + static_cast<long>(d) * hp + h0 + kL * j));
     for (int p = 0; p < kPos; ++p) {
       const float x = kb[static_cast<long>(p0 + p) * head_dim + d];
       for (int j = 0; j < kVecs; ++j) acc[p][j] += x * q[j];
@@ -88,23 +112,24 @@ void block_scores(const float* qt, int hp, int h0, const float* kb, int p0, int 
   }
   for (int p = 0; p < kPos; ++p)
     for (int j = 0; j < kVecs; ++j)
-      simd::store16(st + static_cast<long>(p0 + p) * hp + h0 + 16 * j, acc[p][j]);
+      store_lanes(st + static_cast<long>(p0 + p) * hp + h0 + kL * j, acc[p][j]);
 }
 
-/// o_h[d] += sum over p < np of w[p][h] * v_p[d] for kH heads from h0, outputs [d0, d0 + 16
-/// kVecs), vb being the block's V rows ([32][head_dim]) and w the weights ([32][hp]).
+/// o_h[d] += sum over p < np of w[p][h] * v_p[d] for kH heads from h0, outputs [d0, d0 +
+/// kProductLanes kVecs), vb being the block's V rows ([32][head_dim]) and w the weights
+/// ([32][hp]).
 template <int kH, int kVecs>
 void block_values(const float* w, int hp, int h0, int np, const float* vb, int head_dim, int d0,
                   float* o) {
-  using simd::Vec16;
-  Vec16 acc[kH][kVecs];
+  constexpr int kL = kProductLanes;
+  Lanes acc[kH][kVecs];
   for (int h = 0; h < kH; ++h)
     for (int j = 0; j < kVecs; ++j)
-      acc[h][j] = simd::load16f(o + static_cast<long>(h0 + h) * head_dim + d0 + 16 * j);
+      acc[h][j] = load_lanes(o + static_cast<long>(h0 + h) * head_dim + d0 + kL * j);
   for (int p = 0; p < np; ++p) {
-    Vec16 v[kVecs];
+    Lanes v[kVecs];
     for (int j = 0; j < kVecs; ++j)
-      v[j] = simd::in_register(simd::load16f(vb + static_cast<long>(p) * head_dim + d0 + 16 * j));
+      v[j] = in_register(load_lanes(vb + static_cast<long>(p) * head_dim + d0 + kL * j));
     for (int h = 0; h < kH; ++h) {
       const float x = w[static_cast<long>(p) * hp + h0 + h];
       for (int j = 0; j < kVecs; ++j) acc[h][j] += x * v[j];
@@ -112,7 +137,7 @@ void block_values(const float* w, int hp, int h0, int np, const float* vb, int h
   }
   for (int h = 0; h < kH; ++h)
     for (int j = 0; j < kVecs; ++j)
-      simd::store16(o + static_cast<long>(h0 + h) * head_dim + d0 + 16 * j, acc[h][j]);
+      store_lanes(o + static_cast<long>(h0 + h) * head_dim + d0 + kL * j, acc[h][j]);
 }
 
 /// block_values for kH heads from h0 over all of head_dim: whole tiles, then single vectors, then
@@ -120,10 +145,11 @@ void block_values(const float* w, int hp, int h0, int np, const float* vb, int h
 template <int kH>
 void block_values_all(const float* w, int hp, int h0, int np, const float* vb, int head_dim,
                       float* o) {
+  constexpr int kL = kProductLanes;
   int d = 0;
-  for (; d + 16 * kValueVecs <= head_dim; d += 16 * kValueVecs)
+  for (; d + kL * kValueVecs <= head_dim; d += kL * kValueVecs)
     block_values<kH, kValueVecs>(w, hp, h0, np, vb, head_dim, d, o);
-  for (; d + 16 <= head_dim; d += 16) block_values<kH, 1>(w, hp, h0, np, vb, head_dim, d, o);
+  for (; d + kL <= head_dim; d += kL) block_values<kH, 1>(w, hp, h0, np, vb, head_dim, d, o);
   for (; d < head_dim; ++d)
     for (int h = h0; h < h0 + kH; ++h) {
       float a = o[static_cast<long>(h) * head_dim + d];
@@ -159,7 +185,7 @@ template <class T, class Rows>
 void attend_span_product(const float* q, const Rows& rows, int t_begin, int t_end,
                          const AttendShape& sh, int kv_begin, int kv_end, float* acc, float* max,
                          float* sum, float* scratch) {
-  using simd::Vec16;
+  using detail::Lanes;
   constexpr int kP = kProductBlock, kL = kProductLanes;
   const int n_q = sh.group, hd = sh.head_dim, hp = product_heads(n_q);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
@@ -207,40 +233,40 @@ void attend_span_product(const float* q, const Rows& rows, int t_begin, int t_en
         }
         if (two) h += kL;
       }
-      // The online softmax, 16 heads at a time: the block's weights replace its scores.
+      // The online softmax, kL heads at a time: the block's weights replace its scores.
       for (int h = 0; h < hp; h += kL) {
-        Vec16 top = simd::load16f(st + h);
+        Lanes top = detail::load_lanes(st + h);
         for (int p = 1; p < np; ++p) {
-          const Vec16 x = simd::load16f(st + static_cast<long>(p) * hp + h);
+          const Lanes x = detail::load_lanes(st + static_cast<long>(p) * hp + h);
           top = top > x ? top : x;
         }
-        const Vec16 old = simd::load16f(m + h);
+        const Lanes old = detail::load_lanes(m + h);
         top *= scale;
-        const Vec16 grown = old > top ? old : top;
+        const Lanes grown = old > top ? old : top;
         Eigen::Array<float, kL, 1> e;
-        const Vec16 shift = old - grown;  // -inf on the first block: its factor 0, or next to it
+        const Lanes shift = old - grown;  // -inf on the first block: its factor 0, or next to it
         std::memcpy(e.data(), &shift, sizeof shift);
 #pragma GCC diagnostic push  // GCC 12's AVX-512 headers trip its -Wuninitialized inside Eigen's exp
 #pragma GCC diagnostic ignored "-Wuninitialized"
         e = e.exp();
-        Vec16 total = {};
+        Lanes total = {};
         for (int p = 0; p < np; ++p) {
           float* row = st + static_cast<long>(p) * hp + h;
-          const Vec16 x = simd::load16f(row) * scale - grown;
+          const Lanes x = detail::load_lanes(row) * scale - grown;
           Eigen::Array<float, kL, 1> w;
           std::memcpy(w.data(), &x, sizeof x);
           w = w.exp();
-          Vec16 weight;
+          Lanes weight;
           std::memcpy(&weight, w.data(), sizeof weight);
           total += weight;
-          simd::store16(row, weight);
+          detail::store_lanes(row, weight);
         }
 #pragma GCC diagnostic pop
-        Vec16 f;
+        Lanes f;
         std::memcpy(&f, e.data(), sizeof f);
-        simd::store16(l + h, simd::load16f(l + h) * f + total);
-        simd::store16(m + h, grown);
-        simd::store16(factor + h, f);
+        detail::store_lanes(l + h, detail::load_lanes(l + h) * f + total);
+        detail::store_lanes(m + h, grown);
+        detail::store_lanes(factor + h, f);
       }
       for (int h = 0; h < n_q; ++h)
         if (factor[h] != 1.0f) {

@@ -223,14 +223,18 @@ TEST(Ch04SharedPrefixGpu, TreesOfPrefixes) {
   BytesRead read;
   const test::SharedPrefixCase<float> f32({2, 4, 64, 5}, trees, 12, 71);
   EXPECT_LE(gpu_vs_plain(DType::F32, f32, 0, &read), 1e-5);
-  if (is_simulator()) EXPECT_EQ(read.loaded, read.planned) << "fp32";
+  if (is_simulator()) {
+    EXPECT_EQ(read.loaded, read.planned) << "fp32";
+  }
   EXPECT_LE(gpu_vs_plain(DType::F32, f32, 3), 1e-5) << "fp32, split in three";
   const test::SharedPrefixCase<cpu::BF16Bits> bf16_32({2, 2, 32, 7}, trees, 12, 72);
   EXPECT_LE(gpu_vs_plain(DType::BF16, bf16_32), 1e-5) << "bf16, head_dim 32";
   if (!cuda::prefix_pass_is_product(DType::BF16, 64)) return;
   const test::SharedPrefixCase<cpu::BF16Bits> bf16({2, 4, 64, 5}, trees, 12, 73);
   EXPECT_LE(gpu_vs_plain(DType::BF16, bf16, 3, &read), 1e-2) << "bf16, product";
-  if (is_simulator()) EXPECT_EQ(read.loaded, read.planned) << "bf16, product";
+  if (is_simulator()) {
+    EXPECT_EQ(read.loaded, read.planned) << "bf16, product";
+  }
   const test::SharedPrefixCase<cpu::F16Bits> f16({2, 8, 64, 7}, trees, 12, 74);
   EXPECT_LE(gpu_vs_plain(DType::F16, f16), 2e-3) << "fp16, product";
 }

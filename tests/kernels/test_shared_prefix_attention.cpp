@@ -55,7 +55,7 @@ TEST(SharedPrefixAttention, EqualsPlainPagedAttentionOverAwkwardShapes) {
 TEST(SharedPrefixAttention, HalfPrecisionCachesToo) {
   EXPECT_LE(shared_vs_plain<cpu::BF16Bits>({2, 4, 64, 16}, {4, 2}, 4, 30, 9), 1e-5);
   EXPECT_LE(shared_vs_plain<cpu::F16Bits>({2, 2, 128, 16}, {3}, 6, 30, 10), 1e-5);
-  // 16 rows x 4 heads: the prefix pass as products where the target has AVX-512 (product_pays).
+  // 16 rows x 4 heads: the prefix pass as products with AVX-512 or AVX2 (product_pays).
   EXPECT_LE(shared_vs_plain<cpu::F16Bits>({2, 4, 64, 16}, {3}, 16, 30, 14), 1e-5);
   EXPECT_LE(shared_vs_plain<cpu::BF16Bits>({2, 4, 64, 16}, {4, 2}, 16, 30, 12), 1e-5);
 }
@@ -64,7 +64,7 @@ TEST(SharedPrefixAttention, HalfPrecisionCachesToo) {
 // level is read once by the rows below it, and each row merges its path's levels, then its own
 // positions. Depths 1-3 in one batch, rows ending at every depth (a row of the two-level tree
 // holds only the system prompt), awkward block sizes, and 16 rows x 4 heads under one root so
-// that its pass is a product where the target has AVX-512.
+// that its pass is a product with AVX-512 or AVX2.
 const std::vector<test::PrefixLevel>& prefix_trees() {
   static const std::vector<test::PrefixLevel> trees = {
       {2, 1, {{2, 3, {}}, {1, 2, {}}}},                        // two levels, a row at the first
