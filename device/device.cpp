@@ -172,6 +172,12 @@ void SideStream::join(cudaStream_t main) {
   joined_.order_before(main);
 }
 
+void SideStream::join_quietly(cudaStream_t main) noexcept {
+  if (cudaEventRecord(joined_.get(), stream_) == cudaSuccess)
+    (void)cudaStreamWaitEvent(main, joined_.get(), 0);
+  (void)cudaGetLastError();
+}
+
 Event::Event(bool timing) {
   KVHEAP_CUDA_CHECK(
       cudaEventCreateWithFlags(&event_, timing ? cudaEventDefault : cudaEventDisableTiming));

@@ -156,6 +156,9 @@ class SideStream {
   cudaStream_t fork(cudaStream_t main);
   /// \brief Orders what is issued on `main` next after everything issued on this stream so far.
   void join(cudaStream_t main);
+  /// \brief join() for a path that is already failing (a destructor during unwinding): errors
+  /// are ignored, and cleared so that they are not blamed on a later call.
+  void join_quietly(cudaStream_t main) noexcept;
 
  private:
   cudaStream_t stream_ = nullptr;

@@ -225,22 +225,35 @@ void shared_prefix_attention(DType kv, const float* q, const void* k_cache, cons
   detail::check_page_bytes("shared_prefix_attention", pages.block_size, shape, kv);
   const int group = shape.n_heads / shape.n_kv_heads;
   const unsigned threads = static_cast<unsigned>((shape.head_dim + 31) / 32 * 32);
+  const long long blocks = static_cast<long long>(plan.groups) * shape.n_heads * plan.widest;
+  if (blocks > INT_MAX)
+    throw InputError("shared_prefix_attention: " + std::to_string(blocks) +
+                     " wide query heads exceed the grid limit");
+  const bool product = plan.groups > 0 && prefix_pass_is_product(kv, shape.head_dim);
+  if (product && (reinterpret_cast<std::uintptr_t>(k_cache) % 16 != 0 ||
+                  reinterpret_cast<std::uintptr_t>(v_cache) % 16 != 0))
+    throw InputError("shared_prefix_attention: the caches must be 16-byte aligned");
 
   // The rows' own pass first, on the side stream when there is one: it needs nothing the prefix
-  // pass computes, so the two may run at the same time until the merge.
+  // pass computes, so the two may run at the same time until the merge. Should a launch throw
+  // before the merge, the side stream is still joined, so that `stream`'s later work (the next
+  // step's writes to the cache and to own_ws) stays ordered after the own pass.
   AttentionShape own = shape;
   own.max_n_ctx = plan.max_own;
   const StreamHandle own_stream = side != nullptr ? side->fork(stream) : stream;
+  struct JoinOnThrow {
+    SideStream* side;
+    StreamHandle main;
+    ~JoinOnThrow() {
+      if (side != nullptr) side->join_quietly(main);
+    }
+  } join_on_throw{side, stream};
   const int own_splits = detail::launch_decode_attention_partials(
       kv, q, k_cache, v_cache, plan.own_ctx, SharedPrefixLocator{pages, plan.first, nullptr, group},
       own, own_ws, own_stream, force_splits);
 
   int prefix_splits = 0;
   if (plan.groups > 0) {
-    const long long blocks = static_cast<long long>(plan.groups) * shape.n_heads * plan.widest;
-    if (blocks > INT_MAX)
-      throw InputError("shared_prefix_attention: " + std::to_string(blocks) +
-                       " wide query heads exceed the grid limit");
     launch<gather_wide_q_kernel>(dim3(static_cast<unsigned>(blocks)), dim3(threads), 0, stream, q,
                                  plan, shape.n_heads, group, shape.head_dim, wide_q);
     AttentionShape wide = shape;
@@ -249,10 +262,7 @@ void shared_prefix_attention(DType kv, const float* q, const void* k_cache, cons
     wide.max_n_ctx = plan.max_prefix;
     PagedLocator by_group = pages;
     by_group.row_seq = plan.prefix_seq;
-    if (prefix_pass_is_product(kv, shape.head_dim)) {
-      if (reinterpret_cast<std::uintptr_t>(k_cache) % 16 != 0 ||
-          reinterpret_cast<std::uintptr_t>(v_cache) % 16 != 0)
-        throw InputError("shared_prefix_attention: the caches must be 16-byte aligned");
+    if (product) {
       prefix_splits =
           kv == DType::F16
               ? launch_prefix_product<__half>(wide_q, k_cache, v_cache, by_group, plan, shape,
@@ -266,7 +276,10 @@ void shared_prefix_attention(DType kv, const float* q, const void* k_cache, cons
           stream, force_splits);
     }
   }
-  if (side != nullptr) side->join(stream);
+  if (side != nullptr) {
+    join_on_throw.side = nullptr;
+    side->join(stream);
+  }
   launch<merge_shared_prefix_kernel>(
       dim3(static_cast<unsigned>(shape.n * shape.n_heads)), dim3(threads), 0, stream,
       plan.groups > 0 ? prefix_ws.states() : nullptr, plan.groups > 0 ? prefix_ws.acc() : nullptr,

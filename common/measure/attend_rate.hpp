@@ -18,7 +18,7 @@ namespace kvheap {
 /// All of it is measured at construction, so that no pass pays for it later: the width of a
 /// plain row (`group`), and each power of two from 2 to kMostHeads. Other widths take the rate of
 /// the power of two below them (2 for a width of 1 that is not `group`), which runs the same
-/// loops (cpu::product_pays changes at 64).
+/// loops (cpu::kProductFrom, where the loops change, is a power of two).
 class CpuAttendRates {
  public:
   /// \brief Widest pass measured; wider ones take its rate.

@@ -124,7 +124,9 @@ void ordering_stream_waits(cudaStream_t stream, cudaEvent_t event) {
 void ordering_host_waits_stream(cudaStream_t stream) {
   State& s = state();
   std::lock_guard lock(s.mutex);
-  const Clock c = current(s, id_of(s, stream)).clock;
+  // What was issued on the stream, and what that waited for; not the work of other streams that
+  // the stream's next operation would wait for.
+  const Clock c = s.streams[id_of(s, stream)].clock;
   join(s.host, c);
 }
 

@@ -41,9 +41,10 @@ void ordering_event_recorded(cudaEvent_t event, cudaStream_t stream);
 void ordering_event_destroyed(cudaEvent_t event);
 /// \brief cudaStreamWaitEvent: `stream`'s later operations come after what `event` stands for.
 void ordering_stream_waits(cudaStream_t stream, cudaEvent_t event);
-/// \brief The host waited for `stream` (cudaStreamSynchronize, a synchronous copy on it).
+/// \brief The host waited for `stream` (cudaStreamSynchronize, a successful cudaStreamQuery, a
+/// copy into host memory with cudaMemcpy).
 void ordering_host_waits_stream(cudaStream_t stream);
-/// \brief The host waited for `event` (cudaEventSynchronize).
+/// \brief The host waited for `event` (cudaEventSynchronize, a successful cudaEventQuery).
 void ordering_host_waits_event(cudaEvent_t event);
 /// \brief The host waited for the whole device (cudaDeviceSynchronize, cudaFree).
 void ordering_host_waits_all();

@@ -202,7 +202,13 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind 
   // Synchronous on a GPU: the host waits for the device, as at any synchronisation.
   if (count > 0) kvheap::sim::detail::count(kvheap::sim::detail::Count::Sync);
   const cudaError_t e = kvheap::sim::copy("cudaMemcpy", dst, src, count, kind, nullptr);
-  kvheap::sim::ordering_host_waits_stream(nullptr);
+  // The host waits for the default stream when the copy lands in host memory. A copy into device
+  // memory may return before it lands (from pageable memory once staged, device to device at
+  // once): only the default stream and the blocking streams are ordered after it.
+  const bool to_host = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyHostToHost ||
+                       (kind == cudaMemcpyDefault &&
+                        kvheap::sim::classify_pointer(dst) != kvheap::sim::PointerKind::Device);
+  if (to_host) kvheap::sim::ordering_host_waits_stream(nullptr);
   return e;
 }
 

@@ -74,7 +74,8 @@ cudaError_t cudaStreamQuery(cudaStream_t stream) {
   if (!kvheap::sim::is_live_stream(stream)) {
     return api_fail(cudaErrorInvalidResourceHandle, "cudaStreamQuery: not a live stream");
   }
-  return api_ok();  // every operation has completed
+  kvheap::sim::ordering_host_waits_stream(stream);  // the host now knows the stream is done
+  return api_ok();                                  // every operation has completed
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
@@ -131,7 +132,8 @@ cudaError_t cudaEventQuery(cudaEvent_t event) {
   if (!kvheap::sim::live_event(event)) {
     return api_fail(cudaErrorInvalidResourceHandle, "cudaEventQuery: not a live event");
   }
-  return api_ok();  // the work before it has completed
+  kvheap::sim::ordering_host_waits_event(event);  // the host now knows that work is done
+  return api_ok();                                // the work before it has completed
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {

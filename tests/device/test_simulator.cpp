@@ -613,6 +613,13 @@ TEST(SimStreams, UnorderedWorkOnTwoStreamsIsReported) {
   KVHEAP_CUDA_CHECK(cudaStreamCreateWithFlags(&apart, cudaStreamNonBlocking));
   m = launch_error_of([&] { fill_on(apart, 6.0f); });
   EXPECT_NE(m.find("nothing orders the two"), std::string::npos) << m;
+  // cudaMemcpy into device memory may return before the copy lands; into host memory it waits.
+  DeviceBuffer<float> b(64);
+  KVHEAP_CUDA_CHECK(cudaMemcpy(b.data(), a.data(), a.bytes(), cudaMemcpyDeviceToDevice));
+  m = launch_error_of([&] { test::fill(b.data(), 7.0f, 64, 1, 64, apart); });
+  EXPECT_NE(m.find("which cudaMemcpy on the default stream wrote"), std::string::npos) << m;
+  KVHEAP_CUDA_CHECK(cudaMemcpy(host.data(), b.data(), b.bytes(), cudaMemcpyDeviceToHost));
+  test::fill(b.data(), 7.0f, 64, 1, 64, apart);
   KVHEAP_CUDA_CHECK(cudaStreamDestroy(apart));
 }
 
