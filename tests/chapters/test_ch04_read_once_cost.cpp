@@ -11,7 +11,6 @@
 
 #include "common/cache/read_once_cost.hpp"
 #include "common/measure/attend_rate.hpp"
-#include "kernels/shared_prefix_attention_cpu.hpp"
 #include "tests/kernels/shared_prefix_case.hpp"
 #include "tests/support/test_support.hpp"
 
@@ -56,8 +55,7 @@ TEST(ReadOnceCost, PlainWhereTheWidePassSavesLessThanTheMargin) {
 double planned_vs_plain(const test::SharedPrefixCase<float>& c, const SharedPrefixPlan& plan) {
   std::vector<float> plain(c.q.size()), shared(c.q.size(), -1.0f);
   c.attend_plain(plain.data());
-  cpu::attend_batch_shared_prefix<float>(c.shape(), c.n(), c.rows_of(), c.n_ctx_of(), plan,
-                                         c.q.data(), shared.data());
+  c.attend_shared(plan, shared.data());
   return test::rel_inf_error(shared, plain);
 }
 

@@ -16,6 +16,7 @@
 #include "kernels/decode_attention_cpu.hpp"
 #include "kernels/paged_attention.hpp"
 #include "kernels/shared_prefix_attention.hpp"
+#include "kernels/shared_prefix_attention_cpu.hpp"
 
 namespace kvheap::test {
 
@@ -159,6 +160,10 @@ struct SharedPrefixCase {
   /// Plain paged attention (every row reads its whole context) into out [n, q_dim].
   void attend_plain(float* out) const {
     cpu::attend_batch<T>(shape(), n(), rows_of(), n_ctx_of(), q.data(), out);
+  }
+  /// Shared-prefix attention through `p` (the case's plan, or one cut from it) into out [n, q_dim].
+  void attend_shared(const SharedPrefixPlan& p, float* out) const {
+    cpu::attend_batch_shared_prefix<T>(shape(), n(), rows_of(), n_ctx_of(), p, q.data(), out);
   }
 };
 
