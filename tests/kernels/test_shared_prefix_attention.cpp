@@ -143,8 +143,9 @@ double product_vs_span(int n_kv_heads, int heads, int head_dim, int t_begin, int
 }
 
 TEST(SharedPrefixAttention, ProductPrefixPassEqualsTheSpanWithinRounding) {
-  // Heads per KV head around the tiles' 8 and 4, head_dim around the value tiles' 64 and 16,
-  // spans around the blocks' 32 positions.
+  // Heads per KV head around the tiles' 8, 6 and 4 (13 = 6 + 6 + 1, 64 = 10 x 6 + 4, 3 = 2 + 1
+  // without AVX-512), head_dim around the value tiles' 64 and 16, spans around the blocks' 32 and
+  // 48 positions; the long span prefetches the next block from inside the score tiles.
   for (int heads : {1, 3, 8, 13, 64})
     for (int hd : {8, 40, 64, 72, 128})
       EXPECT_LE(product_vs_span<float>(2, heads, hd, 5, 5 + 97, heads * 131 + hd), 1e-5);
