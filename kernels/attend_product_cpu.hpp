@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <type_traits>
@@ -99,7 +100,8 @@ inline constexpr int kValueVecs = simd::kWideDefault ? 4 : 2;
 inline constexpr int kScorePositions = simd::kWideDefault ? 8 : 6;
 
 /// st[p][h] = k_p . q_h for kPos positions from p0 and the kVecs x kProductLanes heads from h0,
-/// with qt the queries transposed ([head_dim][hp]) and kb the block's K rows ([32][head_dim]).
+/// with qt the queries transposed ([head_dim][hp]) and kb the block's K rows
+/// ([kProductBlock][head_dim]).
 /// Meanwhile it asks the caches for `n_lines` cache lines from `lines`, one every few steps.
 template <int kPos, int kVecs>
 void block_scores(const float* qt, int hp, int h0, const float* kb, int p0, int head_dim, float* st,
@@ -128,8 +130,8 @@ void block_scores(const float* qt, int hp, int h0, const float* kb, int p0, int 
 }
 
 /// o_h[d] += sum over p < np of w[p][h] * v_p[d] for kH heads from h0, outputs [d0, d0 +
-/// kProductLanes kVecs), vb being the block's V rows ([32][head_dim]) and w the weights
-/// ([32][hp]).
+/// kProductLanes kVecs), vb being the block's V rows ([kProductBlock][head_dim]) and w the
+/// weights ([kProductBlock][hp]).
 template <int kH, int kVecs>
 void block_values(const float* w, int hp, int h0, int np, const float* vb, int head_dim, int d0,
                   float* o) {
@@ -179,19 +181,28 @@ void widen(const T* src, int n, float* dst) {
   for (; d < n; ++d) dst[d] = simd::load1(src + d);
 }
 
+/// Cache lines a slice of `bytes` bytes can touch: one more than it fills when it does not start
+/// on a line.
+inline long lines_per_slice(long bytes) { return (bytes + kCacheLine - 1) / kCacheLine + 1; }
+
+/// Appends to `lines` the cache lines that [p, p + bytes) touches, each once.
+inline void append_lines(const char* p, long bytes, const char** lines, int& n) {
+  const auto at = reinterpret_cast<std::uintptr_t>(p);
+  const std::uintptr_t first = at / kCacheLine, last = (at + bytes - 1) / kCacheLine;
+  for (std::uintptr_t line = first; line <= last; ++line)
+    lines[n++] = p + static_cast<long>(line * kCacheLine - at);
+}
+
 /// The cache lines of KV head slice [head_off, head_off + head_dim) of positions [t, end)'s K and
-/// V rows, into `lines`; returns how many.
+/// V rows, into `lines` (room for 2 (end - t) lines_per_slice(head_dim sizeof(T))); returns how
+/// many.
 template <class T, class Rows>
 int slice_lines(const Rows& rows, int t, int end, long head_off, int head_dim, const char** lines) {
   const long bytes = static_cast<long>(head_dim) * static_cast<long>(sizeof(T));
   int n = 0;
   for (; t < end; ++t) {
-    const char* k = reinterpret_cast<const char*>(rows.k(t) + head_off);
-    const char* v = reinterpret_cast<const char*>(rows.v(t) + head_off);
-    for (long b = 0; b < bytes; b += kCacheLine) {
-      lines[n++] = k + b;
-      lines[n++] = v + b;
-    }
+    append_lines(reinterpret_cast<const char*>(rows.k(t) + head_off), bytes, lines, n);
+    append_lines(reinterpret_cast<const char*>(rows.v(t) + head_off), bytes, lines, n);
   }
   return n;
 }
@@ -231,11 +242,11 @@ void attend_span_product(const float* q, const Rows& rows, int t_begin, int t_en
   // cache lines are asked for while the score tiles run, one every few steps of their loops:
   // all of them asked for at once measured no faster, as if most of the requests were dropped,
   // and a few rows per tile (bursts of 48 lines at 16 heads) half as good.
-  const bool prefetch = prefetch_helps();
+  static_assert(kP % detail::kScorePositions == 0, "a block is a whole number of score tiles");
+  const bool prefetch = prefetch_helps() && n_q > 0;
   const int tiles = (hp + 2 * kL - 1) / (2 * kL) * (kP / detail::kScorePositions);
-  const long slice_lines =
-      (static_cast<long>(hd) * static_cast<long>(sizeof(T)) + kCacheLine - 1) / kCacheLine;
-  std::vector<const char*> lines(prefetch ? 2 * kP * slice_lines : 0);
+  std::vector<const char*> lines(
+      prefetch ? 2 * kP * detail::lines_per_slice(static_cast<long>(hd) * sizeof(T)) : 0);
   for (int g = kv_begin; g < kv_end; ++g) {
     const long head_off = static_cast<long>(g) * hd;
     const float* qg = q + static_cast<long>(g) * n_q * hd;
@@ -259,7 +270,7 @@ void attend_span_product(const float* q, const Rows& rows, int t_begin, int t_en
                                                             std::min(t_end, t0 + 2 * kP), head_off,
                                                             hd, lines.data())
                                    : 0;
-      const int per_tile = (n_lines + tiles - 1) / tiles;
+      const int per_tile = (n_lines + tiles - 1) / std::max(tiles, 1);
       int line = 0;
       for (int h = 0; h < hp; h += kL) {
         const bool two = h + 2 * kL <= hp;

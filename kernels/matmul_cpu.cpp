@@ -185,7 +185,7 @@ Packet madd(Activation<T> a, const Packet& b, const Packet& acc) {
 }
 
 /// out[MR rows, cols] = x[MR rows, :] W_panel^T: the outputs of MR batch rows and one panel over
-/// `steps` steps, fetching kAhead lines a step into L2 as `ahead` says.
+/// `steps` steps, fetching kAhead lines every `ahead.every` steps into L2 as `ahead` says.
 template <class T, int MR, int kAhead>
 void block(const Activation<T>* x, long ldx, const T* panel, int steps, float* out, long ldo,
            int cols, Ahead ahead) {
@@ -320,7 +320,7 @@ void product(float* out, const float* x_in, const PackedMatrix& w, int n) {
         const auto steps_within = [&](long bytes, long stride) {  // of the steps, those in range
           return static_cast<int>(std::clamp(bytes / stride, 0L, static_cast<long>(steps)));
         };
-        if (blocks == 1)
+        if (blocks == 1 && (q1 - q) * panel_bytes > 4096)  // a pointer only into the panels
           ahead = {start + 4096, kStepBytes,
                    steps_within((q1 - q) * panel_bytes - 4096, kStepBytes), 1};
         else if (q + 1 < q1 && fetched < panel_bytes)

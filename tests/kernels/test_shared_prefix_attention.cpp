@@ -95,6 +95,17 @@ TEST(SharedPrefixAttention, LongPrefixes) {
   EXPECT_LE(shared_vs_plain<float>({2, 4, 64, 16}, {160}, 16, 100, 13), 1e-5);  // products
 }
 
+/// ContiguousRows that counts the positions asked for outside [t_begin, t_end).
+template <class T>
+struct CheckedRows {
+  cpu::ContiguousRows<T> rows;
+  int t_begin, t_end;
+  mutable int outside = 0;
+  const T* k(int t) const { return count(t), rows.k(t); }
+  const T* v(int t) const { return count(t), rows.v(t); }
+  void count(int t) const { outside += t < t_begin || t >= t_end; }
+};
+
 /// attend_span_product against attend_span on random K, V and queries over positions [t_begin,
 /// t_end) of a contiguous cache: the largest difference of the finished outputs relative to
 /// their largest magnitude, after checking that both give every head the same softmax state
@@ -123,8 +134,11 @@ double product_vs_span(int n_kv_heads, int heads, int head_dim, int t_begin, int
   std::vector<float> product_scratch(cpu::attend_product_scratch_floats(heads, head_dim));
   cpu::attend_span<T>(q.data(), rows, t_begin, t_end, sh, 0, n_kv_heads, want.data(),
                       want_max.data(), want_sum.data(), span_scratch.data());
-  cpu::attend_span_product<T>(q.data(), rows, t_begin, t_end, sh, 0, n_kv_heads, got.data(),
+  // The product may ask for the rows of its span only, prefetching included.
+  const CheckedRows<T> checked{rows, t_begin, t_end};
+  cpu::attend_span_product<T>(q.data(), checked, t_begin, t_end, sh, 0, n_kv_heads, got.data(),
                               got_max.data(), got_sum.data(), product_scratch.data());
+  EXPECT_EQ(checked.outside, 0) << "positions asked for outside the span";
   for (int h = 0; h < n_q; ++h) {
     if (t_end == t_begin) {
       EXPECT_EQ(got_max[h], -std::numeric_limits<float>::infinity());
@@ -145,11 +159,13 @@ double product_vs_span(int n_kv_heads, int heads, int head_dim, int t_begin, int
 TEST(SharedPrefixAttention, ProductPrefixPassEqualsTheSpanWithinRounding) {
   // Heads per KV head around the tiles' 8, 6 and 4 (13 = 6 + 6 + 1, 64 = 10 x 6 + 4, 3 = 2 + 1
   // without AVX-512), head_dim around the value tiles' 64 and 16, spans around the blocks' 32 and
-  // 48 positions; the long span prefetches the next block from inside the score tiles.
+  // 48 positions. Where prefetch_helps(), spans of more than one block also prefetch, and the
+  // checked rows hold every position asked for within the span.
   for (int heads : {1, 3, 8, 13, 64})
     for (int hd : {8, 40, 64, 72, 128})
       EXPECT_LE(product_vs_span<float>(2, heads, hd, 5, 5 + 97, heads * 131 + hd), 1e-5);
-  EXPECT_LE(product_vs_span<float>(1, 9, 64, 0, 32, 1), 1e-5);   // one whole block
+  EXPECT_LE(product_vs_span<float>(1, 9, 64, 0, 32, 1), 1e-5);   // a whole block with AVX-512
+  EXPECT_LE(product_vs_span<float>(1, 9, 64, 0, 48, 6), 1e-5);   // a whole block with AVX2
   EXPECT_LE(product_vs_span<float>(1, 9, 64, 31, 32, 2), 1e-5);  // one position
   EXPECT_LE(product_vs_span<float>(3, 16, 64, 7, 7, 3), 1e-5);   // an empty span
   EXPECT_LE(product_vs_span<cpu::BF16Bits>(2, 32, 128, 0, 300, 4), 1e-5);
