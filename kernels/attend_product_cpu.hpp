@@ -237,11 +237,12 @@ void attend_span_product(const float* q, const Rows& rows, int t_begin, int t_en
   float* l = m + hp;                            // [hp] running sum
   float* factor = l + hp;                       // [hp] this block's rescaling
   // A block reads 1 / n_kv_heads of each of its rows, a pattern the hardware prefetchers of a Zen
-  // 3 core follow badly: a pass over rows in memory took 1.2x (64 heads) to 1.6x (16 heads) the
-  // same pass over rows in cache. Where prefetching helps (prefetch_helps), the next block's
-  // cache lines are asked for while the score tiles run, one every few steps of their loops:
-  // all of them asked for at once measured no faster, as if most of the requests were dropped,
-  // and a few rows per tile (bursts of 48 lines at 16 heads) half as good.
+  // 3 core follow badly: a pass over rows in memory took 1.2x (64 heads) to 1.8x (16 heads) the
+  // same pass over rows in cache (docs/results/shared-prefix-sweep-cpu-amd-epyc-zen3.md). Where
+  // prefetching helps (prefetch_helps), the next block's cache lines are asked for while the score
+  // tiles run, one every few steps of their loops: all of them asked for at once measured no
+  // faster, as if most of the requests were dropped, and a few rows per tile (bursts of 48 lines at
+  // 16 heads) half as good.
   static_assert(kP % detail::kScorePositions == 0, "a block is a whole number of score tiles");
   const bool prefetch = prefetch_helps() && n_q > 0;
   const int tiles = (hp + 2 * kL - 1) / (2 * kL) * (kP / detail::kScorePositions);
