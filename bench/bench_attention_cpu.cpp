@@ -5,10 +5,12 @@
 // The work is chapter 1's attention: OpenMP over chunks of up to 2048 positions of each batch row
 // (split into KV-head ranges when the chunks alone would not share out evenly over the threads),
 // each KV head's rows read once for its whole query group. Heads are Llama-3-8B's (32 query, 8 KV,
-// head_dim 128), one layer. Cold-cache numbers: only configurations whose K+V working set is at
-// least 4x the last-level cache run (and at most 1 GiB, to share the machine, or twice that floor
-// where the LLC is larger than 128 MiB: bench/support/cpu_caches.hpp); every slot reserves
-// 32k positions so sequences sit far apart, and rows use slots in shuffled order. The kernel runs
+// head_dim 128) and, for a model with one query head per KV head, stories110m's (12 of 64), one
+// layer. Cold-cache numbers: only configurations whose K+V working set is at least 4x the
+// last-level cache run (and at most 1 GiB, to share the machine, or twice that floor where the LLC
+// is larger than 128 MiB: bench/support/cpu_caches.hpp); every slot reserves 32k positions (the
+// model's limit where it is lower) so sequences sit far apart, and rows use slots in shuffled
+// order. The kernel runs
 // in rounds between passes of the read probe, and each round is compared with the probe of the same
 // moment (see attention_cpu), because this kind of machine's bandwidth drifts while a benchmark
 // runs. Each round is also followed by the same kernel on a working set that stays in cache, which
@@ -38,9 +40,18 @@
 namespace kvheap {
 namespace {
 
-constexpr int kHeads = 32, kKvHeads = 8, kHeadDim = 128;
-constexpr long kMaxSeqLen = 32768;
-constexpr long kKvDim = static_cast<long>(kKvHeads) * kHeadDim;
+/// The models whose heads the configurations take, and the positions a sequence reserves in each:
+/// Llama-3-8B's (32 query heads, 8 KV heads of 128: grouped queries), 32k positions apart; and
+/// stories110m's (12 heads of 64, one query head per KV head), at its 1024-position limit.
+const ModelConfig& llama() {
+  static const ModelConfig c = preset("llama-3-8b");
+  return c;
+}
+const ModelConfig& stories() {
+  static const ModelConfig c = preset("stories110m");
+  return c;
+}
+long reserved_positions(const ModelConfig& m) { return std::min(32768L, long{m.max_seq_len}); }
 
 double g_peak_gbps = 0.0;  // the best read bandwidth any probe of this run saw
 
@@ -66,21 +77,24 @@ double median(std::vector<double> v) {
   return v.size() % 2 == 1 ? v[m] : 0.5 * (v[m - 1] + v[m]);
 }
 
-/// One benchmark case: a batch of sequences in a contiguous cache, each reserving `max_seq_len`
-/// positions, allocated as chapter 1's reservations are (zero-filled, on huge pages) and visited
-/// in a shuffled slot order.
+/// One benchmark case: a batch of sequences of `heads`' shape in a contiguous cache, each reserving
+/// `max_seq_len` positions, allocated as chapter 1's reservations are (zero-filled, on huge pages)
+/// and visited in a shuffled slot order.
 template <class T>
 class Case {
  public:
-  Case(int batch, int ctx, long max_seq_len)
-      : batch_(batch),
+  Case(const ModelConfig& heads, int batch, int ctx, long max_seq_len)
+      : heads_(heads),
+        kv_dim_(heads.kv_dim()),
+        batch_(batch),
         ctx_(ctx),
         max_seq_len_(max_seq_len),
-        k_buf_(static_cast<std::size_t>(batch) * max_seq_len * kKvDim * sizeof(T)),
+        k_buf_(static_cast<std::size_t>(batch) * max_seq_len * kv_dim_ * sizeof(T)),
         v_buf_(k_buf_.size()),
         slots_(batch),
-        q_(static_cast<std::size_t>(batch) * kHeads * kHeadDim, 0.05f),
+        q_(static_cast<std::size_t>(batch) * heads.q_dim(), 0.05f),
         out_(q_.size()) {
+    const long kKvDim = kv_dim_;
     T* k = k_buf_.as<T>();
     T* v = v_buf_.as<T>();
     std::iota(slots_.begin(), slots_.end(), 0);
@@ -101,6 +115,7 @@ class Case {
   void run() {
     const T* k = k_buf_.as<T>();
     const T* v = v_buf_.as<T>();
+    const long kKvDim = kv_dim_;
     cpu::attend_batch<T>(
         cpu::AttendShape{heads_.n_kv_heads, heads_.group_size(), heads_.head_dim}, batch_,
         [&](int i) {
@@ -121,14 +136,15 @@ class Case {
   /// Napkin bytes of one call: batch * ctx * 2 (K and V) * n_kv_heads * head_dim * bytes of
   /// cache, plus q and out in fp32 (negligible next to the cache).
   double bytes() const {
-    return static_cast<double>(batch_) * ctx_ * 2.0 * kKvDim * static_cast<double>(sizeof(T)) +
+    return static_cast<double>(batch_) * ctx_ * 2.0 * kv_dim_ * static_cast<double>(sizeof(T)) +
            2.0 * static_cast<double>(q_.size()) * sizeof(float);
   }
   /// Bytes reserved for K and V.
   double reserved_bytes() const { return 2.0 * static_cast<double>(k_buf_.size()); }
 
  private:
-  const ModelConfig heads_ = preset("llama-3-8b");  // kHeads, kKvHeads, kHeadDim
+  const ModelConfig& heads_;
+  long kv_dim_;
   int batch_, ctx_;
   long max_seq_len_;
   HostBuffer k_buf_, v_buf_;
@@ -146,16 +162,17 @@ class Case {
 std::size_t g_l2_bytes = std::size_t{1} << 20;  // per core, set in main from the CPU's report
 
 template <class T>
-int in_cache_ctx() {
-  const std::size_t per_position = 2 * kKvDim * sizeof(T);
+int in_cache_ctx(const ModelConfig& m) {
+  const std::size_t per_position = 2 * static_cast<std::size_t>(m.kv_dim()) * sizeof(T);
   const auto threads = static_cast<std::size_t>(omp_get_max_threads());
   return static_cast<int>(std::max<std::size_t>(16, g_l2_bytes / 2 / threads / per_position));
 }
 
 template <class T>
-void attention_cpu(benchmark::State& state, const char* dtype, int batch, int ctx) {
-  Case<T> cold(batch, ctx, kMaxSeqLen);
-  Case<T> hot(omp_get_max_threads(), in_cache_ctx<T>(), in_cache_ctx<T>());
+void attention_cpu(benchmark::State& state, const ModelConfig& m, const char* dtype, int batch,
+                   int ctx) {
+  Case<T> cold(m, batch, ctx, reserved_positions(m));
+  Case<T> hot(m, omp_get_max_threads(), in_cache_ctx<T>(m), in_cache_ctx<T>(m));
   // The machine's read bandwidth drifts by tens of percent over seconds on shared hosts, and its
   // cores' speed by less, so the kernel is timed in rounds between passes of the read probe,
   // each round compared with the mean of the passes on either side of it: both sides are single
@@ -187,12 +204,12 @@ void attention_cpu(benchmark::State& state, const char* dtype, int batch, int ct
   const double gbps = bytes / s / 1e9;
   state.counters["GBps"] = gbps;
   state.counters["frac_of_read_peak"] = median(ratios);
-  const std::string config =
-      fmt::format("batch {}, ctx {}, {}, {} threads", batch, ctx, dtype, omp_get_max_threads());
+  const std::string config = fmt::format("{}, batch {}, ctx {}, {}, {} threads", m.name, batch, ctx,
+                                         dtype, omp_get_max_threads());
   state.SetLabel(config);
   // Arithmetic: one multiply-add per query head and element of K (the scores) and of V (the
   // weighted sum), i.e. 2 x 2 x n_heads x head_dim flops per position.
-  const double flops = 4.0 * batch * ctx * kHeads * kHeadDim;
+  const double flops = 4.0 * batch * ctx * m.q_dim();
   bench::keep_last(
       g_rows, Row{config, cold.reserved_bytes() / 1e6, bytes / 1e6, s * 1e3, gbps, median(probes),
                   median(ratios), median(in_cache), median(bound_ratios), flops / bytes});
@@ -218,27 +235,35 @@ int main(int argc, char** argv) {
                                })
       ->Iterations(1)
       ->Unit(benchmark::kMillisecond);
+  // (model, batch, context): Llama-3-8B's grouped heads at long contexts, and stories110m's
+  // one query head per KV head at its longest, in batches large enough for a cold working set.
+  struct Config {
+    const ModelConfig* model;
+    const char* tag;
+    int batch, ctx;
+  };
+  std::vector<Config> configs;
+  for (int batch : {1, 8, 16})
+    for (int ctx : {4096, 16384, 32768}) configs.push_back({&llama(), "llama3_8b", batch, ctx});
+  for (int batch : {32, 64}) configs.push_back({&stories(), "stories110m", batch, 1024});
   for (int bf16 : {0, 1}) {
-    for (int batch : {1, 8, 16}) {
-      for (int ctx : {4096, 16384, 32768}) {
-        const std::size_t elem = bf16 ? 2 : 4;
-        const std::size_t set = static_cast<std::size_t>(batch) * ctx * 2 * kKvDim * elem;
-        const std::string name = fmt::format("attend_batch/llama3_8b_{}/batch{}/ctx{}",
-                                             bf16 ? "bf16" : "fp32", batch, ctx);
-        const std::size_t reserved =
-            static_cast<std::size_t>(batch) * kMaxSeqLen * 2 * kKvDim * elem;
-        if (!window.admits(name, set, reserved)) continue;
-        auto fn = [bf16, batch, ctx](benchmark::State& s) {
-          if (bf16) {
-            attention_cpu<cpu::BF16Bits>(s, "bf16", batch, ctx);
-          } else {
-            attention_cpu<float>(s, "fp32", batch, ctx);
-          }
-        };
-        benchmark::RegisterBenchmark(name.c_str(), fn)
-            ->Unit(benchmark::kMillisecond)
-            ->Iterations(1);
-      }
+    for (const Config& c : configs) {
+      const std::size_t elem = bf16 ? 2 : 4;
+      const auto kv_dim = static_cast<std::size_t>(c.model->kv_dim());
+      const std::size_t set = static_cast<std::size_t>(c.batch) * c.ctx * 2 * kv_dim * elem;
+      const std::string name = fmt::format("attend_batch/{}_{}/batch{}/ctx{}", c.tag,
+                                           bf16 ? "bf16" : "fp32", c.batch, c.ctx);
+      const std::size_t reserved =
+          static_cast<std::size_t>(c.batch) * reserved_positions(*c.model) * 2 * kv_dim * elem;
+      if (!window.admits(name, set, reserved)) continue;
+      auto fn = [bf16, c](benchmark::State& s) {
+        if (bf16) {
+          attention_cpu<cpu::BF16Bits>(s, *c.model, "bf16", c.batch, c.ctx);
+        } else {
+          attention_cpu<float>(s, *c.model, "fp32", c.batch, c.ctx);
+        }
+      };
+      benchmark::RegisterBenchmark(name.c_str(), fn)->Unit(benchmark::kMillisecond)->Iterations(1);
     }
   }
   // A listing runs nothing, so it needs no peak: the names are all it prints.
@@ -269,10 +294,12 @@ int main(int argc, char** argv) {
       fma_gflops, fma.threads, fma_gflops / g_peak_gbps);
   fmt::print(
       "In-cache: the same kernel and threads over one sequence per thread, together half of a "
-      "core's {} KiB L2 ({} fp32 or {} bf16 positions each), in a shorter round after each "
-      "configuration's round: the rate its arithmetic allows at that moment. % of bound "
-      "compares each round with min(probe, in-cache)\n",
-      g_l2_bytes / 1024, in_cache_ctx<float>(), in_cache_ctx<cpu::BF16Bits>());
+      "core's {} KiB L2 ({} fp32 or {} bf16 positions each of Llama-3-8B's heads, {} or {} of "
+      "stories110m's), in a shorter round after each configuration's round: the rate its "
+      "arithmetic allows at that moment. % of bound compares each round with min(probe, "
+      "in-cache)\n",
+      g_l2_bytes / 1024, in_cache_ctx<float>(llama()), in_cache_ctx<cpu::BF16Bits>(llama()),
+      in_cache_ctx<float>(stories()), in_cache_ctx<cpu::BF16Bits>(stories()));
   fmt::print(
       "| config | KV budget MB (reserved) | MB moved | ms/call | GB/s | read probe around, GB/s | "
       "% of probe | % of best probe | in-cache GB/s | % of bound | flop/byte | % of FMA peak |\n");
