@@ -77,6 +77,15 @@ inline int tile_stride(long row_bytes, int n_positions) {
   return static_cast<int>(std::min(by_page, std::max(1L, long{n_positions} / kAttendTile)));
 }
 
+/// \brief Whether attend_span takes the KV heads of a model with one query head per KV head
+/// (multi-head attention, the stories models) up to four at a time through the inner loops, each
+/// head reading its own rows: where they run on 8-float vectors. One head at a time, a tile's
+/// loops are a chain of dependent steps (dot products, their sums, the softmax, the weighted sum)
+/// that leaves the multiply-add units mostly idle; four independent chains side by side fill
+/// them. Every head gets the same numbers either way. The 16-float loops (AVX-512) still take one
+/// head at a time.
+inline constexpr bool kSplitHeads = !simd::kWideDefault;
+
 /// \brief Whether attend_span prefetches rows shorter than a page itself: not on Intel CPUs, whose
 /// hardware prefetchers follow the tile's page streams unaided, so that prefetch instructions only
 /// get in their way (measured on two machines: docs/pages/cpu_twin.md).
@@ -92,31 +101,35 @@ inline bool prefetch_helps() {
 namespace detail {
 
 /// o_j += sum over the first nt rows of w_j[p] * v[p] for kHeads heads, w_j = w + j * kTile.
-template <int kHeads, class T>
+/// kSplit: head j reads its own rows, v[p] + j * head_dim.
+template <int kHeads, class T, bool kSplit = false>
 void heads_accumulate(const float* w, const T* const* v, int nt, int head_dim, float* o) {
+  constexpr bool kWide = simd::kWideDefault && !kSplit;
   if (nt == kAttendTile) {
-    simd::accumulate_block<kHeads, kAttendTile>(w, kAttendTile, v, nt, head_dim, o);
+    simd::accumulate_block<kHeads, kAttendTile, T, kWide, kSplit>(w, kAttendTile, v, nt, head_dim,
+                                                                  o);
   } else {
-    simd::accumulate_block<kHeads, 0>(w, kAttendTile, v, nt, head_dim, o);
+    simd::accumulate_block<kHeads, 0, T, kWide, kSplit>(w, kAttendTile, v, nt, head_dim, o);
   }
 }
 
 /// One tile for kHeads query heads of one KV head: scores, the online-softmax step, and the
 /// weighted sum of V into o. q, m, l and o are the first of the kHeads heads; w is scratch for
-/// kHeads tiles of weights.
-template <int kHeads, class T>
+/// kHeads tiles of weights. kSplit: kHeads consecutive KV heads of one query head each instead,
+/// head j reading k[p] + j * head_dim and v[p] + j * head_dim (the 8-float loops only).
+template <int kHeads, class T, bool kSplit = false>
 void tile_heads(const float* q, const T* const* k, const T* const* v, int nt, int head_dim,
                 float scale, float* m, float* l, float* w, float* o) {
   simd::Vec8 s[kHeads];
   float factor[kHeads];
-  simd::scores_tile<kHeads>(q, k, head_dim, s);
+  simd::scores_tile<kHeads, T, simd::kWideDefault && !kSplit, kSplit>(q, k, head_dim, s);
   simd::softmax_tile<kHeads>(s, nt, scale, m, l, factor);
   for (int j = 0; j < kHeads; ++j) {
     simd::store8(w + j * kAttendTile, s[j]);
     if (factor[j] != 1.0f)  // the max grew: rescale what was accumulated so far
       for (int d = 0; d < head_dim; ++d) o[j * head_dim + d] *= factor[j];
   }
-  heads_accumulate<kHeads>(w, v, nt, head_dim, o);
+  heads_accumulate<kHeads, T, kSplit>(w, v, nt, head_dim, o);
 }
 
 /// One tile for the `group` query heads of one KV head (q, m, l, o at the group's first head),
@@ -209,10 +222,13 @@ void attend_span(const float* q, const Rows& rows, int t_begin, int t_end, const
         k_ahead[na] = reinterpret_cast<const char*>(rows.k(ta + stride * na));
         v_ahead[na] = reinterpret_cast<const char*>(rows.v(ta + stride * na));
       }
-      for (int g = kv_begin; g < kv_end; ++g) {
+      // KV heads one at a time with their query groups or, with one query head each, up to
+      // four at a time (kv_step of them).
+      for (int g = kv_begin, kv_step = 1; g < kv_end; g += kv_step) {
+        kv_step = group > 1 || !kSplitHeads ? 1 : kv_end - g >= 4 ? 4 : kv_end - g >= 2 ? 2 : 1;
         const long head_off = static_cast<long>(g) * head_dim;
-        const long first = head_off * static_cast<long>(sizeof(T));  // this head's bytes
-        const long last = first + head_dim * static_cast<long>(sizeof(T));
+        const long first = head_off * static_cast<long>(sizeof(T));  // these heads' bytes
+        const long last = first + kv_step * head_dim * static_cast<long>(sizeof(T));
         for (int p = 0; p < na; ++p)
           for (long b = first; b < last; b += kCacheLine) {
             __builtin_prefetch(k_ahead[p] + b, 0, 1);  // read, low locality: into L2, not L1
@@ -221,9 +237,22 @@ void attend_span(const float* q, const Rows& rows, int t_begin, int t_end, const
         for (int p = 0; p < kTile; ++p) k_head[p] = k_rows[p] + head_off;
         for (int p = 0; p < kTile; ++p) v_head[p] = v_rows[p] + head_off;
         const int h0 = (g - kv_begin) * group;  // the group's first head in the range
-        detail::tile_group(q + static_cast<long>(h0) * head_dim, k_head, v_head, nt, group,
-                           head_dim, scale, max + h0, sum + h0, w,
-                           o + static_cast<long>(h0) * head_dim);
+        const float* qh = q + static_cast<long>(h0) * head_dim;
+        float* oh = o + static_cast<long>(h0) * head_dim;
+        if constexpr (kSplitHeads) {
+          if (kv_step == 4) {
+            detail::tile_heads<4, T, true>(qh, k_head, v_head, nt, head_dim, scale, max + h0,
+                                           sum + h0, w, oh);
+            continue;
+          }
+          if (kv_step == 2) {
+            detail::tile_heads<2, T, true>(qh, k_head, v_head, nt, head_dim, scale, max + h0,
+                                           sum + h0, w, oh);
+            continue;
+          }
+        }
+        detail::tile_group(qh, k_head, v_head, nt, group, head_dim, scale, max + h0, sum + h0, w,
+                           oh);
       }
     }
   }

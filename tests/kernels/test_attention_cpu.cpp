@@ -212,6 +212,10 @@ TEST(AttentionCpu, PromptRowsInABatchGetBitwiseWhatTheyGetAlone) {
   expect_prompt_rows_as_alone<cpu::F16Bits>(1, 6, 48);   // four heads and two, row by row
   expect_prompt_rows_as_alone<float>(8, 1, 64);  // 2 KiB rows: tiles two positions apart at most
   expect_prompt_rows_as_alone<cpu::BF16Bits>(3, 2, 12);  // a head_dim of 8 lanes and 4 alone
+  // One query head per KV head, decoded four KV heads at a time (kSplitHeads), then two, then
+  // one, each reading its own rows; a prompt's rows take the KV heads one at a time.
+  expect_prompt_rows_as_alone<cpu::BF16Bits>(7, 1, 40);
+  expect_prompt_rows_as_alone<cpu::F16Bits>(3, 1, 12);
 }
 
 TEST(AttentionCpu, TransposedSumsAddInTheOrderOfSum8) {
