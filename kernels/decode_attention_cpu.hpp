@@ -86,8 +86,8 @@ inline int tile_stride(long row_bytes, int n_positions) {
 /// head at a time.
 inline constexpr bool kSplitHeads = !simd::kWideDefault;
 
-/// \brief Whether attend_span prefetches rows shorter than a page itself: not on Intel CPUs, whose
-/// hardware prefetchers follow the tile's page streams unaided, so that prefetch instructions only
+/// \brief Whether software prefetches help the attention loops at all: not on Intel CPUs, whose
+/// hardware prefetchers follow the tiles' page streams unaided, so that prefetch instructions only
 /// get in their way (measured on two machines: docs/pages/cpu_twin.md).
 inline bool prefetch_helps() {
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -95,6 +95,19 @@ inline bool prefetch_helps() {
   return helps;
 #else
   return true;
+#endif
+}
+
+/// \brief Whether attend_span prefetches rows shorter than a page itself: where prefetch_helps(),
+/// except on Zen 3. There a tile's prefetches made the bf16 twin 1.1-1.5x slower, where on a Zen 4
+/// they made it about 12 % faster (docs/pages/cpu_twin.md). The prefix product's prefetches
+/// (attend_span_product), which walk one KV head's slice of a span, still pay on Zen 3.
+inline bool span_prefetch_helps() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const bool helps = prefetch_helps() && !__builtin_cpu_is("znver3");
+  return helps;
+#else
+  return prefetch_helps();
 #endif
 }
 
@@ -184,10 +197,18 @@ const float* begin_span(const float* q, int n_q, int head_dim, float* o, float* 
 /// they are in cache, and nothing the size of the span is stored. All arithmetic is fp32, and
 /// every reduction has an order fixed by the shape and the span alone. The queries and outputs
 /// are held in T's block order (simd::to_block_order) while the span runs; acc is written in
-/// natural order.
+/// natural order. Rows shorter than a page are prefetched where span_prefetch_helps().
 template <class T, class Rows>
 void attend_span(const float* q, const Rows& rows, int t_begin, int t_end, const AttendShape& sh,
-                 int kv_begin, int kv_end, float* acc, float* max, float* sum, float* scratch) {
+                 int kv_begin, int kv_end, float* acc, float* max, float* sum, float* scratch);
+
+/// \brief attend_span with its prefetches of rows shorter than a page on or off as `prefetch`
+/// says, whatever the machine: bitwise the same results either way, and no position outside the
+/// span asked for. (Tests run both, so that each machine runs the path it does not choose.)
+template <class T, class Rows>
+void attend_span_prefetching(bool prefetch, const float* q, const Rows& rows, int t_begin,
+                             int t_end, const AttendShape& sh, int kv_begin, int kv_end, float* acc,
+                             float* max, float* sum, float* scratch) {
   constexpr int kTile = kAttendTile;
   const int group = sh.group, head_dim = sh.head_dim;
   const long h_begin = static_cast<long>(kv_begin) * group;  // first query head of the range
@@ -199,7 +220,7 @@ void attend_span(const float* q, const Rows& rows, int t_begin, int t_end, const
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   const long row_bytes = static_cast<long>(sh.n_kv_heads) * head_dim * static_cast<long>(sizeof(T));
   const int stride = tile_stride(row_bytes, t_end - t_begin);
-  const bool prefetch = row_bytes < kPageBytes && prefetch_helps();
+  prefetch = prefetch && row_bytes < kPageBytes;
   const T* k_rows[kTile];  // the tile's rows: one accessor call per position, not per head
   const T* v_rows[kTile];
   const T* k_head[kTile];  // one KV head's part of them
@@ -258,6 +279,13 @@ void attend_span(const float* q, const Rows& rows, int t_begin, int t_end, const
   }
   for (int h = 0; h < n_q; ++h)
     simd::from_block_order<T>(o + static_cast<long>(h) * head_dim, head_dim);
+}
+
+template <class T, class Rows>
+void attend_span(const float* q, const Rows& rows, int t_begin, int t_end, const AttendShape& sh,
+                 int kv_begin, int kv_end, float* acc, float* max, float* sum, float* scratch) {
+  attend_span_prefetching<T>(span_prefetch_helps(), q, rows, t_begin, t_end, sh, kv_begin, kv_end,
+                             acc, max, sum, scratch);
 }
 
 /// \brief Floats of scratch attend_span_rows needs for `n_rows` rows of `n_heads_q` query heads

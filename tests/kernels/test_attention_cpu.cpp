@@ -218,6 +218,63 @@ TEST(AttentionCpu, PromptRowsInABatchGetBitwiseWhatTheyGetAlone) {
   expect_prompt_rows_as_alone<cpu::F16Bits>(3, 1, 12);
 }
 
+/// Rows that count the positions asked for, and those outside [t_begin, t_end).
+template <class T>
+struct CountedRows {
+  cpu::ContiguousRows<T> rows;
+  int t_begin, t_end;
+  mutable int asked = 0, outside = 0;
+  const T* k(int t) const { return count(t), rows.k(t); }
+  const T* v(int t) const { return count(t), rows.v(t); }
+  void count(int t) const {
+    ++asked;
+    outside += t < t_begin || t >= t_end;
+  }
+};
+
+/// attend_span over [t_begin, t_end) of `c` with its prefetches on and off: the same bits, no
+/// position outside the span asked for either way, and more rows asked for with them on (the
+/// prefetches ran).
+template <class T>
+void expect_prefetching_changes_nothing(const Case<T>& c, int t_begin, int t_end) {
+  SCOPED_TRACE(::testing::Message() << c.n_kv_heads << " KV heads x " << c.group << ", head_dim "
+                                    << c.head_dim << ", span [" << t_begin << ", " << t_end << ")");
+  const int n_q = c.n_kv_heads * c.group;
+  std::vector<float> scratch(cpu::attend_span_scratch_floats(n_q, c.head_dim));
+  int asked[2] = {};
+  std::vector<float> acc[2], max[2], sum[2];
+  for (int on = 0; on < 2; ++on) {
+    const CountedRows<T> rows{c.rows(), t_begin, t_end};
+    acc[on].assign(c.q.size(), -1.0f);
+    max[on].assign(n_q, -1.0f);
+    sum[on].assign(n_q, -1.0f);
+    cpu::attend_span_prefetching<T>(on == 1, c.q.data(), rows, t_begin, t_end, c.shape(), 0,
+                                    c.n_kv_heads, acc[on].data(), max[on].data(), sum[on].data(),
+                                    scratch.data());
+    EXPECT_EQ(rows.outside, 0) << "positions asked for outside the span, prefetching " << on;
+    asked[on] = rows.asked;
+  }
+  EXPECT_GT(asked[1], asked[0]) << "no rows prefetched";
+  EXPECT_EQ(0, std::memcmp(acc[0].data(), acc[1].data(), acc[0].size() * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(max[0].data(), max[1].data(), max[0].size() * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(sum[0].data(), sum[1].data(), sum[0].size() * sizeof(float)));
+}
+
+TEST(AttentionCpu, PrefetchingChangesNoBitAndAsksForNoRowOutsideTheSpan) {
+  // Whether attend_span prefetches depends on the CPU (span_prefetch_helps), so both ways run
+  // here on every machine: Llama-3-8B's bf16 rows (2 KiB: tiles two positions apart), a model
+  // with one query head per KV head (KV heads four, two and one at a time), and spans that end
+  // inside the prefetched tiles.
+  const Case<cpu::BF16Bits> llama(8, 4, 128, 700, 41);
+  expect_prefetching_changes_nothing(llama, 0, 700);
+  expect_prefetching_changes_nothing(llama, 37, 301);
+  const Case<float> stories(7, 1, 48, 300, 42);
+  expect_prefetching_changes_nothing(stories, 0, 300);
+  expect_prefetching_changes_nothing(stories, 5, 90);
+  const Case<cpu::F16Bits> small(3, 2, 24, 200, 43);
+  expect_prefetching_changes_nothing(small, 1, 200);
+}
+
 TEST(AttentionCpu, TransposedSumsAddInTheOrderOfSum8) {
   // Values of mixed sign and magnitudes over a few binades, so that about half of the sums round
   // differently in another order of additions; 32 rounds of eight make a wrong order certain to
