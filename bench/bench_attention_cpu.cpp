@@ -8,9 +8,9 @@
 // head_dim 128) and, for a model with one query head per KV head, stories110m's (12 of 64), one
 // layer. Cold-cache numbers: only configurations whose K+V working set is at least 4x the
 // last-level cache run (and at most 1 GiB, to share the machine, or twice that floor where the LLC
-// is larger than 128 MiB: bench/support/cpu_caches.hpp); every slot reserves 32k positions (the
-// model's limit where it is lower) so sequences sit far apart, and rows use slots in shuffled
-// order. The kernel runs
+// is larger than 128 MiB: bench/support/cpu_caches.hpp); every slot reserves 32k positions
+// (stories110m's: its 1024-position limit) so sequences sit far apart, and rows use slots in
+// shuffled order. The kernel runs
 // in rounds between passes of the read probe, and each round is compared with the probe of the same
 // moment (see attention_cpu), because this kind of machine's bandwidth drifts while a benchmark
 // runs. Each round is also followed by the same kernel on a working set that stays in cache, which

@@ -78,12 +78,12 @@ inline int tile_stride(long row_bytes, int n_positions) {
 }
 
 /// \brief Whether attend_span takes the KV heads of a model with one query head per KV head
-/// (multi-head attention, the stories models) up to four at a time through the inner loops, each
-/// head reading its own rows: where they run on 8-float vectors. One head at a time, a tile's
-/// loops are a chain of dependent steps (dot products, their sums, the softmax, the weighted sum)
-/// that leaves the multiply-add units mostly idle; four independent chains side by side fill
-/// them. Every head gets the same numbers either way. The 16-float loops (AVX-512) still take one
-/// head at a time.
+/// (multi-head attention, the stories models) up to four at a time (tile_heads' kSplit): where
+/// the loops run on 8-float vectors. One head at a time, a tile's loops are a chain of dependent
+/// steps (dot products, their sums, the softmax, the weighted sum) that leaves the multiply-add
+/// units mostly idle; four heads' independent calls and one softmax step for the four keep more of
+/// them busy (docs/pages/cpu_twin.md). Every head gets bitwise what it gets alone. The 16-float
+/// loops (AVX-512) still take one head at a time.
 inline constexpr bool kSplitHeads = !simd::kWideDefault;
 
 /// \brief Whether software prefetches help the attention loops at all: not on Intel CPUs, whose
@@ -99,12 +99,14 @@ inline bool prefetch_helps() {
 }
 
 /// \brief Whether attend_span prefetches rows shorter than a page itself: where prefetch_helps(),
-/// except on Zen 3. There a tile's prefetches made the bf16 twin 1.1-1.5x slower, where on a Zen 4
-/// they made it about 12 % faster (docs/pages/cpu_twin.md). The prefix product's prefetches
-/// (attend_span_product), which walk one KV head's slice of a span, still pay on Zen 3.
+/// except on Zen 3, where a tile's prefetches made the bf16 twin slower though they made it faster
+/// on a Zen 4 (docs/pages/cpu_twin.md, docs/results/cpu-amd-epyc-zen3.md). The prefix product's
+/// prefetches (attend_span_product), which walk one KV head's slice of a span, still pay on Zen 3.
 inline bool span_prefetch_helps() {
 #if defined(__x86_64__) && defined(__GNUC__)
-  static const bool helps = prefetch_helps() && !__builtin_cpu_is("znver3");
+  // GCC 12 knows no Zen 4 and names one "znver3" too; a Zen 3 has no AVX-512, a Zen 4 has.
+  static const bool helps =
+      prefetch_helps() && !(__builtin_cpu_is("znver3") && !__builtin_cpu_supports("avx512f"));
   return helps;
 #else
   return prefetch_helps();
@@ -114,35 +116,65 @@ inline bool span_prefetch_helps() {
 namespace detail {
 
 /// o_j += sum over the first nt rows of w_j[p] * v[p] for kHeads heads, w_j = w + j * kTile.
-/// kSplit: head j reads its own rows, v[p] + j * head_dim.
-template <int kHeads, class T, bool kSplit = false>
+template <int kHeads, class T>
 void heads_accumulate(const float* w, const T* const* v, int nt, int head_dim, float* o) {
-  constexpr bool kWide = simd::kWideDefault && !kSplit;
   if (nt == kAttendTile) {
-    simd::accumulate_block<kHeads, kAttendTile, T, kWide, kSplit>(w, kAttendTile, v, nt, head_dim,
-                                                                  o);
+    simd::accumulate_block<kHeads, kAttendTile>(w, kAttendTile, v, nt, head_dim, o);
   } else {
-    simd::accumulate_block<kHeads, 0, T, kWide, kSplit>(w, kAttendTile, v, nt, head_dim, o);
+    simd::accumulate_block<kHeads, 0>(w, kAttendTile, v, nt, head_dim, o);
   }
+}
+
+/// One head's scores for a tile (simd::scores_tile<1>), out of line: a head alone and a head
+/// whose KV head goes beside others (tile_heads' kSplit) run the very same instructions, so that
+/// no choice of the compiler (which multiply-adds it fuses, loop by loop) can tell them apart.
+template <class T>
+[[gnu::noinline]] void scores_one(const float* q, const T* const* k, int head_dim, simd::Vec8* s) {
+  simd::scores_tile<1>(q, k, head_dim, s);
+}
+
+/// One head's weighted sum for a tile (heads_accumulate<1>), out of line, for the same reason.
+template <class T>
+[[gnu::noinline]] void accumulate_one(const float* w, const T* const* v, int nt, int head_dim,
+                                      float* o) {
+  heads_accumulate<1>(w, v, nt, head_dim, o);
 }
 
 /// One tile for kHeads query heads of one KV head: scores, the online-softmax step, and the
 /// weighted sum of V into o. q, m, l and o are the first of the kHeads heads; w is scratch for
 /// kHeads tiles of weights. kSplit: kHeads consecutive KV heads of one query head each instead,
-/// head j reading k[p] + j * head_dim and v[p] + j * head_dim (the 8-float loops only).
+/// head j reading k[p] + j * head_dim and v[p] + j * head_dim. Their scores and weighted sums run
+/// head by head through the same functions as a head alone (scores_one, accumulate_one), and their
+/// softmax steps side by side (softmax_tile gives each head the same numbers whichever heads share
+/// it), so each head gets bitwise what it gets alone.
 template <int kHeads, class T, bool kSplit = false>
 void tile_heads(const float* q, const T* const* k, const T* const* v, int nt, int head_dim,
                 float scale, float* m, float* l, float* w, float* o) {
+  constexpr bool kOneByOne = kHeads == 1 || kSplit;
   simd::Vec8 s[kHeads];
   float factor[kHeads];
-  simd::scores_tile<kHeads, T, simd::kWideDefault && !kSplit, kSplit>(q, k, head_dim, s);
+  const T* rows[kAttendTile];  // head j's part of the rows
+  const auto part = [&](const T* const* r, int j) {
+    for (int p = 0; p < kAttendTile; ++p) rows[p] = kSplit ? r[p] + j * head_dim : r[p];
+    return rows;
+  };
+  if constexpr (kOneByOne) {
+    for (int j = 0; j < kHeads; ++j) scores_one(q + j * head_dim, part(k, j), head_dim, s + j);
+  } else {
+    simd::scores_tile<kHeads>(q, k, head_dim, s);
+  }
   simd::softmax_tile<kHeads>(s, nt, scale, m, l, factor);
   for (int j = 0; j < kHeads; ++j) {
     simd::store8(w + j * kAttendTile, s[j]);
     if (factor[j] != 1.0f)  // the max grew: rescale what was accumulated so far
       for (int d = 0; d < head_dim; ++d) o[j * head_dim + d] *= factor[j];
   }
-  heads_accumulate<kHeads, T, kSplit>(w, v, nt, head_dim, o);
+  if constexpr (kOneByOne) {
+    for (int j = 0; j < kHeads; ++j)
+      accumulate_one(w + j * kAttendTile, part(v, j), nt, head_dim, o + j * head_dim);
+  } else {
+    heads_accumulate<kHeads>(w, v, nt, head_dim, o);
+  }
 }
 
 /// One tile for the `group` query heads of one KV head (q, m, l, o at the group's first head),

@@ -459,14 +459,9 @@ void dot_block(const float* q, const T* const* k, int head_dim, Vec8* out) {
 ///
 /// kWide takes all eight rows in one block of pairs (dot_pairs) and sums them on 16-float
 /// vectors, two heads at a time, when the pairs cover head_dim; the same sums either way.
-///
-/// kSplit gives each head its own rows, head h reading k[p] + h * head_dim (consecutive KV heads
-/// of one query head each): the 8-float loops only, each head's eight rows in one block, as it
-/// would take them alone.
-template <int kHeads, class T, bool kWide = kWideDefault, bool kSplit = false>
+template <int kHeads, class T, bool kWide = kWideDefault>
 void scores_tile(const float* q, const T* const* k, int head_dim, Vec8* s) {
   static_assert(kHeads == 1 || kHeads == 2 || kHeads == 4, "query heads go 4, 2 or 1 at a time");
-  static_assert(!(kWide && kSplit), "heads with their own rows take the 8-float loops");
   if constexpr (kWide) {
     Vec16 wide[kHeads * kLanes / 2];  // head h's rows 2i, 2i + 1 at h * 4 + i
     const int d = dot_pairs<kHeads, kLanes>(q, k, head_dim, wide);
@@ -483,14 +478,6 @@ void scores_tile(const float* q, const T* const* k, int head_dim, Vec8* s) {
       split_pairs<kHeads, kLanes>(wide, acc);
       dot_from<kHeads, kLanes>(q, k, head_dim, d, acc);
       for (int h = 0; h < kHeads; ++h) s[h] = sum8_each(acc + h * kLanes);
-    }
-    return;
-  }
-  if constexpr (kSplit) {  // no K vector serves two heads: each head's eight rows in one block
-    for (int h = 0; h < kHeads; ++h) {
-      const T* rows[kLanes];
-      for (int p = 0; p < kLanes; ++p) rows[p] = k[p] + static_cast<long>(h) * head_dim;
-      dot_block<1, kLanes>(q + static_cast<long>(h) * head_dim, rows, head_dim, s + h);
     }
     return;
   }
@@ -519,33 +506,27 @@ void scores_tile(const float* q, const T* const* k, int head_dim, Vec8* s) {
 
 /// \brief One step of accumulate_block: outputs [d, d + 8 kVecs) of kHeads heads, held in
 /// kHeads * kVecs accumulators while the nt rows go by. kBlocks loads bf16 rows a block at a
-/// time (interleaved, load16); without it rows load 8 elements in order. kSplit: head h reads its
-/// own rows, v[p] + h * head_dim.
-template <int kHeads, int kRows, int kVecs, class T, bool kBlocks = kInterleaved<T>,
-          bool kSplit = false>
+/// time (interleaved, load16); without it rows load 8 elements in order.
+template <int kHeads, int kRows, int kVecs, class T, bool kBlocks = kInterleaved<T>>
 void accumulate_step(const float* w, long w_stride, const T* const* v, int nt, int head_dim, int d,
                      float* o) {
   if constexpr (kRows > 0) nt = kRows;
   Vec8 acc[kHeads][kVecs];
   for (int h = 0; h < kHeads; ++h)
     for (int j = 0; j < kVecs; ++j) acc[h][j] = load8(o + h * head_dim + d + j * kLanes);
-  const auto load = [&](const T* row, Vec8* vv) {  // kVecs vectors of one row from d on
+  for (int p = 0; p < nt; ++p) {
+    Vec8 vv[kVecs];
     if constexpr (kBlocks) {
       static_assert(kVecs % 2 == 0, "interleaved rows load a block (two vectors) at a time");
       for (int j = 0; j < kVecs; j += 2) {
-        load16(row + d + j * kLanes, vv[j], vv[j + 1]);
+        load16(v[p] + d + j * kLanes, vv[j], vv[j + 1]);
         vv[j] = in_register(vv[j]);
         vv[j + 1] = in_register(vv[j + 1]);
       }
     } else {
-      for (int j = 0; j < kVecs; ++j) vv[j] = in_register(load8(row + d + j * kLanes));
+      for (int j = 0; j < kVecs; ++j) vv[j] = in_register(load8(v[p] + d + j * kLanes));
     }
-  };
-  for (int p = 0; p < nt; ++p) {
-    Vec8 vv[kVecs];
-    if constexpr (!kSplit) load(v[p], vv);
     for (int h = 0; h < kHeads; ++h) {
-      if constexpr (kSplit) load(v[p] + static_cast<long>(h) * head_dim, vv);
       const float wp = w[h * w_stride + p];
       for (int j = 0; j < kVecs; ++j) acc[h][j] += wp * vv[j];
     }
@@ -600,31 +581,28 @@ int accumulate_wide(const float* w, long w_stride, const T* const* v, int nt, in
 /// V vector serves kHeads heads. Every output element sums the same products in the same order
 /// whatever the block order, so the results do not depend on it. kWide first runs 16-float steps
 /// (accumulate_wide) with sixteen accumulators, the same products in the same order.
-template <int kHeads, int kRows, class T, bool kWide = kWideDefault, bool kSplit = false>
+template <int kHeads, int kRows, class T, bool kWide = kWideDefault>
 void accumulate_block(const float* w, long w_stride, const T* const* v, int nt, int head_dim,
                       float* o) {
-  static_assert(!(kWide && kSplit), "heads with their own rows take the 8-float loops");
   constexpr int kVecs = kLanes / kHeads;  // 8 accumulators: 64 / kHeads outputs per head
   int d = 0;
   if constexpr (kWide)
     d = accumulate_wide<kHeads, kRows, 2 * kLanes / kHeads>(w, w_stride, v, nt, head_dim, 0, o);
   for (; d + kVecs * kLanes <= head_dim; d += kVecs * kLanes)
-    accumulate_step<kHeads, kRows, kVecs, T, kInterleaved<T>, kSplit>(w, w_stride, v, nt, head_dim,
-                                                                      d, o);
+    accumulate_step<kHeads, kRows, kVecs>(w, w_stride, v, nt, head_dim, d, o);
   if constexpr (kInterleaved<T>)  // whole blocks left over load as blocks: their o is in order
     for (; d + kBlock <= head_dim; d += kBlock)
-      accumulate_step<kHeads, kRows, 2, T, true, kSplit>(w, w_stride, v, nt, head_dim, d, o);
+      accumulate_step<kHeads, kRows, 2>(w, w_stride, v, nt, head_dim, d, o);
   // Then 8 at a time in natural order (what is left of a step, or for bf16 the first 8 of a
   // tail shorter than a block): every output the wide loops reach is then a vector lane here
   // too, whose multiply-add may round differently from the scalar one below.
   for (; d + kLanes <= head_dim; d += kLanes)
-    accumulate_step<kHeads, kRows, 1, T, false, kSplit>(w, w_stride, v, nt, head_dim, d, o);
+    accumulate_step<kHeads, kRows, 1, T, false>(w, w_stride, v, nt, head_dim, d, o);
   if constexpr (kRows > 0) nt = kRows;
   for (; d < head_dim; ++d)  // the rest, one output at a time
     for (int h = 0; h < kHeads; ++h) {
-      const long off = kSplit ? static_cast<long>(h) * head_dim : 0;  // head h's rows
       float a = o[h * head_dim + d];
-      for (int p = 0; p < nt; ++p) a += w[h * w_stride + p] * load1(v[p] + off + d);
+      for (int p = 0; p < nt; ++p) a += w[h * w_stride + p] * load1(v[p] + d);
       o[h * head_dim + d] = a;
     }
 }

@@ -218,6 +218,46 @@ TEST(AttentionCpu, PromptRowsInABatchGetBitwiseWhatTheyGetAlone) {
   expect_prompt_rows_as_alone<cpu::F16Bits>(3, 1, 12);
 }
 
+/// With one query head per KV head, every range of KV heads [b, e) of `c` over [t_begin, n_ctx)
+/// must give each head bitwise what it gets alone: attend_span takes such KV heads four, two or
+/// one at a time (kSplitHeads), and attend_batch splits ranges by thread count.
+template <class T>
+void expect_head_ranges_as_alone(const Case<T>& c, int t_begin) {
+  SCOPED_TRACE(::testing::Message()
+               << c.n_kv_heads << " KV heads x 1, head_dim " << c.head_dim << ", " << sizeof(T)
+               << "-byte cache, span [" << t_begin << ", " << c.n_ctx << ")");
+  const int n = c.n_kv_heads, hd = c.head_dim;
+  std::vector<float> scratch(cpu::attend_span_scratch_floats(n, hd));
+  std::vector<float> acc(c.q.size(), -1.0f), max(n), sum(n);
+  for (int g = 0; g < n; ++g)
+    cpu::attend_span<T>(c.q.data(), c.rows(), t_begin, c.n_ctx, c.shape(), g, g + 1, acc.data(),
+                        &max[g], &sum[g], scratch.data());
+  for (int b = 0; b < n; ++b)
+    for (int e = b + 1; e <= n; ++e) {
+      std::vector<float> got(c.q.size(), -1.0f), got_max(n), got_sum(n);
+      cpu::attend_span<T>(c.q.data(), c.rows(), t_begin, c.n_ctx, c.shape(), b, e, got.data(),
+                          got_max.data(), got_sum.data(), scratch.data());
+      const long first = static_cast<long>(b) * hd, count = static_cast<long>(e - b) * hd;
+      ASSERT_EQ(0, std::memcmp(&acc[first], &got[first], count * sizeof(float)))
+          << "heads [" << b << ", " << e << ")";
+      ASSERT_EQ(0, std::memcmp(&max[b], got_max.data(), (e - b) * sizeof(float)));
+      ASSERT_EQ(0, std::memcmp(&sum[b], got_sum.data(), (e - b) * sizeof(float)));
+    }
+}
+
+TEST(AttentionCpu, OneQueryHeadPerKvHeadGivesEveryHeadRangeTheSameBits) {
+  // Head dims with and without a tail past whole vectors (and bf16 blocks), short and long spans.
+  // Whether a multiply and an add fuse is the compiler's choice loop by loop, so a path that ran
+  // other loops for heads side by side gave some heads other bits (fp16, head_dim 12 or 100).
+  for (int hd : {6, 12, 20, 48, 64, 100})
+    for (int ctx : {9, 100, 300}) {
+      const unsigned seed = static_cast<unsigned>(hd * 1000 + ctx);
+      expect_head_ranges_as_alone(Case<float>(7, 1, hd, ctx, seed), ctx > 10 ? 3 : 0);
+      expect_head_ranges_as_alone(Case<cpu::BF16Bits>(7, 1, hd, ctx, seed + 1), 0);
+      expect_head_ranges_as_alone(Case<cpu::F16Bits>(6, 1, hd, ctx, seed + 2), ctx > 10 ? 5 : 0);
+    }
+}
+
 /// Rows that count the positions asked for, and those outside [t_begin, t_end).
 template <class T>
 struct CountedRows {
