@@ -153,9 +153,10 @@ void tile_heads(const float* q, const T* const* k, const T* const* v, int nt, in
   constexpr bool kOneByOne = kHeads == 1 || kSplit;
   simd::Vec8 s[kHeads];
   float factor[kHeads];
-  const T* rows[kAttendTile];  // head j's part of the rows
-  const auto part = [&](const T* const* r, int j) {
-    for (int p = 0; p < kAttendTile; ++p) rows[p] = kSplit ? r[p] + j * head_dim : r[p];
+  const T* rows[kAttendTile];  // with kSplit, head j's part of the rows
+  const auto part = [&](const T* const* r, int j) -> const T* const* {
+    if constexpr (!kSplit) return r;
+    for (int p = 0; p < kAttendTile; ++p) rows[p] = r[p] + j * head_dim;
     return rows;
   };
   if constexpr (kOneByOne) {
