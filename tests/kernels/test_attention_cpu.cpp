@@ -15,6 +15,7 @@
 
 #include "common/model/model_config.hpp"
 #include "kernels/decode_attention_cpu.hpp"
+#include "tests/support/counted_rows.hpp"
 
 namespace kvheap {
 namespace {
@@ -258,20 +259,6 @@ TEST(AttentionCpu, OneQueryHeadPerKvHeadGivesEveryHeadRangeTheSameBits) {
     }
 }
 
-/// Rows that count the positions asked for, and those outside [t_begin, t_end).
-template <class T>
-struct CountedRows {
-  cpu::ContiguousRows<T> rows;
-  int t_begin, t_end;
-  mutable int asked = 0, outside = 0;
-  const T* k(int t) const { return count(t), rows.k(t); }
-  const T* v(int t) const { return count(t), rows.v(t); }
-  void count(int t) const {
-    ++asked;
-    outside += t < t_begin || t >= t_end;
-  }
-};
-
 /// attend_span over [t_begin, t_end) of `c` with its prefetches on and off: the same bits, no
 /// position outside the span asked for either way, and more rows asked for with them on (the
 /// prefetches ran).
@@ -284,7 +271,7 @@ void expect_prefetching_changes_nothing(const Case<T>& c, int t_begin, int t_end
   int asked[2] = {};
   std::vector<float> acc[2], max[2], sum[2];
   for (int on = 0; on < 2; ++on) {
-    const CountedRows<T> rows{c.rows(), t_begin, t_end};
+    const test::CountedRows<T> rows{c.rows(), t_begin, t_end};
     acc[on].assign(c.q.size(), -1.0f);
     max[on].assign(n_q, -1.0f);
     sum[on].assign(n_q, -1.0f);

@@ -17,6 +17,7 @@
 #include "kernels/paged_attention.hpp"
 #include "kernels/shared_prefix_attention_cpu.hpp"
 #include "tests/kernels/shared_prefix_case.hpp"
+#include "tests/support/counted_rows.hpp"
 #include "tests/support/test_support.hpp"
 
 namespace kvheap {
@@ -95,17 +96,6 @@ TEST(SharedPrefixAttention, LongPrefixes) {
   EXPECT_LE(shared_vs_plain<float>({2, 4, 64, 16}, {160}, 16, 100, 13), 1e-5);  // products
 }
 
-/// ContiguousRows that counts the positions asked for outside [t_begin, t_end).
-template <class T>
-struct CheckedRows {
-  cpu::ContiguousRows<T> rows;
-  int t_begin, t_end;
-  mutable int outside = 0;
-  const T* k(int t) const { return count(t), rows.k(t); }
-  const T* v(int t) const { return count(t), rows.v(t); }
-  void count(int t) const { outside += t < t_begin || t >= t_end; }
-};
-
 /// attend_span_product against attend_span on random K, V and queries over positions [t_begin,
 /// t_end) of a contiguous cache: the largest difference of the finished outputs relative to
 /// their largest magnitude, after checking that both give every head the same softmax state
@@ -135,7 +125,7 @@ double product_vs_span(int n_kv_heads, int heads, int head_dim, int t_begin, int
   cpu::attend_span<T>(q.data(), rows, t_begin, t_end, sh, 0, n_kv_heads, want.data(),
                       want_max.data(), want_sum.data(), span_scratch.data());
   // The product may ask for the rows of its span only, prefetching included.
-  const CheckedRows<T> checked{rows, t_begin, t_end};
+  const test::CountedRows<T> checked{rows, t_begin, t_end};
   cpu::attend_span_product<T>(q.data(), checked, t_begin, t_end, sh, 0, n_kv_heads, got.data(),
                               got_max.data(), got_sum.data(), product_scratch.data());
   EXPECT_EQ(checked.outside, 0) << "positions asked for outside the span";
