@@ -5,7 +5,8 @@
 //   1. every job: a strided pass keeps each thread's best (value, index), second and max |x|; warps
 //      merge them through shuffles, then warp 0 merges the warps'. The merge is a total order
 //      (larger value, then lower index), so the result does not depend on who scanned what.
-//   2. a draw: p = exp((x - best) / T) into the draw's scratch row, and S, a block sum.
+//   2. a draw: p = exp((x - best) / T) (0 below the smallest normal float) into the draw's
+//      scratch row, and S, a block sum.
 //   3. top_p < 1: tau by bisection over p's bits (p >= 0, so its bits order as p does): 30 steps
 //      from [0, bits of 1.0], each a pass over the scratch row and a block sum. Then the mass above
 //      tau and the ties at it, and k as in the rule.
@@ -14,6 +15,7 @@
 //      last chunk that starts at or before u * mass walks its own tokens.
 //
 // Every sum is a fixed tree over fixed partial sums, so a job gives the same token every run.
+#include <cfloat>
 #include <climits>
 
 #include "base/error.hpp"
@@ -150,7 +152,8 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
   const float inv_t = job.inv_temperature;  // finite, from the host (sample.hpp)
   float local = 0.0f;
   for (int i = static_cast<int>(threadIdx.x); i < n; i += static_cast<int>(blockDim.x)) {
-    const float pi = expf(mul_rn(row[i] - best, inv_t));
+    float pi = expf(mul_rn(row[i] - best, inv_t));
+    pi = pi < FLT_MIN ? 0.0f : pi;  // the rule's p: 0 below the smallest normal float
     p[i] = pi;
     local += pi;
   }

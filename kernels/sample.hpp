@@ -7,9 +7,10 @@
 //   1. best, second, max_abs: the largest logit (the lowest index among equals), the largest of
 //      the others, and the largest |logit|. A NaN anywhere makes the token kNaNLogit.
 //   2. temperature 0: the token is best's index.
-//   3. otherwise p_i = exp((logit_i - best) * inv_temperature) (p of best is 1; the host computes
-//      inv_temperature = 1 / temperature once, held to the largest float; a +inf logit is
-//      kInfLogit, and a row of -inf only kNoTokenAllowed), and S = sum of p.
+//   3. otherwise p_i = exp((logit_i - best) * inv_temperature), or 0 where that is below the
+//      smallest normal float (p of best is 1; the host computes inv_temperature = 1 / temperature
+//      once, held to the largest float; a +inf logit is kInfLogit, and a row of -inf only
+//      kNoTokenAllowed), and S = sum of p.
 //   4. top_p < 1: sort the tokens by p, largest first, equal p by index. The nucleus is the
 //      shortest head of that order whose mass exceeds top_p * S. It is found without sorting:
 //      tau, the p of its last token, is the largest p whose "mass of p >= tau" exceeds top_p * S;
@@ -99,6 +100,11 @@ KVHEAP_HD int fewest_ties(double target, double mass_above, float tau, int ties)
 }  // namespace kvheap
 
 namespace kvheap::cpu {
+
+/// \brief p[i] = the rule's p (step 3) of d[i] = (logit - best) * inv_temperature, d[i] <= 0 or
+/// -inf, as sample_rows computes it: exp(d[i]) within 2 ulp, or 0 where exp(d[i]) is below the
+/// smallest normal float. p may be d.
+void rule_p(float* p, const float* d, int n);
 
 /// \brief out[j] = the token of jobs[j] (the rule above), on the host. `jobs` null: job j is
 /// greedy on row j. Throws InputError when vocab < 1 or a job's row is outside [0, rows).

@@ -1,17 +1,22 @@
 // The next token of each logit row on the host (the twin of sample.cu), the rule in sample.hpp.
 //
 // A greedy row costs one pass over its logits, in 16 lanes the compiler vectorises. A draw adds
-// one vectorised pass that sums p (Eigen's exp, never stored). A top-p 1 draw then walks the one
-// chunk its number falls in. A top-p < 1 draw first narrows the nucleus to the tokens that can be
-// in it at all: a token of p below (1 - top_p) / (vocab - 1) * S never is, since even vocab - 1
-// tokens of that size hold less than 1 - top_p of the mass. Those candidates are found by their
-// logits, a span at a time; their mass binned by p finds tau in linear time, so the vocabulary is
-// never sorted. Rows run in parallel on the OpenMP threads.
+// one vectorised pass that computes p with an exponential of its own (exp_of: the rule's inputs
+// are never positive, so it skips what a general exp must handle). A top-p 1 draw sums p a chunk
+// at a time and walks the one chunk its number falls in. A top-p < 1 draw stores p, bins its mass
+// by p's float bits (8 buckets an octave, in p's order), sums the buckets from the top to the one
+// where the mass crosses top_p * S, and sorts only that bucket's p: tau in linear time, the
+// vocabulary never sorted. Vectors whose p all lie below (1 - top_p) / (vocab - 1) * S are not
+// binned: no such token is in the nucleus, since even vocab - 1 tokens of that size hold less than
+// 1 - top_p of the mass. Rows run in parallel on the OpenMP threads.
 #include <Eigen/Core>
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <vector>
 
@@ -22,7 +27,6 @@ namespace kvheap::cpu {
 namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
-constexpr float kMaxFloat = std::numeric_limits<float>::max();
 
 /// best, second and max_abs of a row, or token kNaNLogit: one pass in kLanes independent lanes
 /// (each keeps its own best, index, second and max |x|), merged at the end. A lane takes a new
@@ -77,102 +81,88 @@ SampledToken scan_row(const float* x, int n) {
   return t;
 }
 
-/// What the nucleus' cut is: tau, the largest p whose "mass of p >= tau" exceeds the target,
-/// with the mass of p > tau and the count of p == tau.
-struct Threshold {
-  float tau = 0;
-  double mass_above = 0;  // of p > tau
-  long ties = 0;          // of p == tau
-};
+using Packet = Eigen::internal::packet_traits<float>::type;
+constexpr int kP = Eigen::internal::packet_traits<float>::size;  // floats per vector
+/// The bits of one vector of floats as 32-bit words (GCC and Clang vector extension).
+using Words = std::uint32_t __attribute__((vector_size(kP * sizeof(std::uint32_t))));
 
-/// The candidates of a draw: their logits, p and indices, in index order. The buffers only grow,
-/// so a draw allocates nothing once they hold a vocabulary.
-struct Candidates {
-  std::vector<float> x, p;
-  std::vector<int> id;
-  std::vector<int> bucket;      // each one's bucket of -ln p (below)
-  std::vector<double> mass;     // [kBuckets] the mass of each bucket
-  std::vector<float> crossing;  // the p of the bucket where the mass crosses the target
-  Eigen::Index count = 0;       // candidates held
-
-  void reserve(int n) {
-    const auto size = static_cast<std::size_t>(n);
-    if (x.size() >= size) return;
-    x.resize(size);
-    p.resize(size);
-    id.resize(size);
-    bucket.resize(size);
-  }
-  [[nodiscard]] Eigen::Map<const Eigen::ArrayXf> xs() const { return {x.data(), count}; }
-  [[nodiscard]] Eigen::Map<const Eigen::ArrayXf> ps() const { return {p.data(), count}; }
-};
-
-/// tau among the candidates, whose p all lie in [bound, 1], in linear time: their mass binned by
-/// -ln p = (best - x) / T in kBuckets even buckets over [0, -ln bound]; the buckets summed from
-/// the top to the one where the mass crosses `target`; that bucket's few p sorted and summed on
-/// to the crossing. Bucket order follows p's order (exp rises with x), so every token of an
-/// earlier bucket has a p at least tau's. The mass above tau and the ties at it are then counted
-/// exactly, since rounding may give two logits of neighbouring buckets one p.
-Threshold select_threshold(Candidates& c, double target, float best, float inv_t, double bound) {
-  constexpr int kBuckets = 1024;
-  const double per_nat = kBuckets / std::max(-std::log(bound), 1e-6);
-  c.mass.assign(kBuckets, 0.0);
-  // The buckets, vectorised; then their masses, in index order.
-  Eigen::Map<Eigen::ArrayXi>(c.bucket.data(), c.count) =
-      ((best - c.xs()) * std::min(static_cast<float>(inv_t * per_nat), kMaxFloat))
-          .min(static_cast<float>(kBuckets - 1))
-          .cast<int>();
-  for (Eigen::Index i = 0; i < c.count; ++i)
-    c.mass[static_cast<std::size_t>(c.bucket[i])] += c.p[i];
-  double before = 0;
-  int cross = kBuckets - 1;
-  for (int b = 0; b < kBuckets; ++b) {
-    if (before + c.mass[static_cast<std::size_t>(b)] > target) {
-      cross = b;
-      break;
-    }
-    before += c.mass[static_cast<std::size_t>(b)];
-  }
-  c.crossing.clear();
-  for (Eigen::Index i = 0; i < c.count; ++i)
-    if (c.bucket[i] == cross) c.crossing.push_back(c.p[i]);
-  std::sort(c.crossing.begin(), c.crossing.end(), std::greater<>());
-  // The crossing token; only rounding leaves the sum short of the target: the smallest p then.
-  float tau = c.crossing.empty() ? (c.count > 0 ? c.ps().minCoeff() : 1.0f) : c.crossing.back();
-  for (const float p : c.crossing) {
-    before += p;
-    if (before > target) {
-      tau = p;
-      break;
-    }
-  }
-  return {tau, static_cast<double>((c.ps() > tau).select(c.ps(), 0.0f).sum()),
-          static_cast<long>((c.ps() == tau).count())};
+/// The rule's p of a vector of d = (x - best) / T <= 0: exp(d), and 0 where that is below the
+/// smallest normal float (sample.hpp, step 3). Written for the draws, which take one exp per token:
+/// Eigen's exp serves the whole float range, with a general ldexp; the draws need only d <= 0 and
+/// normal results, which take fewer steps (bench_sampling times the draws). d = n ln 2 + r with n
+/// the nearest whole number to d / ln 2, ln 2 in two parts so that n ln 2 is exact; exp(r) for |r|
+/// <= ln 2 / 2 by its Taylor series to r^7 (the next term is under 5e-9 of it); 2^n from its
+/// exponent bits. Within 0.94 ulp of exp over every float in [-110, 0]
+/// (tests/common/test_sampler.cpp checks every 997th). d at or below -88 (and -inf, and NaN) gives
+/// 0.
+Packet exp_of(const Packet& d) {
+  using namespace Eigen::internal;
+  const Packet z = pmax(d, pset1<Packet>(-88.0f));
+  // Adding 1.5 x 2^23 rounds to a whole number: t holds n + 127 in its low bits, n in [-127, 0].
+  const Packet magic = pset1<Packet>(12582912.0f + 127.0f);
+  const Packet t = pmadd(z, pset1<Packet>(1.44269504088896341f), magic);  // 1 / ln 2
+  const Packet n = psub(t, magic);
+  Packet r = pmadd(n, pset1<Packet>(-0.693359375f), z);  // ln 2's top 9 bits
+  r = pmadd(n, pset1<Packet>(2.12194440e-4f), r);        // and the rest
+  Packet q = pset1<Packet>(1.0f / 5040);
+  for (const float c : {1.0f / 720, 1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f, 1.0f, 1.0f})
+    q = pmadd(q, r, pset1<Packet>(c));
+  // 2^n: n + 127 into the exponent's bits (n = -127 gives the bits of 0).
+  const Packet p = pmul(q, std::bit_cast<Packet>(Words(std::bit_cast<Words>(t) << 23)));
+  return pand(p, pcmp_le(pset1<Packet>(std::numeric_limits<float>::min()), p));
 }
 
-/// Per-thread scratch: a chunk's p, the chunks' sums, and the candidates.
+/// The same for one float (the tails of rows that are no whole number of vectors).
+float exp_of(float d) {
+  alignas(64) std::array<float, kP> v{};
+  v.fill(d);
+  Eigen::internal::pstore(v.data(), exp_of(Eigen::internal::pload<Packet>(v.data())));
+  return v[0];
+}
+
+/// Sum of the rule's p over x[0, n), and, where `p` is not null, each one into p[0, n). Out of
+/// line: inlined into the draws, its constants and sums spilled to the stack.
+__attribute__((noinline)) double sum_p(const float* x, int n, float best, float inv_t, float* p) {
+  using namespace Eigen::internal;
+  const Packet b = pset1<Packet>(best), it = pset1<Packet>(inv_t);
+  Packet acc[2] = {pset1<Packet>(0.0f), pset1<Packet>(0.0f)};
+  int i = 0;
+  for (; i + 2 * kP <= n; i += 2 * kP)
+    for (int k = 0; k < 2; ++k) {
+      const Packet v = exp_of(pmul(psub(ploadu<Packet>(x + i + k * kP), b), it));
+      if (p != nullptr) pstoreu(p + i + k * kP, v);
+      acc[k] = padd(acc[k], v);
+    }
+  float sum = predux(padd(acc[0], acc[1]));
+  for (; i < n; ++i) {
+    const float v = exp_of((x[i] - best) * inv_t);
+    if (p != nullptr) p[i] = v;
+    sum += v;
+  }
+  return sum;
+}
+
+/// Per-thread scratch: p, the chunks' sums, the mass of each bucket, the crossing bucket's p.
 struct Scratch {
   std::vector<float> p;
   std::vector<float> chunks;
-  Candidates candidates;
+  std::vector<double> mass;
+  std::vector<float> crossing;
 };
 
 constexpr int kChunk = 4096;  // tokens a top-p 1 draw sums at a time
 
 /// A top-p 1 draw: every token is in. The row's p are summed a chunk at a time without being
-/// stored (Eigen evaluates exp and sum in one vectorised pass); only the chunk the draw falls
-/// in is computed again and walked.
+/// stored; only the chunk the draw falls in is computed again and walked.
 int draw_full(const float* x, int n, const SamplingJob& job, float best, Scratch& s) {
   const float inv_t = job.inv_temperature;
-  const auto p_of = [&](int c, int len) {
-    return ((Eigen::Map<const Eigen::ArrayXf>(x + c, len) - best) * inv_t).exp();
-  };
   const int chunks = (n + kChunk - 1) / kChunk;
   s.chunks.resize(static_cast<std::size_t>(chunks));
   double sum = 0;
   for (int c = 0; c < chunks; ++c) {
     const int len = std::min(kChunk, n - c * kChunk);
-    s.chunks[static_cast<std::size_t>(c)] = p_of(c * kChunk, len).sum();
+    s.chunks[static_cast<std::size_t>(c)] =
+        static_cast<float>(sum_p(x + c * kChunk, len, best, inv_t, nullptr));
     sum += s.chunks[static_cast<std::size_t>(c)];
   }
   const double goal = static_cast<double>(job.u) * sum;
@@ -188,7 +178,7 @@ int draw_full(const float* x, int n, const SamplingJob& job, float best, Scratch
   const int c = walk >= 0 ? walk : last;  // rounding past the last chunk: the last token there
   const int len = std::min(kChunk, n - c * kChunk);
   s.p.resize(static_cast<std::size_t>(len));
-  Eigen::Map<Eigen::ArrayXf>(s.p.data(), len) = p_of(c * kChunk, len);
+  sum_p(x + c * kChunk, len, best, inv_t, s.p.data());
   int token = -1;
   for (int i = 0; i < len; ++i) {
     if (s.p[static_cast<std::size_t>(i)] <= 0.0f) continue;
@@ -199,64 +189,143 @@ int draw_full(const float* x, int n, const SamplingJob& job, float best, Scratch
   return token;
 }
 
-/// A top-p < 1 draw. S in one vectorised pass; then the candidates, the tokens whose logit is
-/// at least best + T ln(bound); then tau among them, and the walk over those in the nucleus.
-int draw_nucleus(const float* x, int n, const SamplingJob& job, float best, Scratch& s) {
-  const float inv_t = job.inv_temperature;
-  const Eigen::Map<const Eigen::ArrayXf> logits(x, n);
-  const double sum = ((logits - best) * inv_t).exp().sum();
-  const double need = static_cast<double>(job.top_p) * sum;
-  // Half the bound, against the rounding of the sum; the largest token (p = 1) always. In logits:
-  // p >= bound when logit >= best + T ln(bound), less a little for exp's own rounding.
-  const double bound = std::min(1.0, 0.5 * (1.0 - job.top_p) / std::max(n - 1, 1) * sum);
-  const auto cut = static_cast<float>(best + (std::log(bound) - 1e-3) / inv_t);
-  // Candidates, in index order. A span of kSpan logits whose largest is below the cut holds none
-  // (Eigen's vectorised max decides it); in the others, a branch-free copy keeps those at or
-  // above it.
-  Candidates& c = s.candidates;
-  constexpr int kSpan = 256;
-  c.reserve(n);
-  c.count = 0;
-  for (int at = 0; at < n; at += kSpan) {
-    const int len = std::min(kSpan, n - at);
-    if (Eigen::Map<const Eigen::ArrayXf>(x + at, len).maxCoeff() < cut) continue;
-    for (int i = at; i < at + len; ++i) {
-      c.x[static_cast<std::size_t>(c.count)] = x[i];
-      c.id[static_cast<std::size_t>(c.count)] = i;
-      c.count += x[i] >= cut ? 1 : 0;
+/// p's bucket: the top 12 bits of its float (sign 0, the exponent, 3 bits of the mantissa), so
+/// that buckets order as p does, 8 to an octave, from p = 0 (bucket 0) to p = 1.
+int bucket_of(float p) { return static_cast<int>(std::bit_cast<std::uint32_t>(p) >> 20); }
+constexpr int kBuckets = (0x3F800000 >> 20) + 1;  // up to the bucket of 1.0f
+
+/// What the nucleus' cut is: tau, the largest p whose "mass of p >= tau" exceeds the target,
+/// with the mass of p > tau and the count of p == tau.
+struct Threshold {
+  float tau = 0;
+  double mass_above = 0;  // of p > tau
+  long ties = 0;          // of p == tau
+};
+
+/// tau over p[0, n) in linear time: their mass binned by bucket_of; the buckets summed from the
+/// top to the one where the mass crosses `target`; that bucket's few p sorted and summed on to the
+/// crossing. Every token of a higher bucket has a larger p, so the mass above tau is the higher
+/// buckets' and the crossing bucket's above tau.
+Threshold select_threshold(const float* p, int n, double target, double bound, Scratch& s) {
+  using namespace Eigen::internal;
+  // Four histograms, lane k of a vector into histogram k % 4, then added up: a token whose bucket
+  // is its neighbour's does not wait on the neighbour's add. A vector whose p are all below
+  // `bound` holds no token of the nucleus and is skipped: the crossing lies among the tokens at or
+  // above it, which are all counted, so the buckets below it may be counted in part.
+  constexpr int kHistograms = 4;
+  s.mass.assign(static_cast<std::size_t>(kHistograms) * kBuckets, 0.0);
+  double* h = s.mass.data();
+  const Packet vbound = pset1<Packet>(static_cast<float>(bound));
+  int i = 0;
+  for (; i + kP <= n; i += kP) {
+    if (!predux_any(pcmp_le(vbound, ploadu<Packet>(p + i)))) continue;
+    for (int k = 0; k < kP; ++k) h[(k % kHistograms) * kBuckets + bucket_of(p[i + k])] += p[i + k];
+  }
+  for (; i < n; ++i) h[bucket_of(p[i])] += p[i];
+  for (int k = 1; k < kHistograms; ++k)
+    for (int b = 0; b < kBuckets; ++b) h[b] += h[k * kBuckets + b];
+  double before = 0;
+  int cross = 0;
+  for (int b = kBuckets - 1; b > 0; --b) {  // bucket 0 holds only p = 0
+    const double m = h[b];
+    if (m <= 0) continue;
+    cross = b;  // only rounding leaves the sum short of the target: the lowest bucket then
+    if (before + m > target) break;
+    before += m;
+  }
+  // The crossing bucket's p: those in [lo, hi), found a vector at a time.
+  const float lo = std::bit_cast<float>(static_cast<std::uint32_t>(cross) << 20);
+  const float hi = std::bit_cast<float>(static_cast<std::uint32_t>(cross + 1) << 20);
+  const Packet vlo = pset1<Packet>(lo), vhi = pset1<Packet>(hi);
+  s.crossing.clear();
+  for (i = 0; i + kP <= n; i += kP) {
+    const Packet v = ploadu<Packet>(p + i);
+    if (!predux_any(pand(pcmp_le(vlo, v), pcmp_lt(v, vhi)))) continue;
+    for (int k = i; k < i + kP; ++k)
+      if (bucket_of(p[k]) == cross) s.crossing.push_back(p[k]);
+  }
+  for (; i < n; ++i)
+    if (bucket_of(p[i]) == cross) s.crossing.push_back(p[i]);
+  std::sort(s.crossing.begin(), s.crossing.end(), std::greater<>());
+  float tau = s.crossing.empty() ? 0.0f : s.crossing.back();
+  double crossed = before;
+  for (const float pc : s.crossing) {
+    crossed += pc;
+    if (crossed > target) {
+      tau = pc;
+      break;
     }
   }
-  Eigen::Map<Eigen::ArrayXf>(c.p.data(), c.count) = ((c.xs() - best) * inv_t).exp();
-  const Threshold th = select_threshold(c, need, best, inv_t, bound);
+  Threshold th{tau, before, 0};
+  for (const float pc : s.crossing) {
+    if (pc > tau) th.mass_above += pc;
+    if (pc == tau) ++th.ties;
+  }
+  return th;
+}
+
+/// A top-p < 1 draw: every p into scratch and S; tau; then the walk in index order over the
+/// nucleus, a span at a time by the spans' masses (vectorised), and within the span that holds
+/// the draw token by token.
+int draw_nucleus(const float* x, int n, const SamplingJob& job, float best, Scratch& s) {
+  using namespace Eigen::internal;
+  s.p.resize(static_cast<std::size_t>(n));
+  float* p = s.p.data();
+  const double sum = sum_p(x, n, best, job.inv_temperature, p);
+  const double need = static_cast<double>(job.top_p) * sum;
+  // No token of p below (1 - top_p) / (vocab - 1) * S is in: even vocab - 1 tokens of that size
+  // hold less than 1 - top_p of the mass. Half of it, against the rounding of the sums.
+  const double bound = std::min(1.0, 0.5 * (1.0 - job.top_p) / std::max(n - 1, 1) * sum);
+  const Threshold th = select_threshold(p, n, need, bound, s);
   // Of the tokens at tau, the first k by index: the fewest that carry the mass past top_p * S.
   const long k = fewest_ties(need, th.mass_above, th.tau,
                              static_cast<int>(std::min<long>(std::max(th.ties, 1L), 1L << 30)));
   const double goal =
       static_cast<double>(job.u) * (th.mass_above + static_cast<double>(k) * th.tau);
-  // The walk, in index order. When every tie is in, the nucleus is p >= tau, and whole spans of
-  // candidates are skipped by their (vectorised) masked sums; else one by one, counting ties.
+  // Spans: the mass of p > tau and the count of p == tau, the ties in until k are.
+  constexpr int kSpan = 256;
+  const Packet vtau = pset1<Packet>(th.tau), one = pset1<Packet>(1.0f);
   double cdf = 0;
-  long tie_rank = 0;
-  int last = -1;
-  Eigen::Index from = 0;
-  if (k == th.ties) {
-    Eigen::Index last_span = -1;
-    for (; from < c.count; from += kSpan) {
-      const Eigen::Index len = std::min<Eigen::Index>(kSpan, c.count - from);
-      const auto span = c.ps().segment(from, len);
-      const double mass = (span >= th.tau).select(span, 0.0f).sum();
-      if (mass <= 0) continue;
-      if (goal < cdf + mass) break;
-      cdf += mass;
-      last_span = from;
+  long ties_before = 0;  // of the spans walked past
+  int from = 0, last_span = -1;
+  for (; from < n; from += kSpan) {
+    const int len = std::min(kSpan, n - from);
+    Packet above = pset1<Packet>(0.0f), at = pset1<Packet>(0.0f);
+    int i = from;
+    for (; i + kP <= from + len; i += kP) {
+      const Packet v = ploadu<Packet>(p + i);
+      above = padd(above, pand(v, pcmp_lt(vtau, v)));
+      at = padd(at, pand(one, pcmp_eq(v, vtau)));
     }
-    if (from >= c.count) from = std::max<Eigen::Index>(last_span, 0);  // rounding: the last span
+    double mass = predux(above);
+    long ties = std::lround(predux(at));
+    for (; i < from + len; ++i) {
+      if (p[i] > th.tau) mass += p[i];
+      if (p[i] == th.tau) ++ties;
+    }
+    const long ties_in = std::clamp(k - ties_before, 0L, ties);
+    mass += static_cast<double>(ties_in) * th.tau;
+    if (mass <= 0) {
+      ties_before += ties;
+      continue;
+    }
+    if (goal < cdf + mass) break;
+    cdf += mass;
+    ties_before += ties;
+    last_span = from;
   }
-  for (Eigen::Index j = from; j < c.count; ++j) {
-    const float pc = c.p[static_cast<std::size_t>(j)];
-    if (pc < th.tau || (pc == th.tau && tie_rank++ >= k)) continue;
+  if (from >= n) {  // rounding past the nucleus' mass: the last token of its last span
+    from = std::max(last_span, 0);
+    cdf = -std::numeric_limits<double>::infinity();
+    ties_before = 0;
+    for (int i = 0; i < from; ++i) ties_before += p[i] == th.tau ? 1 : 0;
+  }
+  int last = -1;
+  for (int i = from; i < n; ++i) {
+    const float pc = p[i];
+    if (pc < th.tau || pc <= 0.0f || (pc == th.tau && ties_before++ >= k)) continue;
     cdf += pc;
-    last = c.id[static_cast<std::size_t>(j)];
+    last = i;
     if (goal < cdf) return last;
   }
   return last;
@@ -270,6 +339,13 @@ int draw(const float* x, int n, const SamplingJob& job, const SampledToken& t, S
 }
 
 }  // namespace
+
+void rule_p(float* p, const float* d, int n) {
+  using namespace Eigen::internal;
+  int i = 0;
+  for (; i + kP <= n; i += kP) pstoreu(p + i, exp_of(ploadu<Packet>(d + i)));
+  for (; i < n; ++i) p[i] = exp_of(d[i]);
+}
 
 void sample_rows(SampledToken* out, const float* logits, int rows, int vocab,
                  const SamplingJob* jobs, int n_jobs) {

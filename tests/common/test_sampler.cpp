@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <iostream>
 #include <numeric>
@@ -13,6 +15,7 @@
 
 #include "base/error.hpp"
 #include "common/serving/sampler.hpp"
+#include "kernels/sample.hpp"
 #include "tests/support/test_support.hpp"
 
 namespace kvheap {
@@ -254,6 +257,56 @@ TEST(Sampler, MaskedTokensAreNeverSampled) {
   }
   Sampler one({.temperature = 1.0f, .top_p = 0.9f, .seed = 8});
   EXPECT_EQ(one.sample(std::vector<float>{4.0f}), 0);
+}
+
+// Ties at the cut, spread over many of the walk's spans: 1000 tokens of logit 0 (every fifth of
+// 5000), the rest at -30 (their mass, 4000 e^-30, moves no cut). top_p 0.3005 keeps the first 301
+// of the ties by index (300 of mass 1 do not exceed 300.5, 301 do), ending at token 1500; every
+// draw must be the one the full sort gives, however far u walks into them. No u lies within
+// rounding of a boundary (u x 301 is no whole number), so none of them is a near tie.
+TEST(Sampler, TiedTokensAtTheCutAreTakenByIndexAcrossSpans) {
+  std::vector<float> logits(5000, -30.0f);
+  for (std::size_t i = 0; i < logits.size(); i += 5) logits[i] = 0.0f;
+  for (const float u : {0.0017f, 0.1f, 0.5f, 0.9f, 0.9984f, 0.9999f}) {
+    SCOPED_TRACE(testing::Message() << "u " << u);
+    const SamplingJob job = draw_job(0, 1.0f, 0.3005f, u);
+    SampledToken t;
+    cpu::sample_rows(&t, logits.data(), 1, static_cast<int>(logits.size()), &job, 1);
+    const auto [want, near] = reference_nucleus(logits, 0.3005f, u);
+    ASSERT_FALSE(near);
+    EXPECT_EQ(want, 5 * static_cast<int>(u * 301));
+    EXPECT_EQ(t.token, want);
+  }
+}
+
+// The host's p (rule step 3): exp within 2 ulp where that is a normal float, else 0; exactly 1 at
+// the best logit; 0 for masked tokens and for the products an overflowing 1 / T gives. Every
+// 997th float of [-110, 0).
+TEST(Sampler, RulePIsExpWithinTwoUlpAndZeroBelowTheSmallestNormal) {
+  const float kMin = std::numeric_limits<float>::min();
+  std::vector<float> d;
+  for (auto bits = std::bit_cast<std::uint32_t>(-110.0f); bits > 0x80000000u; bits -= 997)
+    d.push_back(std::bit_cast<float>(bits));  // negative floats: fewer bits, nearer 0
+  const float ninf = -std::numeric_limits<float>::infinity();
+  const std::vector<float> edges = {0.0f, -0.0f, ninf, -1e30f, -std::numeric_limits<float>::max()};
+  d.insert(d.end(), edges.begin(), edges.end());
+  std::vector<float> p(d.size());
+  cpu::rule_p(p.data(), d.data(), static_cast<int>(d.size()));
+  double worst = 0;
+  for (std::size_t i = 0; i < d.size(); ++i) {
+    const double want = std::exp(static_cast<double>(d[i]));
+    if (want < kMin * (1 - 1e-6)) {
+      ASSERT_EQ(p[i], 0.0f) << "d " << d[i];
+    } else if (want >= kMin * (1 + 1e-6)) {
+      const double ulp = std::ldexp(1.0, std::ilogb(static_cast<float>(want)) - 23);
+      worst = std::max(worst, std::fabs(p[i] - want) / ulp);
+      ASSERT_LE(std::fabs(p[i] - want), 2 * ulp) << "d " << d[i];
+    }
+  }
+  std::cout << "[ rule p   ] " << d.size() << " values, at most " << worst << " ulp from exp\n";
+  EXPECT_EQ(p[p.size() - 5], 1.0f);
+  EXPECT_EQ(p[p.size() - 4], 1.0f);
+  for (std::size_t i = p.size() - 3; i < p.size(); ++i) EXPECT_EQ(p[i], 0.0f);
 }
 
 // ---- errors -------------------------------------------------------------------------------------
