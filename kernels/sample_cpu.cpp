@@ -208,22 +208,22 @@ struct Threshold {
 /// buckets' and the crossing bucket's above tau.
 Threshold select_threshold(const float* p, int n, double target, double bound, Scratch& s) {
   using namespace Eigen::internal;
-  // Four histograms, lane k of a vector into histogram k % 4, then added up: a token whose bucket
-  // is its neighbour's does not wait on the neighbour's add. A vector whose p are all below
-  // `bound` holds no token of the nucleus and is skipped: the crossing lies among the tokens at or
-  // above it, which are all counted, so the buckets below it may be counted in part.
-  constexpr int kHistograms = 4;
-  s.mass.assign(static_cast<std::size_t>(kHistograms) * kBuckets, 0.0);
+  // A vector whose p are all below `bound` holds no token of the nucleus and is skipped: the
+  // crossing lies among the tokens at or above it, which are all counted, so the buckets below it
+  // may be counted in part. The vector's p are widened to double together first: widened one by
+  // one, each conversion (cvtss2sd) merged into its register's last value, and every add waited
+  // on the one before it (2.8x the time over a 128k row on a Zen 3).
+  s.mass.assign(kBuckets, 0.0);
   double* h = s.mass.data();
   const Packet vbound = pset1<Packet>(static_cast<float>(bound));
+  std::array<double, kP> wide;
   int i = 0;
   for (; i + kP <= n; i += kP) {
     if (!predux_any(pcmp_le(vbound, ploadu<Packet>(p + i)))) continue;
-    for (int k = 0; k < kP; ++k) h[(k % kHistograms) * kBuckets + bucket_of(p[i + k])] += p[i + k];
+    for (int k = 0; k < kP; ++k) wide[k] = p[i + k];
+    for (int k = 0; k < kP; ++k) h[bucket_of(p[i + k])] += wide[k];
   }
   for (; i < n; ++i) h[bucket_of(p[i])] += p[i];
-  for (int k = 1; k < kHistograms; ++k)
-    for (int b = 0; b < kBuckets; ++b) h[b] += h[k * kBuckets + b];
   double before = 0;
   int cross = 0;
   for (int b = kBuckets - 1; b > 0; --b) {  // bucket 0 holds only p = 0
