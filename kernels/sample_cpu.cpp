@@ -92,9 +92,9 @@ using Words = std::uint32_t __attribute__((vector_size(kP * sizeof(std::uint32_t
 /// normal results, which take fewer steps (bench_sampling times the draws). d = n ln 2 + r with n
 /// the nearest whole number to d / ln 2, ln 2 in two parts so that n ln 2 is exact; exp(r) for |r|
 /// <= ln 2 / 2 by its Taylor series to r^7 (the next term is under 5e-9 of it); 2^n from its
-/// exponent bits. Within 0.94 ulp of exp over every float in [-110, 0]
-/// (tests/common/test_sampler.cpp checks every 997th). d at or below -88 (and -inf, and NaN) gives
-/// 0.
+/// exponent bits. Within 1 ulp of exp over every float in [-110, 0] with fused multiply-adds,
+/// 1.22 ulp without (SSE2); tests/common/test_sampler.cpp holds every 997th to 2 ulp. d at or
+/// below -88 (and -inf, and NaN) gives 0.
 Packet exp_of(const Packet& d) {
   using namespace Eigen::internal;
   const Packet z = pmax(d, pset1<Packet>(-88.0f));
@@ -211,8 +211,8 @@ Threshold select_threshold(const float* p, int n, double target, double bound, S
   // A vector whose p are all below `bound` holds no token of the nucleus and is skipped: the
   // crossing lies among the tokens at or above it, which are all counted, so the buckets below it
   // may be counted in part. The vector's p are widened to double together first: widened one by
-  // one, each conversion (cvtss2sd) merged into its register's last value, and every add waited
-  // on the one before it (2.8x the time over a 128k row on a Zen 3).
+  // one, each conversion (cvtss2sd) merges into its register's last value, and every add waits on
+  // the one before it (docs/results/cpu-amd-epyc-zen3.md has the times).
   s.mass.assign(kBuckets, 0.0);
   double* h = s.mass.data();
   const Packet vbound = pset1<Packet>(static_cast<float>(bound));
