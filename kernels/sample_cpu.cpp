@@ -6,9 +6,9 @@
 // at a time and walks the one chunk its number falls in. A top-p < 1 draw stores p, bins its mass
 // by p's float bits (8 buckets an octave, in p's order), sums the buckets from the top to the one
 // where the mass crosses top_p * S, and sorts only that bucket's p: tau in linear time, the
-// vocabulary never sorted. Vectors whose p all lie below (1 - top_p) / (vocab - 1) * S are not
-// binned: no such token is in the nucleus, since even vocab - 1 tokens of that size hold less than
-// 1 - top_p of the mass. Rows run in parallel on the OpenMP threads.
+// vocabulary never sorted. Vectors whose p all lie below half of (1 - top_p) / (vocab - 1) * S are
+// not binned: no such token is in the nucleus, since even vocab - 1 tokens of that size hold less
+// than 1 - top_p of the mass. Rows run in parallel on the OpenMP threads.
 #include <Eigen/Core>
 #include <fmt/format.h>
 
@@ -91,7 +91,7 @@ using Words = std::uint32_t __attribute__((vector_size(kP * sizeof(std::uint32_t
 /// Eigen's exp serves the whole float range, with a general ldexp; the draws need only d <= 0 and
 /// normal results, which take fewer steps (bench_sampling times the draws). d = n ln 2 + r with n
 /// the nearest whole number to d / ln 2, ln 2 in two parts so that n ln 2 is exact; exp(r) for |r|
-/// <= ln 2 / 2 by its Taylor series to r^7 (the next term is under 5e-9 of it); 2^n from its
+/// <= ln 2 / 2 by its Taylor series to r^7 (the next term is under 1e-8 of it); 2^n from its
 /// exponent bits. Within 1 ulp of exp over every float in [-110, 0] with fused multiply-adds,
 /// 1.22 ulp without (SSE2); tests/common/test_sampler.cpp holds every 997th to 2 ulp. d at or
 /// below -88 (and -inf, and NaN) gives 0.
@@ -113,7 +113,7 @@ Packet exp_of(const Packet& d) {
 }
 
 /// The same for one float (the tails of rows that are no whole number of vectors).
-float exp_of(float d) {
+float exp_of_one(float d) {
   alignas(64) std::array<float, kP> v{};
   v.fill(d);
   Eigen::internal::pstore(v.data(), exp_of(Eigen::internal::pload<Packet>(v.data())));
@@ -135,7 +135,7 @@ __attribute__((noinline)) double sum_p(const float* x, int n, float best, float 
     }
   float sum = predux(padd(acc[0], acc[1]));
   for (; i < n; ++i) {
-    const float v = exp_of((x[i] - best) * inv_t);
+    const float v = exp_of_one((x[i] - best) * inv_t);
     if (p != nullptr) p[i] = v;
     sum += v;
   }
@@ -225,13 +225,23 @@ Threshold select_threshold(const float* p, int n, double target, double bound, S
   }
   for (; i < n; ++i) h[bucket_of(p[i])] += p[i];
   double before = 0;
-  int cross = 0;
-  for (int b = kBuckets - 1; b > 0; --b) {  // bucket 0 holds only p = 0
-    const double m = h[b];
-    if (m <= 0) continue;
-    cross = b;  // only rounding leaves the sum short of the target: the lowest bucket then
-    if (before + m > target) break;
-    before += m;
+  int cross = 0;  // bucket 0 holds only p = 0
+  for (int b = kBuckets - 1; b > 0 && cross == 0; --b) {
+    if (before + h[b] > target)
+      cross = b;
+    else
+      before += h[b];
+  }
+  if (cross == 0) {
+    // Rounding of S left the whole mass short of the target: every token is in (tau 0, as on the
+    // device), and the walk skips those of p 0. The mass is summed again in full, since vectors
+    // under the bound were not binned.
+    Threshold all;
+    for (i = 0; i < n; ++i) {
+      all.mass_above += p[i];
+      all.ties += p[i] == 0.0f ? 1 : 0;
+    }
+    return all;
   }
   // The crossing bucket's p: those in [lo, hi), found a vector at a time.
   const float lo = std::bit_cast<float>(static_cast<std::uint32_t>(cross) << 20);
@@ -247,6 +257,7 @@ Threshold select_threshold(const float* p, int n, double target, double bound, S
   for (; i < n; ++i)
     if (bucket_of(p[i]) == cross) s.crossing.push_back(p[i]);
   std::sort(s.crossing.begin(), s.crossing.end(), std::greater<>());
+  // Only rounding leaves the sum short within the bucket: its smallest p then.
   float tau = s.crossing.empty() ? 0.0f : s.crossing.back();
   double crossed = before;
   for (const float pc : s.crossing) {
@@ -344,7 +355,7 @@ void rule_p(float* p, const float* d, int n) {
   using namespace Eigen::internal;
   int i = 0;
   for (; i + kP <= n; i += kP) pstoreu(p + i, exp_of(ploadu<Packet>(d + i)));
-  for (; i < n; ++i) p[i] = exp_of(d[i]);
+  for (; i < n; ++i) p[i] = exp_of_one(d[i]);
 }
 
 void sample_rows(SampledToken* out, const float* logits, int rows, int vocab,

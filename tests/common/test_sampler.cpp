@@ -279,6 +279,23 @@ TEST(Sampler, TiedTokensAtTheCutAreTakenByIndexAcrossSpans) {
   }
 }
 
+// Rounding can leave the whole row's mass short of top_p * S, S summed in float: then every token
+// is in (tau 0), as on the device. Seven logits, six of p e^-16.3 = 8.3e-8, each of which rounds
+// S up by a whole unit of 1's last place (1.2e-7); top_p = 1 - 2^-24 then asks for more than the
+// six and the best carry. A draw at u near 1 is the last token; at 0.5, the best.
+TEST(Sampler, RoundingPastTheWholeMassTakesEveryToken) {
+  const std::vector<float> logits = {0.0f, -16.3f, -16.3f, -16.3f, -16.3f, -16.3f, -16.3f};
+  const float top_p = 1.0f - 0x1p-24f;
+  for (const auto& [u, want] :
+       std::vector<std::pair<float, int>>{{1.0f - 0x1p-24f, 6}, {0.5f, 0}}) {
+    SCOPED_TRACE(testing::Message() << "u " << u);
+    const SamplingJob job = draw_job(0, 1.0f, top_p, u);
+    SampledToken t;
+    cpu::sample_rows(&t, logits.data(), 1, static_cast<int>(logits.size()), &job, 1);
+    EXPECT_EQ(t.token, want);
+  }
+}
+
 // The host's p (rule step 3): exp within 2 ulp where that is a normal float, else 0; exactly 1 at
 // the best logit; 0 for masked tokens and for the products an overflowing 1 / T gives. Every
 // 997th float of [-110, 0).
