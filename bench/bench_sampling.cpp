@@ -1,15 +1,18 @@
 // bench_sampling: what choosing a token costs the host per logit row, greedy against a draw with
 // temperature and top-p, at the vocabularies of the presets (32000, 128256). The CPU backend
 // chooses every token this way (kernels/sample_cpu.cpp), one row per OpenMP thread; a GPU runs
-// the twin on the device. One row, one thread here.
+// the twin on the device. One row, one thread here; a greedy row, a top-p 0.9 draw and a top-p 1
+// draw take turns, row by row, so that each draw's ratio to the greedy row is measured side by
+// side.
 //
 //   build/cpu/bench/bench_sampling [--rows N]
 //
 // Logits: stories15m's own (the preset's synthetic weights after a short prompt: what chapter 5's
 // README command samples from), and two shapes at Llama 3's 128256 entries: normal (sigma 2), and
 // peaked (the same plus 16 tokens 12 above the rest, as a model's handful of likely
-// continuations). Bytes: a greedy row reads its logits once (4 B each); a draw reads them twice
-// and writes and reads p once more, about 3x. Before anything is timed, each draw is checked
+// continuations). Bytes: a greedy row reads its logits once (4 B each); a draw reads them twice,
+// and a top-p < 1 draw also writes p and reads it back three times (bins, crossing bin, walk).
+// Before anything is timed, each draw is checked
 // against a double-precision full sort of the vocabulary (kernels/sample.hpp's rule).
 #include <fmt/format.h>
 
@@ -95,21 +98,30 @@ std::pair<int, bool> reference(const std::vector<float>& x, const SamplingJob& j
   return {static_cast<int>(order[last]), true};
 }
 
-/// Median microseconds per row of `rows` jobs like `job` (u varied) over `x`.
-double time_rows(const std::vector<float>& x, SamplingJob job, int rows) {
-  std::vector<double> us;
+/// Median microseconds per row of `rows` jobs like each of `jobs` (u varied) over `x`. The jobs
+/// take turns row by row, so that a change in the host's speed meets all of them alike and their
+/// ratios stay side by side.
+std::vector<double> time_rows(const std::vector<float>& x, const std::vector<SamplingJob>& jobs,
+                              int rows) {
+  std::vector<std::vector<double>> us(jobs.size());
   SampledToken t;
   const int vocab = static_cast<int>(x.size());
-  for (int i = 0; i < rows; ++i) {
-    job.u = static_cast<float>((i * 0.618034) - std::floor(i * 0.618034));
-    const auto t0 = std::chrono::steady_clock::now();
-    cpu::sample_rows(&t, x.data(), 1, vocab, &job, 1);
-    us.push_back(
-        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
-    if (t.token < 0) throw std::runtime_error("bench_sampling: a row gave an error code");
+  for (int i = 0; i < rows; ++i)
+    for (std::size_t j = 0; j < jobs.size(); ++j) {
+      SamplingJob job = jobs[j];
+      job.u = static_cast<float>((i * 0.618034) - std::floor(i * 0.618034));
+      const auto t0 = std::chrono::steady_clock::now();
+      cpu::sample_rows(&t, x.data(), 1, vocab, &job, 1);
+      us[j].push_back(
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+      if (t.token < 0) throw std::runtime_error("bench_sampling: a row gave an error code");
+    }
+  std::vector<double> median;
+  for (std::vector<double>& v : us) {
+    std::nth_element(v.begin(), v.begin() + rows / 2, v.end());
+    median.push_back(v[static_cast<std::size_t>(rows / 2)]);
   }
-  std::nth_element(us.begin(), us.begin() + rows / 2, us.end());
-  return us[static_cast<std::size_t>(rows / 2)];
+  return median;
 }
 
 /// Tokens in the nucleus of `job` over `x` (by the reference's full sort).
@@ -162,9 +174,8 @@ int main(int argc, char** argv) {
         "nucleus tokens | T 0.8, top-p 1 us/row | x greedy |\n"
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (const Logits& s : shapes) {
-      const double g = time_rows(s.row, greedy, rows);
-      const double p = time_rows(s.row, top_p, rows);
-      const double f = time_rows(s.row, full, rows);
+      const std::vector<double> t = time_rows(s.row, {greedy, top_p, full}, rows);
+      const double g = t[0], p = t[1], f = t[2];
       // Napkin math: a greedy row reads vocab x 4 bytes once.
       const double gbps = static_cast<double>(s.row.size()) * 4.0 / (g * 1e-6) / 1e9;
       fmt::print("| {} | {} | {:.1f} | {:.1f} | {:.1f} | {:.2f} | {} | {:.1f} | {:.2f} |\n", s.name,
