@@ -212,7 +212,7 @@ Threshold select_threshold(const float* p, int n, double target, double bound, S
   // crossing lies among the tokens at or above it, which are all counted, so the buckets below it
   // may be counted in part. The vector's p are widened to double together first: widened one by
   // one, each conversion (cvtss2sd) merges into its register's last value, and every add waits on
-  // the one before it (docs/results/cpu-amd-epyc-zen3.md has the times).
+  // the one before it (docs/results/serving-loop-amd-epyc-zen3.md has the times).
   s.mass.assign(kBuckets, 0.0);
   double* h = s.mass.data();
   const Packet vbound = pset1<Packet>(static_cast<float>(bound));
