@@ -297,7 +297,8 @@ int draw_nucleus(const float* x, int n, const SamplingJob& job, float best, Scra
   constexpr int kSpan = 256;
   const Packet vtau = pset1<Packet>(th.tau), one = pset1<Packet>(1.0f);
   double cdf = 0;
-  long ties_before = 0;  // of the spans walked past
+  long ties_before = 0;       // of the spans walked past
+  long ties_before_last = 0;  // of the spans before the last one that holds mass
   int from = 0, last_span = -1;
   for (; from < n; from += kSpan) {
     const int len = std::min(kSpan, n - from);
@@ -322,14 +323,14 @@ int draw_nucleus(const float* x, int n, const SamplingJob& job, float best, Scra
     }
     if (goal < cdf + mass) break;
     cdf += mass;
+    ties_before_last = ties_before;
     ties_before += ties;
     last_span = from;
   }
   if (from >= n) {  // rounding past the nucleus' mass: the last token of its last span
     from = std::max(last_span, 0);
     cdf = -std::numeric_limits<double>::infinity();
-    ties_before = 0;
-    for (int i = 0; i < from; ++i) ties_before += p[i] == th.tau ? 1 : 0;
+    ties_before = ties_before_last;
   }
   int last = -1;
   for (int i = from; i < n; ++i) {
