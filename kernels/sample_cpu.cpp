@@ -1,6 +1,7 @@
 // The next token of each logit row on the host (the twin of sample.cu), the rule in sample.hpp.
 //
-// A greedy row costs one pass over its logits, in 16 lanes the compiler vectorises. A draw adds
+// A greedy row costs one pass over its logits, in 16 lanes the compiler vectorises, and a look
+// into the one block of 2048 that holds the largest logit for its index. A draw adds
 // one vectorised pass that computes p with an exponential of its own (exp_of: the rule's inputs
 // are never positive, so it skips what a general exp must handle). A top-p 1 draw sums p a chunk
 // at a time and walks the one chunk its number falls in. A top-p < 1 draw stores p, bins its mass
@@ -28,56 +29,77 @@ namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-/// best, second and max_abs of a row, or token kNaNLogit: one pass in kLanes independent lanes
-/// (each keeps its own best, index, second and max |x|), merged at the end. A lane takes a new
-/// best only on a strictly larger value, and the merge prefers the lower index among equal
-/// values, so ties go to the lowest index.
-SampledToken scan_row(const float* x, int n) {
-  constexpr int kLanes = 16;
+/// best, second and max_abs of a row, and best's index if `index` is set, or token kNaNLogit. One
+/// pass in kLanes independent lanes (each keeps its own best, second below it, max |x| and NaN
+/// flag; no index), blocks of kBlock tokens at a time: the first block whose largest value beats
+/// every block before it holds the lowest index of best, which a greedy row finds there after the
+/// pass. A draw needs no index. Lanes merge without indices: second is the largest of the lanes'
+/// seconds and of all their bests but the largest one (counted once).
+SampledToken scan_row(const float* x, int n, bool index) {
+  constexpr int kLanes = 16, kBlock = 2048;
   alignas(64) float best[kLanes], second[kLanes], max_abs[kLanes];
-  alignas(64) int index[kLanes], nan[kLanes];
+  alignas(64) int nan[kLanes];
   for (int k = 0; k < kLanes; ++k) {
     best[k] = second[k] = -kInf;
     max_abs[k] = 0;
-    index[k] = std::numeric_limits<int>::max();
     nan[k] = 0;
   }
+  float top = -kInf;  // the largest value of the blocks so far
+  int top_block = 0;  // the first block that holds it
   int i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
+  for (int from = 0; from < n; from += kBlock) {
+    const int to = std::min(n, from + kBlock);
+    for (; i + kLanes <= to; i += kLanes) {
 #pragma GCC ivdep
-    for (int k = 0; k < kLanes; ++k) {
-      const float v = x[i + k];
-      nan[k] |= static_cast<int>(v != v);
-      second[k] = std::max(second[k], std::min(best[k], v));
-      const bool larger = v > best[k] || (v == best[k] && i + k < index[k]);
-      index[k] = larger ? i + k : index[k];
-      best[k] = larger ? v : best[k];
-      max_abs[k] = std::max(max_abs[k], std::fabs(v));
+      for (int k = 0; k < kLanes; ++k) {
+        const float v = x[i + k];
+        nan[k] |= static_cast<int>(v != v);
+        second[k] = std::max(second[k], std::min(best[k], v));
+        best[k] = std::max(best[k], v);
+        max_abs[k] = std::max(max_abs[k], std::fabs(v));
+      }
+    }
+    for (; i < to; ++i) {  // the row's tail: lane 0
+      const float v = x[i];
+      nan[0] |= static_cast<int>(v != v);
+      second[0] = std::max(second[0], std::min(best[0], v));
+      best[0] = std::max(best[0], v);
+      max_abs[0] = std::max(max_abs[0], std::fabs(v));
+    }
+    float block_top = -kInf;
+    for (int k = 0; k < kLanes; ++k) block_top = std::max(block_top, best[k]);
+    if (block_top > top) {
+      top = block_top;
+      top_block = from / kBlock;
     }
   }
-  SampledToken t{std::numeric_limits<int>::max(), -kInf, -kInf, 0};
+  SampledToken t{0, -kInf, -kInf, 0};
   bool bad = false;
-  const auto take = [&t](float v, int at) {
-    if (v > t.best || (v == t.best && at < t.token)) {
-      t.second = std::max(t.second, t.best);
-      t.best = v;
-      t.token = at;
-    } else {
-      t.second = std::max(t.second, v);
-    }
-  };
+  int lanes_at_top = 0;
   for (int k = 0; k < kLanes; ++k) {
     bad = bad || nan[k] != 0;
     t.max_abs = std::max(t.max_abs, max_abs[k]);
+    t.best = std::max(t.best, best[k]);
+  }
+  for (int k = 0; k < kLanes; ++k) {
     t.second = std::max(t.second, second[k]);
-    take(best[k], index[k]);
+    if (best[k] == t.best)
+      ++lanes_at_top;
+    else
+      t.second = std::max(t.second, best[k]);
   }
-  for (; i < n; ++i) {
-    bad = bad || std::isnan(x[i]);
-    t.max_abs = std::max(t.max_abs, std::fabs(x[i]));
-    take(x[i], i);
+  if (lanes_at_top > 1) t.second = t.best;
+  if (bad) {
+    t.token = SampledToken::kNaNLogit;
+  } else if (index) {
+    const int to = std::min(n, (top_block + 1) * kBlock);
+    for (int j = top_block * kBlock; j < to; ++j)
+      if (x[j] == t.best) {
+        t.token = j;
+        t.best = x[j];  // of +0 and -0, the one at that index
+        break;
+      }
   }
-  if (bad) t.token = SampledToken::kNaNLogit;
   return t;
 }
 
@@ -372,7 +394,7 @@ void sample_rows(SampledToken* out, const float* logits, int rows, int vocab,
     thread_local Scratch scratch;
     const SamplingJob job = jobs != nullptr ? jobs[j] : SamplingJob{j, 0.0f, 1.0f, 0.0f};
     const float* x = logits + static_cast<long>(job.row) * vocab;
-    SampledToken t = scan_row(x, vocab);
+    SampledToken t = scan_row(x, vocab, job.inv_temperature <= 0.0f);
     if (t.token != SampledToken::kNaNLogit && job.inv_temperature > 0.0f)
       t.token = draw(x, vocab, job, t, scratch);
     out[j] = t;

@@ -68,6 +68,38 @@ TEST(Sampler, ArgmaxTakesTheFirstOfEqualMaxima) {
       {"logit 1", "NaN"});
 }
 
+// The host's scan keeps no index per lane: it finds the first block of 2048 that reaches the
+// largest logit, and best's index in it. Equal maxima are planted in one lane of two blocks, in two
+// lanes of one block, side by side and in the row's tail; the token must be the lowest index, and
+// best, second and max_abs those of a plain loop over the row.
+TEST(Sampler, HostScanFindsTheFirstMaximumAcrossBlocksAndLanes) {
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const int vocab : {1, 15, 16, 17, 2047, 2048, 2049, 6000, 32000}) {
+    std::vector<std::vector<int>> plants = {{vocab - 1}, {0, vocab - 1}};
+    if (vocab > 4100) plants.push_back({4096 + 5, 2048 + 5, 5000});  // one lane, three blocks
+    if (vocab > 2100) plants.push_back({2048 + 3, 2048 + 16 + 7});   // two lanes, one block
+    if (vocab > 40) plants.push_back({33, 32});                      // side by side
+    for (const auto& at : plants)
+      for (const float top : {100.0f, inf, -inf}) {
+        std::vector<float> row = random_logits(static_cast<std::size_t>(vocab), at.size(), 2.0f);
+        if (top == -inf) std::fill(row.begin(), row.end(), -inf);
+        for (const int i : at) row[static_cast<std::size_t>(i)] = top;
+        SampledToken t;
+        cpu::sample_rows(&t, row.data(), 1, vocab, nullptr, 1);
+        const int want = *std::min_element(at.begin(), at.end());
+        EXPECT_EQ(t.token, top == -inf ? 0 : want) << "vocab " << vocab << " top " << top;
+        float second = -inf, max_abs = 0;
+        for (int i = 0; i < vocab; ++i) {
+          if (i != t.token) second = std::max(second, row[static_cast<std::size_t>(i)]);
+          max_abs = std::max(max_abs, std::fabs(row[static_cast<std::size_t>(i)]));
+        }
+        EXPECT_EQ(t.best, top) << "vocab " << vocab;
+        EXPECT_EQ(t.second, second) << "vocab " << vocab << " top " << top << " at " << at[0];
+        EXPECT_EQ(t.max_abs, max_abs) << "vocab " << vocab;
+      }
+  }
+}
+
 TEST(Sampler, ZeroTemperatureIsGreedy) {
   Sampler greedy({.temperature = 0.0f, .top_p = 0.9f, .seed = 7});
   for (std::uint64_t trial = 0; trial < 50; ++trial) {
