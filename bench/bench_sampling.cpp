@@ -8,12 +8,14 @@
 //   build/cpu/bench/bench_sampling [--rows N]
 //
 // Logits: stories15m's own (the preset's synthetic weights after a short prompt: what chapter 5's
-// README command samples from), and two shapes at Llama 3's 128256 entries: normal (sigma 2), and
+// README command samples from), two shapes at Llama 3's 128256 entries: normal (sigma 2), and
 // peaked (the same plus 16 tokens 12 above the rest, as a model's handful of likely
-// continuations). Bytes: a greedy row reads its logits once (4 B each); a draw reads them twice,
-// and a top-p < 1 draw also writes p and reads it back three times (bins, crossing bin, walk).
-// Before anything is timed, each draw is checked
-// against a double-precision full sort of the vocabulary (kernels/sample.hpp's rule).
+// continuations), and, where SmolLM2-135M-Instruct is found (KVHEAP_MODELS_DIR, or the model
+// cache: scripts/fetch-model.sh smollm2), a real model's after a chat prompt, at the first token
+// of its reply and a few tokens into it. Bytes: a greedy row reads its logits once (4 B each); a
+// draw reads them twice, and a top-p < 1 draw also writes p and reads it back three times (bins,
+// crossing bin, walk). Before anything is timed, each draw is checked against a double-precision
+// full sort of the vocabulary (kernels/sample.hpp's rule).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -28,7 +30,9 @@
 #include "chapters/01_cpu_reference/reserved_cache.hpp"
 #include "common/program/cli.hpp"
 #include "common/forward/forward_cpu.hpp"
+#include "common/model/model_loader.hpp"
 #include "common/model/synthetic_weights.hpp"
+#include "common/tokenizer/gguf_tokenizer.hpp"
 #include "kernels/sample.hpp"
 
 namespace kvheap {
@@ -39,17 +43,43 @@ struct Logits {
   std::vector<float> row;
 };
 
-Logits stories15m_logits() {
-  const ModelWeights w = make_synthetic_weights(preset("stories15m"), 1);
+/// The logits of `w` after `prompt`, at the prompt's last position.
+std::vector<float> last_logits(const ModelWeights& w, const std::vector<int>& prompt) {
   ch01::ReservedCache cache(w.config, DType::F32);
   const int slot = cache.admit();
   CpuForward fwd(w);
   Batch b;
-  const std::vector<int> prompt = {1, 403, 411, 263, 931};  // BOS and four ids
   for (std::size_t i = 0; i < prompt.size(); ++i)
     b.rows.push_back({prompt[i], slot, static_cast<int>(i), i + 1 == prompt.size()});
   const std::span<const float> l = fwd.forward(b, cache);
-  return {"stories15m (synthetic weights)", {l.begin(), l.end()}};
+  return {l.begin(), l.end()};
+}
+
+Logits stories15m_logits() {
+  const std::vector<int> prompt = {1, 403, 411, 263, 931};  // BOS and four ids
+  return {"stories15m (synthetic weights)",
+          last_logits(make_synthetic_weights(preset("stories15m"), 1), prompt)};
+}
+
+/// SmolLM2-135M-Instruct's logits after a chat prompt, at the first token of the reply and a few
+/// tokens into it; none (the reason printed) where the model file is not found.
+std::vector<Logits> smollm2_logits() {
+  std::string path;
+  try {
+    path = resolve_model_name("smollm2");
+  } catch (const std::exception& e) {
+    fmt::print("no SmolLM2-135M-Instruct rows: {}\n", e.what());
+    return {};
+  }
+  const ModelWeights w = load_model(path);
+  const auto tok = load_gguf_tokenizer(path);
+  const std::string chat =
+      "<|im_start|>user\nWrite a short story about a lighthouse keeper.<|im_end|>\n"
+      "<|im_start|>assistant\n";
+  return {
+      {"SmolLM2-135M-Instruct, a reply's first token", last_logits(w, tok->encode(chat, false))},
+      {"SmolLM2-135M-Instruct, in the reply",
+       last_logits(w, tok->encode(chat + "Once upon a time", false))}};
 }
 
 Logits normal_logits(int vocab, bool peaked) {
@@ -148,8 +178,10 @@ int main(int argc, char** argv) {
   cli.option("--rows", rows, "Rows timed per configuration (the median is printed)").show_default();
   return run_cli(cli, argc, argv, [&] {
     if (rows < 1) throw UsageError("--rows must be at least 1");
-    const std::vector<Logits> shapes = {stories15m_logits(), normal_logits(128256, false),
-                                        normal_logits(128256, true)};
+    std::vector<Logits> shapes = {stories15m_logits(), normal_logits(128256, false),
+                                  normal_logits(128256, true)};
+    for (Logits& real : smollm2_logits()) shapes.push_back(std::move(real));
+
     const SamplingJob greedy{0, 0.0f, 1.0f, 0.0f}, top_p = draw_job(0, 0.8f, 0.9f, 0.0f),
                                                    full = draw_job(0, 0.8f, 1.0f, 0.0f);
     // Validate before timing: every draw is the full sort's, up to near ties.
