@@ -33,8 +33,9 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 /// pass in kLanes independent lanes (each keeps its own best, second below it, max |x| and NaN
 /// flag; no index), blocks of kBlock tokens at a time: the first block whose largest value beats
 /// every block before it holds the lowest index of best, which a greedy row finds there after the
-/// pass. A draw needs no index. Lanes merge without indices: second is the largest of the lanes'
-/// seconds and of all their bests but the largest one (counted once).
+/// pass. A draw needs no index, except where best is 0: -0 and +0 are equal, and best is the sign
+/// at the first index, as on the device. Lanes merge without indices: second is the largest of the
+/// lanes' seconds and of all their bests but the largest one (counted once).
 SampledToken scan_row(const float* x, int n, bool index) {
   constexpr int kLanes = 16, kBlock = 2048;
   alignas(64) float best[kLanes], second[kLanes], max_abs[kLanes];
@@ -91,7 +92,7 @@ SampledToken scan_row(const float* x, int n, bool index) {
   if (lanes_at_top > 1) t.second = t.best;
   if (bad) {
     t.token = SampledToken::kNaNLogit;
-  } else if (index) {
+  } else if (index || t.best == 0.0f) {  // a draw too where best is 0: the first zero's sign
     const int to = std::min(n, (top_block + 1) * kBlock);
     for (int j = top_block * kBlock; j < to; ++j)
       if (x[j] == t.best) {

@@ -100,6 +100,31 @@ TEST(Sampler, HostScanFindsTheFirstMaximumAcrossBlocksAndLanes) {
   }
 }
 
+// +0 and -0 compare equal, so best is the value at the first index of the largest: its sign too,
+// for a greedy row and a draw alike (the device twin reports the same). The zeros are planted in
+// one lane of two blocks, in a lane of one block and a lower lane of the next, and in two lanes
+// of one block.
+TEST(Sampler, HostScanTakesTheSignOfTheFirstZero) {
+  const int vocab = 6000;
+  for (const auto& [a, b] : {std::pair{100, 4196}, std::pair{2051, 4098}, std::pair{2050, 2051}}) {
+    for (const float first : {-0.0f, 0.0f}) {
+      std::vector<float> row(static_cast<std::size_t>(vocab), -1.0f);
+      row[static_cast<std::size_t>(a)] = first;
+      row[static_cast<std::size_t>(b)] = -first;
+      for (const SamplingJob job :
+           {SamplingJob{0, 0.0f, 1.0f, 0.0f}, draw_job(0, 1.0f, 1.0f, 0.5f)}) {
+        SampledToken t;
+        cpu::sample_rows(&t, row.data(), 1, vocab, &job, 1);
+        EXPECT_EQ(std::signbit(t.best), std::signbit(first))
+            << "zeros at " << a << " and " << b << ", draw " << (job.inv_temperature > 0);
+        if (job.inv_temperature == 0.0f) {
+          EXPECT_EQ(t.token, a);
+        }
+      }
+    }
+  }
+}
+
 TEST(Sampler, ZeroTemperatureIsGreedy) {
   Sampler greedy({.temperature = 0.0f, .top_p = 0.9f, .seed = 7});
   for (std::uint64_t trial = 0; trial < 50; ++trial) {
