@@ -10,9 +10,11 @@
 // serves it) followed by 8-40 tokens of their own, each generating a length drawn from 16-160
 // (seeded): uneven lengths are what leave a static batch half empty. Every policy is chapter 5's
 // Scheduler over chapter 4's cache; static batching is the same scheduler fed a batch at a time.
-// Budget: B requests at their longest (what a static batch needs). Greedy decoding; before any
-// figure is printed, every policy must have generated the same ids for every request (up to a
-// near tie, which is reported).
+// Budget: B requests at their longest (what a static batch needs), so admission by free blocks
+// runs out of blocks and preempts: "rows recomputed" counts the rows a preempted request computed
+// again on its return (those its full blocks, kept in the prefix index, did not spare it).
+// Greedy decoding; before any figure is printed, every policy must have generated the same ids
+// for every request (up to a near tie, which is reported).
 //
 // Napkin math per pass: weights (weight_bytes_per_decode_step) + the KV its attention read
 // (positions read x kv_bytes_per_token). GB/s is that over the policy's wall time, against the
@@ -78,6 +80,7 @@ struct Outcome {
   std::vector<std::vector<float>> margin;  // [request] each token's top-2 gap / max |logit|
   double seconds = 0;
   long passes = 0, rows = 0, generated = 0, preemptions = 0;
+  long recomputed = 0;  // rows computed again after preemption
   double kv_bytes_read = 0, flops = 0;
   std::size_t peak_kv_held_bytes = 0;  // held by running requests (cached-only blocks not counted)
   int peak_running = 0;
@@ -144,6 +147,7 @@ Outcome serve(Backend& backend, const std::vector<Request>& work, const Policy& 
   o.rows = res.prefill_rows + res.decode_rows;
   o.generated = res.generated_tokens();
   o.preemptions = batching.scheduler().counters().preemptions;
+  o.recomputed = batching.scheduler().counters().recomputed_rows;
   o.kv_bytes_read = res.positions_read * static_cast<double>(kv_bytes_per_token(c, kv));
   double chosen = 0;  // logit rows: a token chosen each, a stop token's included
   for (const std::vector<float>& gaps : o.margin) chosen += static_cast<double>(gaps.size());
@@ -286,10 +290,10 @@ int main(int argc, char** argv) {
           tie, diverged);
     }
     fmt::print(
-        "| policy | passes | rows/pass | peak running | preemptions | KV held peak MB | weights "
-        "MB/token | MB read/pass | time s | tokens/s | vs one at a time | GB/s | % of peak "
-        "| GFLOP/pass | % of FMA peak | % of roofline |\n"
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+        "| policy | passes | rows/pass | peak running | preemptions | rows recomputed | KV held "
+        "peak MB | weights MB/token | MB read/pass | time s | tokens/s | vs one at a time | GB/s | "
+        "% of peak | GFLOP/pass | % of FMA peak | % of roofline |\n"
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     bool any_cached = false;
     for (std::size_t i = 0; i < out.size(); ++i) {
       const Outcome& o = out[i];
@@ -302,10 +306,10 @@ int main(int argc, char** argv) {
       const double roof =
           std::max(peak.gbps > 0 ? bytes / (peak.gbps * 1e9) : 0.0, fma > 0 ? o.flops / fma : 0.0);
       fmt::print(
-          "| {} | {} | {:.1f} | {} | {} | {:.2f} | {:.2f} | {:.2f} | {:.3f} | {:.0f} | "
+          "| {} | {} | {:.1f} | {} | {} | {} | {:.2f} | {:.2f} | {:.2f} | {:.3f} | {:.0f} | "
           "{:.2f} | {:.2f} | {} | {:.3f} | {} | {} |\n",
           policies[i].name, o.passes, static_cast<double>(o.rows) / o.passes, o.peak_running,
-          o.preemptions, static_cast<double>(o.peak_kv_held_bytes) / 1e6,
+          o.preemptions, o.recomputed, static_cast<double>(o.peak_kv_held_bytes) / 1e6,
           w * o.passes / o.generated / 1e6, bytes / o.passes / 1e6, o.seconds, tps,
           tps / (out[0].generated / out[0].seconds), gbps,
           peak.gbps > 0 ? fmt::format("{:.1f}{}", 100.0 * gbps / peak.gbps, cached ? "*" : "")
