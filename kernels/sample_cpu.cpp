@@ -31,11 +31,13 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 
 /// best, second and max_abs of a row, and best's index if `index` is set, or token kNaNLogit. One
 /// pass in kLanes independent lanes (each keeps its own best, second below it, max |x| and NaN
-/// flag; no index), blocks of kBlock tokens at a time: the first block whose largest value beats
-/// every block before it holds the lowest index of best, which a greedy row finds there after the
-/// pass. A draw needs no index, except where best is 0: -0 and +0 are equal, and best is the sign
-/// at the first index, as on the device. Lanes merge without indices: second is the largest of the
-/// lanes' seconds and of all their bests but the largest one (counted once).
+/// flag; no index), blocks of kBlock tokens at a time: the last block at which the running largest
+/// value rose is the first that holds best, and a greedy row finds best's lowest index there after
+/// the pass. A draw needs no index, except where best is 0: -0 and +0 are equal, and best takes
+/// the sign at the first index, as on the device. A NaN takes no part in best or second:
+/// std::max(best, v) keeps best, std::min(v, best) gives v on a NaN or a tie (the other of two
+/// equal values), and std::max(second, that) keeps second on a NaN. Lanes merge without indices:
+/// second is the largest of the lanes' seconds and of all their bests but one copy of the top.
 SampledToken scan_row(const float* x, int n, bool index) {
   constexpr int kLanes = 16, kBlock = 2048;
   alignas(64) float best[kLanes], second[kLanes], max_abs[kLanes];
@@ -55,7 +57,7 @@ SampledToken scan_row(const float* x, int n, bool index) {
       for (int k = 0; k < kLanes; ++k) {
         const float v = x[i + k];
         nan[k] |= static_cast<int>(v != v);
-        second[k] = std::max(second[k], std::min(best[k], v));
+        second[k] = std::max(second[k], std::min(v, best[k]));
         best[k] = std::max(best[k], v);
         max_abs[k] = std::max(max_abs[k], std::fabs(v));
       }
@@ -63,7 +65,7 @@ SampledToken scan_row(const float* x, int n, bool index) {
     for (; i < to; ++i) {  // the row's tail: lane 0
       const float v = x[i];
       nan[0] |= static_cast<int>(v != v);
-      second[0] = std::max(second[0], std::min(best[0], v));
+      second[0] = std::max(second[0], std::min(v, best[0]));
       best[0] = std::max(best[0], v);
       max_abs[0] = std::max(max_abs[0], std::fabs(v));
     }
@@ -395,7 +397,7 @@ void sample_rows(SampledToken* out, const float* logits, int rows, int vocab,
     thread_local Scratch scratch;
     const SamplingJob job = jobs != nullptr ? jobs[j] : SamplingJob{j, 0.0f, 1.0f, 0.0f};
     const float* x = logits + static_cast<long>(job.row) * vocab;
-    SampledToken t = scan_row(x, vocab, job.inv_temperature <= 0.0f);
+    SampledToken t = scan_row(x, vocab, !(job.inv_temperature > 0.0f));
     if (t.token != SampledToken::kNaNLogit && job.inv_temperature > 0.0f)
       t.token = draw(x, vocab, job, t, scratch);
     out[j] = t;

@@ -76,9 +76,9 @@ TEST(Sampler, HostScanFindsTheFirstMaximumAcrossBlocksAndLanes) {
   const float inf = std::numeric_limits<float>::infinity();
   for (const int vocab : {1, 15, 16, 17, 2047, 2048, 2049, 6000, 32000}) {
     std::vector<std::vector<int>> plants = {{vocab - 1}, {0, vocab - 1}};
-    if (vocab > 4100) plants.push_back({4096 + 5, 2048 + 5, 5000});  // one lane, three blocks
-    if (vocab > 2100) plants.push_back({2048 + 3, 2048 + 16 + 7});   // two lanes, one block
-    if (vocab > 40) plants.push_back({33, 32});                      // side by side
+    if (vocab > 4100) plants.push_back({4096 + 5, 2048 + 5, 5});    // one lane, three blocks
+    if (vocab > 2100) plants.push_back({2048 + 3, 2048 + 16 + 7});  // two lanes, one block
+    if (vocab > 40) plants.push_back({33, 32});                     // side by side
     for (const auto& at : plants)
       for (const float top : {100.0f, inf, -inf}) {
         std::vector<float> row = random_logits(static_cast<std::size_t>(vocab), at.size(), 2.0f);
@@ -98,6 +98,33 @@ TEST(Sampler, HostScanFindsTheFirstMaximumAcrossBlocksAndLanes) {
         EXPECT_EQ(t.max_abs, max_abs) << "vocab " << vocab;
       }
   }
+}
+
+// A NaN makes the token kNaNLogit and takes no part in best, second or max_abs, as on the device:
+// planted at the start, in the middle and in the tail, beside the row's largest value and a tie.
+TEST(Sampler, HostScanLeavesNaNOutOfBestAndSecond) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (const int vocab : {3, 17, 6000})
+    for (const int at : {0, vocab / 2, vocab - 1}) {
+      std::vector<float> row = random_logits(static_cast<std::size_t>(vocab), 11, 2.0f);
+      const int top = (at + 1) % vocab;
+      row[static_cast<std::size_t>(top)] = 100.0f;
+      row[static_cast<std::size_t>((at + vocab - 1) % vocab)] = 50.0f;  // second, beside the NaN
+      row[static_cast<std::size_t>(at)] = nan;
+      float second = -std::numeric_limits<float>::infinity(), max_abs = 0;
+      for (int i = 0; i < vocab; ++i) {
+        const float v = row[static_cast<std::size_t>(i)];
+        if (v != v) continue;
+        if (i != top) second = std::max(second, v);
+        max_abs = std::max(max_abs, std::fabs(v));
+      }
+      SampledToken t;
+      cpu::sample_rows(&t, row.data(), 1, vocab, nullptr, 1);
+      EXPECT_EQ(t.token, SampledToken::kNaNLogit) << "vocab " << vocab << " NaN at " << at;
+      EXPECT_EQ(t.best, 100.0f) << "vocab " << vocab << " NaN at " << at;
+      EXPECT_EQ(t.second, second) << "vocab " << vocab << " NaN at " << at;
+      EXPECT_EQ(t.max_abs, max_abs) << "vocab " << vocab << " NaN at " << at;
+    }
 }
 
 // +0 and -0 compare equal, so best is the value at the first index of the largest: its sign too,
