@@ -34,10 +34,11 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 /// flag; no index), blocks of kBlock tokens at a time: the last block at which the running largest
 /// value rose is the first that holds best, and a greedy row finds best's lowest index there after
 /// the pass. A draw needs no index, except where best is 0: -0 and +0 are equal, and best takes
-/// the sign at the first index, as on the device. A NaN takes no part in best or second:
-/// std::max(best, v) keeps best, std::min(v, best) gives v on a NaN or a tie (the other of two
-/// equal values), and std::max(second, that) keeps second on a NaN. Lanes merge without indices:
-/// second is the largest of the lanes' seconds and of all their bests but one copy of the top.
+/// the sign at the first index, as on the device. Lanes merge without indices: second is the
+/// largest of the lanes' seconds and of all their bests but one copy of the top. A NaN lifts its
+/// lane's second to the lane's best (std::min(best, v) gives best), so a row that holds one is
+/// scanned again by a plain loop that leaves the NaN out, as the device does: such a row is an
+/// error, and rare. (std::min(v, best) would give v, but GCC then vectorises no part of the loop.)
 SampledToken scan_row(const float* x, int n, bool index) {
   constexpr int kLanes = 16, kBlock = 2048;
   alignas(64) float best[kLanes], second[kLanes], max_abs[kLanes];
@@ -57,7 +58,7 @@ SampledToken scan_row(const float* x, int n, bool index) {
       for (int k = 0; k < kLanes; ++k) {
         const float v = x[i + k];
         nan[k] |= static_cast<int>(v != v);
-        second[k] = std::max(second[k], std::min(v, best[k]));
+        second[k] = std::max(second[k], std::min(best[k], v));
         best[k] = std::max(best[k], v);
         max_abs[k] = std::max(max_abs[k], std::fabs(v));
       }
@@ -65,7 +66,7 @@ SampledToken scan_row(const float* x, int n, bool index) {
     for (; i < to; ++i) {  // the row's tail: lane 0
       const float v = x[i];
       nan[0] |= static_cast<int>(v != v);
-      second[0] = std::max(second[0], std::min(v, best[0]));
+      second[0] = std::max(second[0], std::min(best[0], v));
       best[0] = std::max(best[0], v);
       max_abs[0] = std::max(max_abs[0], std::fabs(v));
     }
@@ -93,7 +94,20 @@ SampledToken scan_row(const float* x, int n, bool index) {
   }
   if (lanes_at_top > 1) t.second = t.best;
   if (bad) {
-    t.token = SampledToken::kNaNLogit;
+    t = {SampledToken::kNaNLogit, -kInf, -kInf, 0};
+    bool any = false;
+    for (int j = 0; j < n; ++j) {
+      const float v = x[j];
+      if (v != v) continue;
+      t.max_abs = std::max(t.max_abs, std::fabs(v));
+      if (!any || v > t.best) {
+        if (any) t.second = std::max(t.second, t.best);
+        t.best = v;
+        any = true;
+      } else {
+        t.second = std::max(t.second, v);
+      }
+    }
   } else if (index || t.best == 0.0f) {  // a draw too where best is 0: the first zero's sign
     const int to = std::min(n, (top_block + 1) * kBlock);
     for (int j = top_block * kBlock; j < to; ++j)
