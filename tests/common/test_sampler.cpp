@@ -52,6 +52,17 @@ double tolerance(double p, int draws) { return 5.0 * std::sqrt(p * (1.0 - p) / d
 
 using test::expect_error_mentioning;
 
+// A plain loop's second (the largest logit but the one at `token`) and max |logit|, NaN left out.
+std::pair<float, float> plain_second_and_max_abs(const std::vector<float>& row, int token) {
+  float second = -std::numeric_limits<float>::infinity(), max_abs = 0;
+  for (std::size_t i = 0; i < row.size(); ++i) {
+    if (row[i] != row[i]) continue;
+    if (static_cast<int>(i) != token) second = std::max(second, row[i]);
+    max_abs = std::max(max_abs, std::fabs(row[i]));
+  }
+  return {second, max_abs};
+}
+
 // ---- argmax and greedy --------------------------------------------------------------------------
 
 TEST(Sampler, ArgmaxTakesTheFirstOfEqualMaxima) {
@@ -88,11 +99,7 @@ TEST(Sampler, HostScanFindsTheFirstMaximumAcrossBlocksAndLanes) {
         cpu::sample_rows(&t, row.data(), 1, vocab, nullptr, 1);
         const int want = *std::min_element(at.begin(), at.end());
         EXPECT_EQ(t.token, top == -inf ? 0 : want) << "vocab " << vocab << " top " << top;
-        float second = -inf, max_abs = 0;
-        for (int i = 0; i < vocab; ++i) {
-          if (i != t.token) second = std::max(second, row[static_cast<std::size_t>(i)]);
-          max_abs = std::max(max_abs, std::fabs(row[static_cast<std::size_t>(i)]));
-        }
+        const auto [second, max_abs] = plain_second_and_max_abs(row, t.token);
         EXPECT_EQ(t.best, top) << "vocab " << vocab;
         EXPECT_EQ(t.second, second) << "vocab " << vocab << " top " << top << " at " << at[0];
         EXPECT_EQ(t.max_abs, max_abs) << "vocab " << vocab;
@@ -111,13 +118,7 @@ TEST(Sampler, HostScanLeavesNaNOutOfBestAndSecond) {
       row[static_cast<std::size_t>(top)] = 100.0f;
       row[static_cast<std::size_t>((at + vocab - 1) % vocab)] = 50.0f;  // second, beside the NaN
       row[static_cast<std::size_t>(at)] = nan;
-      float second = -std::numeric_limits<float>::infinity(), max_abs = 0;
-      for (int i = 0; i < vocab; ++i) {
-        const float v = row[static_cast<std::size_t>(i)];
-        if (v != v) continue;
-        if (i != top) second = std::max(second, v);
-        max_abs = std::max(max_abs, std::fabs(v));
-      }
+      const auto [second, max_abs] = plain_second_and_max_abs(row, top);
       SampledToken t;
       cpu::sample_rows(&t, row.data(), 1, vocab, nullptr, 1);
       EXPECT_EQ(t.token, SampledToken::kNaNLogit) << "vocab " << vocab << " NaN at " << at;
