@@ -207,13 +207,22 @@ void block(const Activation<T>* x, long ldx, const T* panel, int steps, float* o
     }
   };
   int k = 0;
-  if constexpr (kAhead > 0) {  // the steps that fetch, each followed by `every` - 1 that do not
+  // The steps that fetch, each followed by `every` - 1 that do not, in one loop with a branch:
+  // written as a loop of fetches around a loop of steps, it made GCC 12 keep some of the sums on
+  // the stack, read and written every step (docs/results/matmul-cpu-amd-epyc-zen4.md has what
+  // that cost; tests/kernels/check_product_loop.py fails on it).
+  if constexpr (kAhead > 0) {
     const char* at = ahead.at;
-    for (int f = 0; f < ahead.fetches && k < steps; ++f, at += ahead.stride) {
+    const int fetching = static_cast<int>(
+        std::min(static_cast<long>(steps), static_cast<long>(ahead.fetches) * ahead.every));
+    for (int next = 0; k < fetching; ++k) {
+      if (k == next) {
 #pragma GCC unroll 4
-      for (int l = 0; l < kAhead; ++l) __builtin_prefetch(at + l * 64, 0, 2);  // 2: into L2
-      step(k++);
-      for (const int end = std::min(steps, k + ahead.every - 1); k < end; ++k) step(k);
+        for (int l = 0; l < kAhead; ++l) __builtin_prefetch(at + l * 64, 0, 2);  // 2: into L2
+        next += ahead.every;
+        if (next < fetching) at += ahead.stride;
+      }
+      step(k);
     }
   }
   for (; k < steps; ++k) step(k);
