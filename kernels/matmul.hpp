@@ -15,8 +15,8 @@ namespace kvheap::cpu {
 enum class Bf16Products {
   kWiden,  ///< widened to fp32 in registers: fp32 products of the rounded weights (any CPU)
   kPairs,  ///< AVX512-BF16's vdpbf16ps, two products a lane per instruction: the activations
-           ///< are rounded to bf16 too, as a GPU's bf16 GEMM rounds them. Slower than kWiden
-           ///< where it was measured (bench_matmul_cpu), so nothing runs it by default
+           ///< are rounded to bf16 too, as a GPU's bf16 GEMM rounds them, so nothing runs it by
+           ///< default (bench_matmul_cpu times both; docs/pages/cpu_twin.md says why widen)
 };
 
 /// \brief Whether this build targets a CPU with AVX512-BF16, so that kPairs can run.
