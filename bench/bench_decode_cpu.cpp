@@ -76,8 +76,9 @@ void time_pass(benchmark::State& state, const ModelConfig& c, DType wt, CpuForwa
   state.counters["GFLOP_per_step"] = flops / 1e9;
   state.counters["KV_budget_MB"] = static_cast<double>(cache.bytes_reserved()) / 1e6;
   state.counters["GBps"] = bytes / per_step / 1e9;
-  const std::string config =
-      fmt::format("{} {}, {}, {} threads", c.name, dtype_name(wt), what, omp_get_max_threads());
+  const bool pairs = wt == DType::BF16 && fwd.bf16_products() == cpu::Bf16Products::kPairs;
+  const std::string config = fmt::format("{} {}{}, {}, {} threads", c.name, dtype_name(wt),
+                                         pairs ? " pairs" : "", what, omp_get_max_threads());
   state.SetLabel(config);
   const Row row{config,         static_cast<double>(cache.bytes_reserved()) / 1e6,
                 bytes / 1e6,    flops / 1e9,
@@ -96,10 +97,11 @@ Batch prompt_rows(const ModelConfig& c, int slot, int tokens, bool logits) {
 
 /// One model prepared for decoding at a fixed context: the cache holds `context` tokens and each
 /// iteration decodes position `context` again, so every iteration moves the same bytes.
-void decode_step(benchmark::State& state, const ModelWeights& w, int context, DType wt) {
+void decode_step(benchmark::State& state, const ModelWeights& w, int context, DType wt,
+                 cpu::Bf16Products bf16 = cpu::Bf16Products::kWiden) {
   ch01::ReservedCache cache(w.config, DType::F32);
   const int slot = cache.admit();
-  CpuForward fwd(w, wt);
+  CpuForward fwd(w, wt, bf16);
   (void)fwd.forward(prompt_rows(w.config, slot, context, false), cache);
   Batch step;
   step.rows.push_back({1, slot, context, true});
@@ -108,9 +110,10 @@ void decode_step(benchmark::State& state, const ModelWeights& w, int context, DT
 
 /// A prompt of `tokens` tokens in one pass, the last row wanting logits; each iteration writes
 /// the same positions again.
-void prefill(benchmark::State& state, const ModelWeights& w, int tokens, DType wt) {
+void prefill(benchmark::State& state, const ModelWeights& w, int tokens, DType wt,
+             cpu::Bf16Products bf16 = cpu::Bf16Products::kWiden) {
   ch01::ReservedCache cache(w.config, DType::F32);
-  CpuForward fwd(w, wt);
+  CpuForward fwd(w, wt, bf16);
   const Batch prompt = prompt_rows(w.config, cache.admit(), tokens, true);
   time_pass(state, w.config, wt, fwd, cache, prompt, fmt::format("prefill of {} tokens", tokens));
 }
@@ -165,6 +168,21 @@ int main(int argc, char** argv) {
         ->MinTime(2.0);
   }
 
+  // bf16 multiplied in pairs by AVX512-BF16 (--bf16-products pairs), where the build has it.
+  if (cpu::bf16_pairs_built()) {
+    constexpr auto kPairs = cpu::Bf16Products::kPairs;
+    benchmark::RegisterBenchmark(
+        "decode_step/stories110m/ctx256/bf16-pairs",
+        [](benchmark::State& s) { decode_step(s, stories110m(), 256, DType::BF16, kPairs); })
+        ->Unit(benchmark::kMillisecond)
+        ->MinTime(2.0);
+    benchmark::RegisterBenchmark(
+        "prefill/stories110m/128/bf16-pairs",
+        [](benchmark::State& s) { prefill(s, stories110m(), 128, DType::BF16, kPairs); })
+        ->Unit(benchmark::kMillisecond)
+        ->MinTime(2.0);
+  }
+
   // The real stories260K checkpoint when available (it fits in cache: a latency, not a bandwidth,
   // measurement), else its shape with synthetic weights; also made on the first run.
   benchmark::RegisterBenchmark("decode_step/stories260k/ctx256/fp32",
@@ -190,8 +208,11 @@ int main(int argc, char** argv) {
              g_peak_gbps, peak.threads, static_cast<double>(peak.bytes) / (1 << 20),
              last_level_cache_bytes() / 1024);
   fmt::print("fp32 multiply-add peak: {:.1f} GFLOP/s\n", fma_gflops);
-  fmt::print("Weight products: fp32 {}; bf16 {}\n", cpu::matmul_path(DType::F32),
-             cpu::matmul_path(DType::BF16));
+  fmt::print("Weight products: fp32 {}; bf16 {}{}\n", cpu::matmul_path(DType::F32),
+             cpu::matmul_path(DType::BF16),
+             cpu::bf16_pairs_built()
+                 ? "; bf16 pairs " + cpu::matmul_path(DType::BF16, cpu::Bf16Products::kPairs)
+                 : std::string());
   fmt::print(
       "| config | KV budget MB | MB moved/step | GFLOP/step | ms/step | GB/s | % of read peak | "
       "GFLOP/s | % of FMA peak | % of roofline | tokens/s |\n");
@@ -214,5 +235,9 @@ int main(int argc, char** argv) {
         1e3 * r.tokens_per_step / r.ms_per_step);
   }
   if (any_cached) fmt::print("\n* {}\n", read_peak.cached_note("step"));
+  if (cpu::bf16_pairs_built())
+    fmt::print(
+        "\nbf16 pairs: the FMA peak is the fp32 one; vdpbf16ps does two products a lane per "
+        "instruction, so these rows can pass 100 % of it.\n");
   return 0;
 }

@@ -19,9 +19,12 @@ class CpuBackend final : public Backend {
       : Backend({.device_name = fmt::format("cpu ({} threads)", config.threads),
                  .peak = config.measure_peak ? cpu_read_peak() : MeasuredPeak{},
                  .weight_dtype = config.weights,
-                 .products = "packed panels, " + cpu::matmul_path(config.weights)}),
-        forward_(weights, config.weights) {
+                 .products = {}}),  // set below, once the weights are packed
+        forward_(weights, config.weights, config.bf16) {
     set_setup_seconds(forward_.pack_seconds());
+    // Named from the packed matrices, so that the report says what runs, not what was asked.
+    set_products("packed panels, " +
+                 cpu::matmul_path(forward_.weight_dtype(), forward_.bf16_products()));
   }
 
   void prepare(const Batch& batch, KVCache& cache) override {

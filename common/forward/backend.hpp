@@ -5,6 +5,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/measure/bandwidth.hpp"
@@ -12,6 +13,7 @@
 #include "common/cache/kv_cache.hpp"
 #include "common/cache/kv_storage.hpp"
 #include "common/model/weights.hpp"
+#include "kernels/matmul.hpp"
 #include "kernels/sample.hpp"
 
 namespace kvheap {
@@ -20,8 +22,10 @@ namespace kvheap {
 struct BackendConfig {
   std::string device = "cpu";  ///< cpu or cuda (the CPU simulator in a sim build)
   DType weights = DType::F32;  ///< weight matrices as the forward pass reads them
-  bool measure_peak = true;    ///< measure the bandwidth peak that reports compare against
-  int threads = 1;             ///< CPU threads, for the device's description
+  /// How the CPU backend multiplies bf16 weights (kernels/matmul.hpp); the CUDA one ignores it.
+  cpu::Bf16Products bf16 = cpu::Bf16Products::kWiden;
+  bool measure_peak = true;  ///< measure the bandwidth peak that reports compare against
+  int threads = 1;           ///< CPU threads, for the device's description
 };
 
 /// \brief A forward pass over a KVCache, on the CPU (Eigen and the CPU twins) or a CUDA device
@@ -87,6 +91,8 @@ class Backend {
         products_(std::move(d.products)) {}
   /// \brief Records setup_seconds() (derived constructors, once their weights are ready).
   void set_setup_seconds(double s) { setup_seconds_ = s; }
+  /// \brief For a backend that knows how its products run only once its weights are packed.
+  void set_products(std::string p) { products_ = std::move(p); }
 
  private:
   std::string device_name_;

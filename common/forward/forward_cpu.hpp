@@ -41,6 +41,8 @@ class CpuForward {
   [[nodiscard]] double prepare_seconds() const { return prepare_seconds_; }
   /// \brief Element type of the packed weight matrices.
   [[nodiscard]] DType weight_dtype() const { return weight_dtype_; }
+  /// \brief How the packed matrices multiply bf16 weights (kernels/matmul.hpp).
+  [[nodiscard]] cpu::Bf16Products bf16_products() const { return classifier_.bf16_products(); }
   /// \brief Bytes of the packed weight matrices (what the passes read of the weights).
   [[nodiscard]] std::size_t packed_bytes() const { return packed_bytes_; }
   /// \brief Seconds the constructor spent packing the weights (for a memory-mapped file, this

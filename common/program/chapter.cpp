@@ -21,6 +21,7 @@
 #include "common/tokenizer/tokenizer.hpp"
 #include "common/program/workload.hpp"
 #include "common/program/options.hpp"
+#include "kernels/matmul.hpp"
 
 namespace kvheap {
 namespace {
@@ -125,6 +126,27 @@ std::string run_device(const Chapter& chapter, const CommonOptions& o) {
   return o.device;
 }
 
+// --bf16-products: how the CPU backend multiplies bf16 weights. Pairs only where they can run:
+// bf16 weights, the CPU backend, and a build for a CPU with AVX512-BF16.
+cpu::Bf16Products bf16_products(const CommonOptions& o, const std::string& device, DType wt) {
+  if (o.bf16_products == "widen") return cpu::Bf16Products::kWiden;
+  if (o.bf16_products != "pairs")
+    throw UsageError(fmt::format("--bf16-products {}: expected widen or pairs", o.bf16_products));
+  if (wt != DType::BF16)
+    throw UsageError(fmt::format(
+        "--bf16-products pairs multiplies bf16 weights, and these are {}: add --weight-dtype bf16",
+        o.weight_dtype));
+  if (device != "cpu")
+    throw UsageError(fmt::format(
+        "--bf16-products pairs is for --device cpu; on {} the device's own bf16 products run",
+        device));
+  if (!cpu::bf16_pairs_built())
+    throw UsageError(
+        "--bf16-products pairs needs a build for a CPU with AVX512-BF16 (vdpbf16ps); this one "
+        "widens bf16 weights to fp32 (--bf16-products widen)");
+  return cpu::Bf16Products::kPairs;
+}
+
 // The requests to serve: a --workload file's, or one per prompt (the self-check's, --prompts, or
 // --num-seqs copies of one), with the flags' stops, the chapter's shaping (forks) and each its own
 // sampler seed.
@@ -201,6 +223,7 @@ int run_chapter(const Chapter& chapter, int argc, char** argv) {
     const std::string device = run_device(chapter, o);
     const DType kv = parse_dtype(o.kv_dtype);
     const DType wt = parse_dtype(o.weight_dtype);
+    const cpu::Bf16Products bf16 = bf16_products(o, device, wt);
     const std::size_t budget_cap = kv_budget_bytes(o);
     if (chapter.kv_in_host_memory) check_budget_fits_host(o);
     if (chapter.check_flags) chapter.check_flags(o);
@@ -220,8 +243,11 @@ int run_chapter(const Chapter& chapter, int argc, char** argv) {
     for (const Request& r : requests)
       longest = std::max(longest, positions_stored(r.prompt.size(), r.max_new_tokens));
 
-    const std::unique_ptr<Backend> backend = make_backend(
-        weights, {.device = device, .weights = wt, .measure_peak = !o.no_peak, .threads = threads});
+    const std::unique_ptr<Backend> backend = make_backend(weights, {.device = device,
+                                                                    .weights = wt,
+                                                                    .bf16 = bf16,
+                                                                    .measure_peak = !o.no_peak,
+                                                                    .threads = threads});
     const Run run{o, c, *backend, kv, budget_cap, requests, longest};
     const std::unique_ptr<ServingPolicy> policy = chapter.make_policy(run);
     ServeHooks hooks;

@@ -190,6 +190,11 @@ void add_common_options(CommandLine& cli, CommonOptions& o, const std::string& n
   cli.option("--weight-dtype", o.weight_dtype,
              "Weight matrices as the forward pass reads them: fp32, fp16 or bf16")
       .show_default();
+  cli.option("--bf16-products", o.bf16_products,
+             "How the CPU multiplies bf16 weights: widen (to fp32 in registers, on any CPU: the "
+             "logits of fp32 products of the rounded weights) or pairs (AVX512-BF16's "
+             "vdpbf16ps, the activations rounded to bf16 too; a build for a CPU that has it)")
+      .show_default();
   cli.option("--kv-dtype", o.kv_dtype, "KV cache element type: fp32, fp16 or bf16").show_default();
   cli.option("--kv-budget-mb", o.kv_budget_mb,
              "Cap on KV cache memory in MB; 0 = the chapter's own: no cap in chapter 1, which "

@@ -83,30 +83,31 @@ class CommandLine {
 
 /// \brief Flags common to every chapter's program.
 struct CommonOptions {
-  std::string model = "stories15m";   ///< preset name, llama2.c .bin path, or safetensors folder
-  std::string tokenizer;              ///< tokenizer file or folder (default: the model folder's)
-  std::string prompt;                 ///< text prompt (needs a tokenizer)
-  std::string chat;                   ///< a message, wrapped in the model's chat format
-  std::string system;                 ///< the system message of --chat
-  std::string chat_format;            ///< --chat's format by name (default: from the model)
-  std::string prompt_ids;             ///< comma-separated token ids
-  std::string prompts_file;           ///< one prompt per line (ids, or text with a tokenizer)
-  std::string workload_file;          ///< JSONL requests with lengths and arrivals (workload.hpp)
-  int num_seqs = 1;                   ///< copies of the prompt to serve
-  int max_new_tokens = 64;            ///< generation stops after this many tokens
-  float temperature = 0.0f;           ///< 0 = greedy
-  float top_p = 0.9f;                 ///< nucleus mass, used when temperature > 0
-  std::uint64_t seed = 42;            ///< sampler seed
-  std::uint64_t model_seed = 1;       ///< seed of synthetic weights for presets
-  std::string device = "cpu";         ///< cpu or cuda (auto where a chapter allows it)
-  std::string weight_dtype = "fp32";  ///< weights as the forward pass reads them
-  std::string kv_dtype = "fp32";      ///< KV storage type: fp32, fp16, bf16
-  double kv_budget_mb = 0.0;          ///< 0 = the chapter's default (kv_budget_bytes)
-  int threads = 0;                    ///< 0 = all cores
-  bool json = false;                  ///< print one JSON object instead of the report
-  bool ignore_eos = false;            ///< generate exactly max_new_tokens
-  bool no_peak = false;               ///< skip measuring the bandwidth peak at start
-  bool top2_gaps = false;             ///< record each generated token's top-2 logit gap
+  std::string model = "stories15m";     ///< preset name, llama2.c .bin path, or safetensors folder
+  std::string tokenizer;                ///< tokenizer file or folder (default: the model folder's)
+  std::string prompt;                   ///< text prompt (needs a tokenizer)
+  std::string chat;                     ///< a message, wrapped in the model's chat format
+  std::string system;                   ///< the system message of --chat
+  std::string chat_format;              ///< --chat's format by name (default: from the model)
+  std::string prompt_ids;               ///< comma-separated token ids
+  std::string prompts_file;             ///< one prompt per line (ids, or text with a tokenizer)
+  std::string workload_file;            ///< JSONL requests with lengths and arrivals (workload.hpp)
+  int num_seqs = 1;                     ///< copies of the prompt to serve
+  int max_new_tokens = 64;              ///< generation stops after this many tokens
+  float temperature = 0.0f;             ///< 0 = greedy
+  float top_p = 0.9f;                   ///< nucleus mass, used when temperature > 0
+  std::uint64_t seed = 42;              ///< sampler seed
+  std::uint64_t model_seed = 1;         ///< seed of synthetic weights for presets
+  std::string device = "cpu";           ///< cpu or cuda (auto where a chapter allows it)
+  std::string weight_dtype = "fp32";    ///< weights as the forward pass reads them
+  std::string bf16_products = "widen";  ///< how the CPU multiplies bf16 weights: widen or pairs
+  std::string kv_dtype = "fp32";        ///< KV storage type: fp32, fp16, bf16
+  double kv_budget_mb = 0.0;            ///< 0 = the chapter's default (kv_budget_bytes)
+  int threads = 0;                      ///< 0 = all cores
+  bool json = false;                    ///< print one JSON object instead of the report
+  bool ignore_eos = false;              ///< generate exactly max_new_tokens
+  bool no_peak = false;                 ///< skip measuring the bandwidth peak at start
+  bool top2_gaps = false;               ///< record each generated token's top-2 logit gap
 };
 
 /// \brief Registers the shared flags on `cli`; `num_seqs_help` says what --num-seqs counts in

@@ -35,6 +35,7 @@ COMMON = {
     "--threads": ["1", "2", "0", "-1", "100000"],
     "--kv-dtype": ["fp32", "bf16", "fp16", "int4"],
     "--weight-dtype": ["fp32", "bf16"],
+    "--bf16-products": ["widen", "pairs", "pairs", "fast"],
     "--device": ["cpu", "cpu", "cpu", "cuda", "tpu"],
     "--json": None,
     "--ignore-eos": None,

@@ -17,6 +17,7 @@
 #include "common/serving/report.hpp"
 #include "common/serving/sampler.hpp"
 #include "common/model/synthetic_weights.hpp"
+#include "kernels/matmul.hpp"
 #include "tests/support/checkpoint_writers.hpp"
 #include "tests/support/run_program.hpp"
 #include "tests/support/test_support.hpp"
@@ -222,6 +223,39 @@ TEST(Cli, Chapter2RunsHalfWeightsOnTheCpuBackend) {
     EXPECT_LT(m["weight_bytes_per_step"].get<double>(),
               0.6 * f32["weight_bytes_per_step"].get<double>());
   }
+}
+
+// --bf16-products pairs runs AVX512-BF16's products where the build has them and says so in the
+// report; everywhere it cannot run (other weights, the GPU, a build without them), and for a value
+// it does not know, it is refused in one line that says what would do.
+TEST(Cli, Bf16PairsRunWhereBuiltAndAreRefusedElsewhere) {
+  const auto run = [](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"--model",          "tiny", "--prompt-ids", "1,5,9",
+                                     "--max-new-tokens", "4",    "--no-peak",    "--json"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run_program("ch02_contiguous_gpu", args);
+  };
+  const auto unknown = run({"--device", "cpu", "--bf16-products", "fast"});
+  EXPECT_EQ(unknown.exit_code, 2);
+  expect_one_line_error(unknown, "expected widen or pairs");
+  const auto fp32 = run({"--device", "cpu", "--bf16-products", "pairs"});
+  EXPECT_EQ(fp32.exit_code, 2);
+  expect_one_line_error(fp32, "--weight-dtype bf16");
+  const auto gpu = run({"--device", "cuda", "--weight-dtype", "bf16", "--bf16-products", "pairs"});
+  EXPECT_EQ(gpu.exit_code, 2);
+  expect_one_line_error(gpu, "--device cpu");
+
+  const auto pairs = run({"--device", "cpu", "--weight-dtype", "bf16", "--bf16-products", "pairs"});
+  if (!cpu::bf16_pairs_built()) {
+    EXPECT_EQ(pairs.exit_code, 2);
+    expect_one_line_error(pairs, "AVX512-BF16");
+    return;
+  }
+  ASSERT_EQ(pairs.exit_code, 0) << pairs.err;
+  const auto m = nlohmann::json::parse(pairs.out)["metrics"];
+  EXPECT_NE(m["weight_products"].get<std::string>().find("vdpbf16ps"), std::string::npos)
+      << m["weight_products"];
+  EXPECT_EQ(nlohmann::json::parse(pairs.out)["generated_ids"].size(), 4u);
 }
 
 // Chapter 3 serves several sequences in one batch; each one's ids equal chapter 1 decoding that
