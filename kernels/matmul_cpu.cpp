@@ -88,7 +88,11 @@ struct Tile {
 template <>
 struct Tile<Bf16> {
   static constexpr int kNR = kManyRegisters ? 4 : 2;
+#if defined(__clang__)
+  static constexpr int kMR = kManyRegisters ? 5 : 6;  // at 6 x 4 Clang 14 keeps sums on the stack
+#else
   static constexpr int kMR = 6;
+#endif
 };
 
 template <class T>
@@ -177,7 +181,7 @@ Packet madd(Activation<T> a, const Packet& b, const Packet& acc) {
                             std::bit_cast<__m512bh>(b));
 #else
     static_assert(!kPairsBuilt);
-    return acc;  // never runs: PackedMatrix refuses Bf16Pair where it is not built
+    return acc;  // never compiled: with_element takes Bf16Pair only where it is built
 #endif
   } else {
     return Eigen::internal::pmadd(Eigen::internal::pset1<Packet>(a), b, acc);
@@ -185,10 +189,12 @@ Packet madd(Activation<T> a, const Packet& b, const Packet& acc) {
 }
 
 /// out[MR rows, cols] = x[MR rows, :] W_panel^T: the outputs of MR batch rows and one panel over
-/// `steps` steps, fetching kAhead lines every `ahead.every` steps into L2 as `ahead` says.
+/// `steps` steps, fetching kAhead lines every `ahead.every` steps into L2 as `ahead` says. Out of
+/// line, one call per block of steps: every instantiation is then a function of its own, whose
+/// loops tests/kernels/check_product_loop.py reads.
 template <class T, int MR, int kAhead>
-void block(const Activation<T>* x, long ldx, const T* panel, int steps, float* out, long ldo,
-           int cols, Ahead ahead) {
+__attribute__((noinline)) void block(const Activation<T>* x, long ldx, const T* panel, int steps,
+                                     float* out, long ldo, int cols, Ahead ahead) {
   using Eigen::internal::pset1;
   constexpr int kNR = Tile<T>::kNR;
   Packet acc[MR][kNR];
@@ -215,6 +221,9 @@ void block(const Activation<T>* x, long ldx, const T* panel, int steps, float* o
     const char* at = ahead.at;
     const int fetching = static_cast<int>(
         std::min(static_cast<long>(steps), static_cast<long>(ahead.fetches) * ahead.every));
+#if defined(__clang__)
+#pragma clang loop unroll(disable)  // unrolled, Clang 14 keeps sums on the stack here too
+#endif
     for (int next = 0; k < fetching; ++k) {
       if (k == next) {
 #pragma GCC unroll 4
@@ -373,10 +382,15 @@ void with_element(DType d, Bf16Products bf16, F&& f) {
   switch (d) {
     case DType::F32: f(float{}); break;
     case DType::BF16:
-      if (bf16 == Bf16Products::kPairs)
-        f(Bf16Pair{});
-      else
+      if (bf16 != Bf16Products::kPairs) {
         f(Bf16{});
+      } else if constexpr (kPairsBuilt) {  // elsewhere no pairs kernel is compiled at all
+        f(Bf16Pair{});
+      } else {
+        throw InputError(
+            "bf16 products by pairs (vdpbf16ps) need a build for a CPU with AVX512-BF16; this one "
+            "widens bf16 weights to fp32 instead");
+      }
       break;
     case DType::F16: f(Fp16{}); break;
   }
@@ -399,10 +413,6 @@ std::size_t PackedMatrix::bytes_for(int out_dim, int in_dim, DType dtype, Bf16Pr
 
 PackedMatrix::PackedMatrix(const float* w, int out_dim, int in_dim, DType dtype, Bf16Products bf16)
     : out_dim_(out_dim), in_dim_(in_dim), dtype_(dtype), bf16_(bf16) {
-  if (bf16 == Bf16Products::kPairs && !kPairsBuilt)
-    throw InputError(
-        "bf16 products by pairs (vdpbf16ps) need a build for a CPU with AVX512-BF16; this one "
-        "widens bf16 weights to fp32 instead");
   with_element(dtype, bf16, [&](auto t) { width_ = kWidth<decltype(t)>; });
   panels_ = (out_dim + width_ - 1) / width_;
   bytes_ = bytes_for(out_dim, in_dim, dtype, bf16);

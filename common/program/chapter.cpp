@@ -126,24 +126,25 @@ std::string run_device(const Chapter& chapter, const CommonOptions& o) {
   return o.device;
 }
 
-// --bf16-products: how the CPU backend multiplies bf16 weights. Pairs only where they can run:
-// bf16 weights, the CPU backend, and a build for a CPU with AVX512-BF16.
+// --bf16-products: how the CPU backend multiplies bf16 weights. Pairs only where they can run: a
+// build for a CPU with AVX512-BF16, the CPU backend, and bf16 weights, refused in that order, so
+// that the first refusal names what stands in the way.
 cpu::Bf16Products bf16_products(const CommonOptions& o, const std::string& device, DType wt) {
   if (o.bf16_products == "widen") return cpu::Bf16Products::kWiden;
   if (o.bf16_products != "pairs")
     throw UsageError(fmt::format("--bf16-products {}: expected widen or pairs", o.bf16_products));
-  if (wt != DType::BF16)
-    throw UsageError(fmt::format(
-        "--bf16-products pairs multiplies bf16 weights, and these are {}: add --weight-dtype bf16",
-        o.weight_dtype));
-  if (device != "cpu")
-    throw UsageError(fmt::format(
-        "--bf16-products pairs is for --device cpu; on {} the device's own bf16 products run",
-        device));
   if (!cpu::bf16_pairs_built())
     throw UsageError(
         "--bf16-products pairs needs a build for a CPU with AVX512-BF16 (vdpbf16ps); this one "
         "widens bf16 weights to fp32 (--bf16-products widen)");
+  if (device != "cpu")
+    throw UsageError(fmt::format(
+        "--bf16-products pairs is for --device cpu; on {} the device's own bf16 products run",
+        device));
+  if (wt != DType::BF16)
+    throw UsageError(fmt::format(
+        "--bf16-products pairs multiplies bf16 weights, and these are {}: add --weight-dtype bf16",
+        o.weight_dtype));
   return cpu::Bf16Products::kPairs;
 }
 

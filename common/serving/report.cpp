@@ -199,6 +199,10 @@ void print_report(const RunReport& r, std::ostream& os) {
                "passes took {:.3f} ms, {:.2f} of the roofline; {} of {} bound by bytes\n",
                1e3 * roof / r.passes, 1e3 * r.pass_seconds() / r.passes, roof / r.pass_seconds(),
                r.passes_bound_by_bytes(), r.pass_rows.size());
+  if (r.products.find("vdpbf16ps") != std::string::npos && r.peak.gflops > 0)
+    fmt::print(os,
+               "  (bf16 pairs: vdpbf16ps does two products a lane per instruction, so their rate "
+               "can pass the fp32 FMA peak, and the passes the roofline drawn from it)\n");
   print_phases(r, os);
 }
 

@@ -225,9 +225,10 @@ TEST(Cli, Chapter2RunsHalfWeightsOnTheCpuBackend) {
   }
 }
 
-// --bf16-products pairs runs AVX512-BF16's products where the build has them and says so in the
-// report; everywhere it cannot run (other weights, the GPU, a build without them), and for a value
-// it does not know, it is refused in one line that says what would do.
+// --bf16-products pairs runs AVX512-BF16's products where the build has them, says so in the
+// report and passes every chapter's self-check; everywhere it cannot run (a build without them,
+// the GPU, other weights), and for a value it does not know, it is refused in one line that says
+// what would do.
 TEST(Cli, Bf16PairsRunWhereBuiltAndAreRefusedElsewhere) {
   const auto run = [](std::vector<std::string> extra) {
     std::vector<std::string> args = {"--model",          "tiny", "--prompt-ids", "1,5,9",
@@ -238,24 +239,34 @@ TEST(Cli, Bf16PairsRunWhereBuiltAndAreRefusedElsewhere) {
   const auto unknown = run({"--device", "cpu", "--bf16-products", "fast"});
   EXPECT_EQ(unknown.exit_code, 2);
   expect_one_line_error(unknown, "expected widen or pairs");
-  const auto fp32 = run({"--device", "cpu", "--bf16-products", "pairs"});
-  EXPECT_EQ(fp32.exit_code, 2);
-  expect_one_line_error(fp32, "--weight-dtype bf16");
-  const auto gpu = run({"--device", "cuda", "--weight-dtype", "bf16", "--bf16-products", "pairs"});
-  EXPECT_EQ(gpu.exit_code, 2);
-  expect_one_line_error(gpu, "--device cpu");
-
   const auto pairs = run({"--device", "cpu", "--weight-dtype", "bf16", "--bf16-products", "pairs"});
   if (!cpu::bf16_pairs_built()) {
     EXPECT_EQ(pairs.exit_code, 2);
     expect_one_line_error(pairs, "AVX512-BF16");
     return;
   }
+  const auto gpu = run({"--device", "cuda", "--weight-dtype", "bf16", "--bf16-products", "pairs"});
+  EXPECT_EQ(gpu.exit_code, 2);
+  expect_one_line_error(gpu, "--device cpu");
+  const auto fp32 = run({"--device", "cpu", "--bf16-products", "pairs"});
+  EXPECT_EQ(fp32.exit_code, 2);
+  expect_one_line_error(fp32, "--weight-dtype bf16");
+
   ASSERT_EQ(pairs.exit_code, 0) << pairs.err;
   const auto m = nlohmann::json::parse(pairs.out)["metrics"];
   EXPECT_NE(m["weight_products"].get<std::string>().find("vdpbf16ps"), std::string::npos)
       << m["weight_products"];
-  EXPECT_EQ(nlohmann::json::parse(pairs.out)["generated_ids"].size(), 4u);
+  // Every chapter's greedy ids with pairs are the reference forward pass's.
+  for (const std::string program :
+       {"ch01_cpu_reference", "ch02_contiguous_gpu", "ch03_paged_blocks", "ch04_cow_prefix_sharing",
+        "ch05_batched_scheduler"}) {
+    std::vector<std::string> args = {"--self-check", "--weight-dtype", "bf16", "--bf16-products",
+                                     "pairs"};
+    if (program != "ch01_cpu_reference") args.insert(args.end(), {"--device", "cpu"});
+    const auto r = run_program(program, args);
+    EXPECT_EQ(r.exit_code, 0) << program << ": " << r.err;
+    EXPECT_NE(r.out.find("Disposition: Passed"), std::string::npos) << program << ": " << r.out;
+  }
 }
 
 // Chapter 3 serves several sequences in one batch; each one's ids equal chapter 1 decoding that
