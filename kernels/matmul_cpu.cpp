@@ -150,7 +150,11 @@ void load_step(const T* p, Packet (&b)[Tile<T>::kNR]) {
 #pragma GCC unroll 8
     for (int v = 0; v < kNR; ++v) {
 #if defined(__F16C__) && defined(__AVX512F__)
-      b[v] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + v * kP)));
+      // The zero-masked form with every lane kept: the plain one starts from GCC 12's
+      // _mm512_undefined_ps, which -Wuninitialized flags at -O1.
+      b[v] =
+          _mm512_maskz_cvtph_ps(static_cast<__mmask16>(0xFFFF),
+                                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + v * kP)));
 #elif defined(__F16C__) && defined(__AVX__)
       b[v] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + v * kP)));
 #else
