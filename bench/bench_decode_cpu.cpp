@@ -153,32 +153,27 @@ int main(int argc, char** argv) {
       ->Iterations(1)
       ->Unit(benchmark::kMillisecond);
 
-  // A >= 100M-parameter model, its weights in fp32 and in bf16: a decode step (bound by the read
+  // A >= 100M-parameter model, its weights in fp32 and in bf16 (and bf16 multiplied in pairs by
+  // AVX512-BF16, --bf16-products pairs, where the build has it): a decode step (bound by the read
   // bandwidth) and a 128-token prompt (bound by the multiply-adds).
-  for (const DType wt : {DType::F32, DType::BF16}) {
-    const std::string dtype(dtype_name(wt));
+  struct Weights {
+    DType wt;
+    cpu::Bf16Products bf16;
+    std::string name;
+  };
+  std::vector<Weights> weights = {{DType::F32, cpu::Bf16Products::kWiden, "fp32"},
+                                  {DType::BF16, cpu::Bf16Products::kWiden, "bf16"}};
+  if (cpu::bf16_pairs_built())
+    weights.push_back({DType::BF16, cpu::Bf16Products::kPairs, "bf16-pairs"});
+  for (const Weights& w : weights) {
     benchmark::RegisterBenchmark(
-        ("decode_step/stories110m/ctx256/" + dtype).c_str(),
-        [wt](benchmark::State& s) { decode_step(s, stories110m(), 256, wt); })
-        ->Unit(benchmark::kMillisecond)
-        ->MinTime(2.0);
-    benchmark::RegisterBenchmark(("prefill/stories110m/128/" + dtype).c_str(),
-                                 [wt](benchmark::State& s) { prefill(s, stories110m(), 128, wt); })
-        ->Unit(benchmark::kMillisecond)
-        ->MinTime(2.0);
-  }
-
-  // bf16 multiplied in pairs by AVX512-BF16 (--bf16-products pairs), where the build has it.
-  if (cpu::bf16_pairs_built()) {
-    constexpr auto kPairs = cpu::Bf16Products::kPairs;
-    benchmark::RegisterBenchmark(
-        "decode_step/stories110m/ctx256/bf16-pairs",
-        [](benchmark::State& s) { decode_step(s, stories110m(), 256, DType::BF16, kPairs); })
+        ("decode_step/stories110m/ctx256/" + w.name).c_str(),
+        [w](benchmark::State& s) { decode_step(s, stories110m(), 256, w.wt, w.bf16); })
         ->Unit(benchmark::kMillisecond)
         ->MinTime(2.0);
     benchmark::RegisterBenchmark(
-        "prefill/stories110m/128/bf16-pairs",
-        [](benchmark::State& s) { prefill(s, stories110m(), 128, DType::BF16, kPairs); })
+        ("prefill/stories110m/128/" + w.name).c_str(),
+        [w](benchmark::State& s) { prefill(s, stories110m(), 128, w.wt, w.bf16); })
         ->Unit(benchmark::kMillisecond)
         ->MinTime(2.0);
   }
