@@ -20,7 +20,6 @@
 // within rounding (tier 2), not bit for bit.
 #pragma once
 
-#include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -32,6 +31,7 @@
 
 #include "kernels/decode_attention_cpu.hpp"
 #include "kernels/decode_attention_simd.hpp"
+#include "kernels/exp_simd.hpp"
 
 namespace kvheap::cpu {
 
@@ -306,27 +306,15 @@ void attend_span_product(const float* q, const Rows& rows, int t_begin, int t_en
         const Lanes old = detail::load_lanes(m + h);
         top *= scale;
         const Lanes grown = old > top ? old : top;
-        Eigen::Array<float, kL, 1> e;
-        const Lanes shift = old - grown;  // -inf on the first block: its factor 0, or next to it
-        std::memcpy(e.data(), &shift, sizeof shift);
-#pragma GCC diagnostic push  // GCC 12's AVX-512 headers trip its -Wuninitialized inside Eigen's exp
-#pragma GCC diagnostic ignored "-Wuninitialized"
-        e = e.exp();
+        // -inf on the first block: its factor 0
+        const Lanes f = simd::exp_nonpositive(old - grown);
         Lanes total = {};
         for (int p = 0; p < np; ++p) {
           float* row = st + static_cast<long>(p) * hp + h;
-          const Lanes x = detail::load_lanes(row) * scale - grown;
-          Eigen::Array<float, kL, 1> w;
-          std::memcpy(w.data(), &x, sizeof x);
-          w = w.exp();
-          Lanes weight;
-          std::memcpy(&weight, w.data(), sizeof weight);
+          const Lanes weight = simd::exp_nonpositive(detail::load_lanes(row) * scale - grown);
           total += weight;
           detail::store_lanes(row, weight);
         }
-#pragma GCC diagnostic pop
-        Lanes f;
-        std::memcpy(&f, e.data(), sizeof f);
         detail::store_lanes(l + h, detail::load_lanes(l + h) * f + total);
         detail::store_lanes(m + h, grown);
         detail::store_lanes(factor + h, f);

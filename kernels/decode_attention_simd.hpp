@@ -16,7 +16,6 @@
 // build always agree (docs/pages/cpu_twin.md).
 #pragma once
 
-#include <Eigen/Core>
 #if defined(__AVX2__) || defined(__F16C__)
 #include <immintrin.h>
 #endif
@@ -28,6 +27,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "kernels/exp_simd.hpp"
 #include "kernels/kv_types.hpp"
 
 namespace kvheap::cpu::simd {
@@ -624,10 +624,10 @@ inline Vec16 half_max(Vec16 a) {
 /// new largest score; l[h] is rescaled to m' and grown by the tile's weights (summed as sum8 sums);
 /// and factor[h] = exp(m_old - m') is what earlier outputs must be multiplied by: exactly 1 when
 /// the max did not grow, 0 on the first tile. Heads go two at a time, side by side in 16 floats,
-/// and the exponentials through one 16-wide Eigen array per pair: every weight takes the same
-/// vectorised path wherever it sits, and on AVX-512 one instruction serves two heads (that took
-/// about a third off this step). The heads' sums come out of one transpose (sum8_each4), not eight
-/// lane extractions each.
+/// and the exponentials through one 16-wide vector per pair (exp_nonpositive): every weight takes
+/// the same vectorised path wherever it sits, and on AVX-512 one instruction serves two heads
+/// (that took about a third off this step). The heads' sums come out of one transpose (sum8_each4),
+/// not eight lane extractions each.
 template <int kHeads>
 void softmax_tile(Vec8* s, int nt, float scale, float* m, float* l, float* factor) {
   static_assert(kHeads >= 1 && kHeads <= 4, "the sums transpose four heads at most");
@@ -647,13 +647,7 @@ void softmax_tile(Vec8* s, int nt, float scale, float* m, float* l, float* facto
     m[h] = new0;
     m[h2] = new1;
     x -= second > 0.0f ? Vec16{} + new1 : Vec16{} + new0;
-    Eigen::Array<float, 2 * kLanes, 1> e;  // one 16-wide packet on AVX-512, two 8-wide on AVX
-    std::memcpy(e.data(), &x, sizeof x);
-#pragma GCC diagnostic push  // GCC 12's AVX-512 headers trip its -Wuninitialized inside Eigen's exp
-#pragma GCC diagnostic ignored "-Wuninitialized"
-    e = e.exp();
-#pragma GCC diagnostic pop
-    std::memcpy(&x, e.data(), sizeof x);
+    x = exp_nonpositive(x);  // one 16-wide vector on AVX-512, two 8-wide on AVX
     if (nt < kLanes) x = live ? x : Vec16{};
     s[h] = low_half(x);
     s[h2] = h2 == h ? s[h] : high_half(x);

@@ -2,8 +2,9 @@
 //
 // A greedy row costs one pass over its logits, in 16 lanes the compiler vectorises, and a look
 // into the one block of 2048 that holds the largest logit for its index. A draw adds
-// one vectorised pass that computes p with an exponential of its own (exp_of: the rule's inputs
-// are never positive, so it skips what a general exp must handle). A top-p 1 draw sums p a chunk
+// one vectorised pass that computes p with the exponential of the CPU's softmaxes
+// (kernels/exp_simd.hpp: the rule's inputs are never positive, so it skips what a general exp
+// must handle). A top-p 1 draw sums p a chunk
 // at a time and walks the one chunk its number falls in. A top-p < 1 draw stores p, bins its mass
 // by p's float bits (8 buckets an octave, in p's order), sums the buckets from the top to the one
 // where the mass crosses top_p * S, and sorts only that bucket's p: tau in linear time, the
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "base/error.hpp"
+#include "kernels/exp_simd.hpp"
 #include "kernels/sample.hpp"
 
 namespace kvheap::cpu {
@@ -117,40 +119,14 @@ SampledToken scan_row(const float* x, int n, bool index) {
 
 using Packet = Eigen::internal::packet_traits<float>::type;
 constexpr int kP = Eigen::internal::packet_traits<float>::size;  // floats per vector
-/// The bits of one vector of floats as 32-bit words (GCC and Clang vector extension).
-using Words = std::uint32_t __attribute__((vector_size(kP * sizeof(std::uint32_t))));
 
-/// The rule's p of a vector of d = (x - best) / T <= 0: exp(d), and 0 where that is below the
-/// smallest normal float (sample.hpp, step 3). Written for the draws, which take one exp per token:
-/// Eigen's exp serves the whole float range, with a general ldexp; the draws need only d <= 0 and
-/// normal results, which take fewer steps (bench_sampling times the draws). d = n ln 2 + r with n
-/// the nearest whole number to d / ln 2, ln 2 in two parts so that n ln 2 is exact; exp(r) for |r|
-/// <= ln 2 / 2 by its Taylor series to r^7 (the next term is under 1e-8 of it); 2^n from its
-/// exponent bits. Within 1 ulp of exp over every float in [-110, 0] with fused multiply-adds,
-/// 1.22 ulp without (SSE2); tests/common/test_sampler.cpp holds every 997th to 2 ulp. d at or
-/// below -88 (and -inf, and NaN) gives 0.
-Packet exp_of(const Packet& d) {
-  using namespace Eigen::internal;
-  const Packet z = pmax(d, pset1<Packet>(-88.0f));
-  // Adding 1.5 x 2^23 rounds to a whole number: t holds n + 127 in its low bits, n in [-127, 0].
-  const Packet magic = pset1<Packet>(12582912.0f + 127.0f);
-  const Packet t = pmadd(z, pset1<Packet>(1.44269504088896341f), magic);  // 1 / ln 2
-  const Packet n = psub(t, magic);
-  Packet r = pmadd(n, pset1<Packet>(-0.693359375f), z);  // ln 2's top 9 bits
-  r = pmadd(n, pset1<Packet>(2.12194440e-4f), r);        // and the rest
-  Packet q = pset1<Packet>(1.0f / 5040);
-  for (const float c : {1.0f / 720, 1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f, 1.0f, 1.0f})
-    q = pmadd(q, r, pset1<Packet>(c));
-  // 2^n: n + 127 into the exponent's bits (n = -127 gives the bits of 0).
-  const Packet p = pmul(q, std::bit_cast<Packet>(Words(std::bit_cast<Words>(t) << 23)));
-  return pand(p, pcmp_le(pset1<Packet>(std::numeric_limits<float>::min()), p));
-}
-
-/// The same for one float (the tails of rows that are no whole number of vectors).
+/// The rule's p of one d = (x - best) / T <= 0, as a vector's lanes get it (the tails of rows
+/// that are no whole number of vectors).
 float exp_of_one(float d) {
   alignas(64) std::array<float, kP> v{};
   v.fill(d);
-  Eigen::internal::pstore(v.data(), exp_of(Eigen::internal::pload<Packet>(v.data())));
+  Eigen::internal::pstore(v.data(),
+                          simd::exp_nonpositive(Eigen::internal::pload<Packet>(v.data())));
   return v[0];
 }
 
@@ -163,7 +139,7 @@ __attribute__((noinline)) double sum_p(const float* x, int n, float best, float 
   int i = 0;
   for (; i + 2 * kP <= n; i += 2 * kP)
     for (int k = 0; k < 2; ++k) {
-      const Packet v = exp_of(pmul(psub(ploadu<Packet>(x + i + k * kP), b), it));
+      const Packet v = simd::exp_nonpositive(pmul(psub(ploadu<Packet>(x + i + k * kP), b), it));
       if (p != nullptr) pstoreu(p + i + k * kP, v);
       acc[k] = padd(acc[k], v);
     }
@@ -389,7 +365,7 @@ int draw(const float* x, int n, const SamplingJob& job, const SampledToken& t, S
 void rule_p(float* p, const float* d, int n) {
   using namespace Eigen::internal;
   int i = 0;
-  for (; i + kP <= n; i += kP) pstoreu(p + i, exp_of(ploadu<Packet>(d + i)));
+  for (; i + kP <= n; i += kP) pstoreu(p + i, simd::exp_nonpositive(ploadu<Packet>(d + i)));
   for (; i < n; ++i) p[i] = exp_of_one(d[i]);
 }
 
