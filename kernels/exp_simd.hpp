@@ -31,7 +31,7 @@ namespace detail {
 /// exp(r) - 1 - r ~ r^2 (c[1] + r (c[2] + ...)): c[0] r + c[1] r^2 + ... + c[5] r^6, fitted for
 /// the least largest relative error of 1 + c[0] r + ... over |r| <= ln 2 / 2 (a Remez exchange
 /// in double precision).
-inline constexpr float kExpPoly[6] = {1.00000005f, 0.5000000434f, 0.1666636544f,
+inline constexpr float kExpPoly[6] = {1.00000005f,   0.5000000434f,   0.1666636544f,
                                       0.0416647773f, 0.008379011162f, 0.001406124041f};
 /// ln 2 = kLn2Hi + kLn2Lo: the top 9 bits, so that n kLn2Hi is exact for |n| < 2^15, and the rest.
 inline constexpr float kLn2Hi = 0.693359375f;
@@ -46,6 +46,22 @@ inline V exp_poly(V r) {
   V q = V{} + kExpPoly[5];
   for (int i = 4; i >= 0; --i) q = q * r + kExpPoly[i];
   return q * r + 1.0f;
+}
+
+/// The portable path of exp_nonpositive, on any width: n from adding 1.5 x 2^23, 2^n from its bits.
+template <class V>
+inline V exp_portable(V d) {
+  using W = decltype(d < d);  // 32-bit integers, as many as V has floats
+  // Clamped at -88, below which every result is 0 anyway, so that n + 127 stays in [0, 127].
+  const V z = d > -88.0f ? d : V{} - 88.0f;  // NaN compares false: -88 too
+  // Adding 1.5 x 2^23 rounds to a whole number: t holds n + 127 in its low bits.
+  const V magic = V{} + (12582912.0f + 127.0f);
+  const V t = z * kLog2E + magic;
+  const V n = t - magic;
+  const V r = n * -kLn2Lo + (n * -kLn2Hi + z);
+  // 2^n: n + 127 into the exponent's bits (n = -127 gives the bits of 0).
+  const V p = exp_poly(r) * std::bit_cast<V>(std::bit_cast<W>(t) << 23);
+  return p >= std::numeric_limits<float>::min() ? p : V{};
 }
 
 }  // namespace detail
@@ -68,7 +84,8 @@ inline V exp_nonpositive(V d) {
     const V r = n * -kLn2Lo + (n * -kLn2Hi + d);
     return std::bit_cast<V>(_mm512_maskz_scalef_ps(normal, std::bit_cast<__m512>(exp_poly(r)),
                                                    std::bit_cast<__m512>(n)));
-  } else
+  }
+#endif
 #if defined(__AVX512VL__)
   if constexpr (sizeof(V) == 32) {
     const __m256 x = std::bit_cast<__m256>(d);
@@ -78,22 +95,9 @@ inline V exp_nonpositive(V d) {
     const V r = n * -kLn2Lo + (n * -kLn2Hi + d);
     return std::bit_cast<V>(_mm256_maskz_scalef_ps(normal, std::bit_cast<__m256>(exp_poly(r)),
                                                    std::bit_cast<__m256>(n)));
-  } else
-#endif
-#endif
-  {
-    using W = decltype(d < d);  // 32-bit integers, as many as V has floats
-    // Clamped at -88, below which every result is 0 anyway, so that n + 127 stays in [0, 127].
-    const V z = d > -88.0f ? d : V{} - 88.0f;  // NaN compares false: -88 too
-    // Adding 1.5 x 2^23 rounds to a whole number: t holds n + 127 in its low bits.
-    const V magic = V{} + (12582912.0f + 127.0f);
-    const V t = z * kLog2E + magic;
-    const V n = t - magic;
-    const V r = n * -kLn2Lo + (n * -kLn2Hi + z);
-    // 2^n: n + 127 into the exponent's bits (n = -127 gives the bits of 0).
-    const V p = exp_poly(r) * std::bit_cast<V>(std::bit_cast<W>(t) << 23);
-    return p >= std::numeric_limits<float>::min() ? p : V{};
   }
+#endif
+  return exp_portable(d);
 }
 
 }  // namespace kvheap::cpu::simd

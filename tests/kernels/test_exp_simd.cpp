@@ -73,8 +73,8 @@ void expect_exp_within_1_2_ulp() {
   EXPECT_EQ(p[d.size() - 134], 1.0f);  // exp(0) and exp(-0): exactly 1
   EXPECT_EQ(p[d.size() - 133], 1.0f);
   EXPECT_GT(checked, 4'000'000);
-  std::cout << "[ exp " << kN << (kN < 10 ? "     ] " : "    ] ") << checked << " values, at most " << worst
-            << " ulp from exp\n";
+  std::cout << "[ exp " << kN << (kN < 10 ? "     ] " : "    ] ") << checked << " values, at most "
+            << worst << " ulp from exp\n";
 }
 
 // The bound bites: with the polynomial's r^6 term dropped, or ln 2 in one part (n ln 2 rounded),

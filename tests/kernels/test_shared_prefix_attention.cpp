@@ -148,13 +148,14 @@ double product_vs_span(int n_kv_heads, int heads, int head_dim, int t_begin, int
 
 TEST(SharedPrefixAttention, ProductPrefixPassEqualsTheSpanWithinRounding) {
   // Heads per KV head around the tiles' 8, 6 and 4 (13 = 6 + 6 + 1, 64 = 10 x 6 + 4, 3 = 2 + 1
-  // without AVX-512), head_dim around the value tiles' 64 and 16, spans around the blocks' 32 and
-  // 48 positions. Where prefetch_helps(), spans of more than one block also prefetch, and the
-  // checked rows hold every position asked for within the span.
+  // without AVX-512), head_dim around the value tiles' 64 and 16, spans of two blocks (128
+  // positions with AVX-512, 48 without) and some. Where prefetch_helps(), spans of more than one
+  // block also prefetch, and the checked rows hold every position asked for within the span.
+  const int span = 2 * cpu::kProductBlock + 11;
   for (int heads : {1, 3, 8, 13, 64})
     for (int hd : {8, 40, 64, 72, 128})
-      EXPECT_LE(product_vs_span<float>(2, heads, hd, 5, 5 + 97, heads * 131 + hd), 1e-5);
-  EXPECT_LE(product_vs_span<float>(1, 9, 64, 0, 32, 1), 1e-5);   // a whole block with AVX-512
+      EXPECT_LE(product_vs_span<float>(2, heads, hd, 5, 5 + span, heads * 131 + hd), 1e-5);
+  EXPECT_LE(product_vs_span<float>(1, 9, 64, 0, 128, 1), 1e-5);  // a whole block with AVX-512
   EXPECT_LE(product_vs_span<float>(1, 9, 64, 0, 48, 6), 1e-5);   // a whole block with AVX2
   EXPECT_LE(product_vs_span<float>(1, 9, 64, 31, 32, 2), 1e-5);  // one position
   EXPECT_LE(product_vs_span<float>(3, 16, 64, 7, 7, 3), 1e-5);   // an empty span
