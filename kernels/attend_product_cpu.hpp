@@ -37,9 +37,9 @@ namespace kvheap::cpu {
 
 /// \brief Positions per block of attend_span_product: a whole number of score tiles (8 positions
 /// with AVX-512, 6 without). Each block pays for loading and storing the value tiles' sums, its
-/// softmax's max pass and a rescaling of the outputs; with AVX-512 on a Zen 4 the pass alone at 64
-/// heads ran at 0.74, 0.76, 0.79 and 0.79 of a core's multiply-add peak with blocks of 32, 64, 128
-/// and 256 positions (the block's K and V widened: 128 KiB at 128, in a core's L2).
+/// softmax's max pass and a rescaling of the outputs, so with AVX-512 longer blocks ran faster, up
+/// to 128 positions; 256 gained under a point more and widen 256 KiB of K and V instead of 128
+/// (docs/results/shared-prefix-cpu-amd-epyc-zen4.md).
 inline constexpr int kProductBlock = simd::kWideDefault ? 128 : 48;
 /// \brief Query heads per vector of attend_span_product's scores and softmax: a vector register's
 /// floats, 16 with AVX-512 and 8 without. (Wider vectors than the registers, written with GCC's
@@ -54,10 +54,9 @@ inline int product_heads(int n_heads_q) {
 /// \brief Query heads per KV head from which attend_span_product pays, as whole read-once steps
 /// measured (`bench_shared_prefix_cpu`, 4 prompts of 8192 positions, Llama-3-8B heads, bf16):
 /// - with AVX-512, 32. With blocks of 32 positions, a whole step of 8 samples (32 heads) ran
-///   slower on an Emerald Rapids Xeon than attend_span's, although the pass alone was 1.2-1.3x
-///   faster (docs/results/shared-prefix-cpu-intel-xeon-emerald-rapids.md). With blocks of 128, on
-///   a Zen 4, such a step took 29.8-30.5 ms against 34.3-38.8 in three runs each; a step of 4
-///   samples (16 heads) 18.6-19.1 against 17.9-20.4, no gain
+///   slower on an Emerald Rapids Xeon than attend_span's, although the pass alone was faster
+///   (docs/results/shared-prefix-cpu-intel-xeon-emerald-rapids.md). With blocks of 128, on a Zen 4,
+///   such a step ran faster in every run, and a step of 4 samples (16 heads) no faster
 ///   (docs/results/shared-prefix-cpu-amd-epyc-zen4.md);
 /// - with AVX2, 16: a step of 4 samples (16 heads) took 30.7 ms against attend_span's 37.6-40.2,
 ///   of 8 and 16 samples 49 and 90 ms against 86 and 157; of 2 samples (8 heads, one vector) 25.4

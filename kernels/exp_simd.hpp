@@ -1,19 +1,20 @@
 // The exponential of the CPU's softmaxes and draws: exp(d) for a vector of d <= 0, the only inputs
 // they have (a score minus the largest score, a logit minus the largest logit).
 //
-// Eigen's exp serves every float, so it clamps both ends and builds 2^n with a general ldexp:
-// about 25 vector instructions. With d <= 0 and results below the smallest normal float wanted as
-// 0, fewer do. d = n ln 2 + r, n the nearest whole number to d / ln 2, and ln 2 in two parts, the
-// first with few enough bits that n ln 2 is exact; exp(r) for |r| <= ln 2 / 2 by a polynomial of
-// degree 6 fitted to exp's relative error over that interval (minimax, 2.6e-9 at most, a 23rd of
-// a float's rounding); then 2^n.
-// - With AVX-512 (16 and, with AVX-512VL, 8 floats), n comes from one rounding instruction, 2^n
-//   and the zeros below the smallest normal from one vscalefps under a mask: 11 instructions, 9 of
-//   them on the multiply-add pipes.
-// - Elsewhere (GCC's vector extension on any width), n comes from adding 1.5 x 2^23 and 2^n from
-//   its bits shifted into a float's exponent: 14 instructions.
-// Both are within 1.2 ulp of exp over every float in [-110, 0] (tests/kernels/test_exp_simd.cpp),
-// and give 0 for d below ln(FLT_MIN), for -inf and for NaN.
+// Eigen's exp serves every float: it clamps both ends and rounds n and converts it to build 2^n,
+// 19 vector instructions on AVX-512 with Eigen 3.4. With d <= 0 and results below the smallest
+// normal float wanted as 0, fewer do. d = n ln 2 + r, n the nearest whole number to d / ln 2, and
+// ln 2 in two parts, the first with few enough bits that n ln 2 is exact; exp(r) for |r| <= ln 2 /
+// 2 by a polynomial of degree 6 fitted to exp's relative error over that interval (minimax, 2.6e-9
+// at most, a 23rd of a float's rounding); then 2^n.
+// - With AVX-512, on 16 floats (every caller's width there), n comes from one rounding instruction,
+//   2^n and the zeros below the smallest normal from one vscalefps under a mask: 12 instructions,
+//   9 of them multiplies and multiply-adds.
+// - Elsewhere, and at other widths (GCC's vector extension), n comes from adding 1.5 x 2^23 and 2^n
+//   from its bits shifted into a float's exponent: 15 instructions.
+// Both are within 1.2 ulp of exp over every 211th float of [-110, 0] (1.15 at most there,
+// tests/kernels/test_exp_simd.cpp), and give 0 for d below ln(FLT_MIN), for -inf and for NaN.
+// bench_sampling times it in the draws.
 #pragma once
 
 #if defined(__AVX512F__)
@@ -84,17 +85,6 @@ inline V exp_nonpositive(V d) {
     const V r = n * -kLn2Lo + (n * -kLn2Hi + d);
     return std::bit_cast<V>(_mm512_maskz_scalef_ps(normal, std::bit_cast<__m512>(exp_poly(r)),
                                                    std::bit_cast<__m512>(n)));
-  }
-#endif
-#if defined(__AVX512VL__)
-  if constexpr (sizeof(V) == 32) {
-    const __m256 x = std::bit_cast<__m256>(d);
-    const __mmask8 normal = _mm256_cmp_ps_mask(x, _mm256_set1_ps(kLnMinNormal), _CMP_GE_OQ);
-    const V n = std::bit_cast<V>(_mm256_maskz_roundscale_ps(
-        0xFF, std::bit_cast<__m256>(d * kLog2E), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-    const V r = n * -kLn2Lo + (n * -kLn2Hi + d);
-    return std::bit_cast<V>(_mm256_maskz_scalef_ps(normal, std::bit_cast<__m256>(exp_poly(r)),
-                                                   std::bit_cast<__m256>(n)));
   }
 #endif
   return exp_portable(d);
