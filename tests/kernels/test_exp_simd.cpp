@@ -50,7 +50,7 @@ std::vector<float> inputs() {
 }
 
 template <class V>
-void expect_exp_within_1_2_ulp() {
+void expect_exp_within_1_5_ulp() {
   constexpr int kN = sizeof(V) / sizeof(float);
   const std::vector<float> d = inputs();
   const std::vector<float> p = exp_all<V>(d);
@@ -68,7 +68,7 @@ void expect_exp_within_1_2_ulp() {
     const double err = std::fabs(p[i] - want) / ulp;
     worst = std::max(worst, err);
     ++checked;
-    ASSERT_LE(err, 1.2) << "d " << d[i] << ", " << kN << " lanes: " << p[i] << " against " << want;
+    ASSERT_LE(err, 1.5) << "d " << d[i] << ", " << kN << " lanes: " << p[i] << " against " << want;
   }
   EXPECT_EQ(p[d.size() - 134], 1.0f);  // exp(0) and exp(-0): exactly 1
   EXPECT_EQ(p[d.size() - 133], 1.0f);
@@ -77,16 +77,17 @@ void expect_exp_within_1_2_ulp() {
             << worst << " ulp from exp\n";
 }
 
-// The bound bites: with the polynomial's r^6 term dropped, or ln 2 in one part (n ln 2 rounded),
-// every width fails it.
-TEST(ExpSimd, Within1Point2UlpOfExpAndZeroBelowTheSmallestNormal4Lanes) {
-  expect_exp_within_1_2_ulp<Floats4>();
+// 1.15 ulp at most where the compiler fuses the multiply-adds, 1.40 where it does not (-O1, as in
+// the sanitizer build). The bound bites: with the polynomial's r^6 term dropped the worst is 41
+// ulp, with ln 2 in one part (n ln 2 rounded) 4.4 fused and 68 unfused.
+TEST(ExpSimd, Within1Point5UlpOfExpAndZeroBelowTheSmallestNormal4Lanes) {
+  expect_exp_within_1_5_ulp<Floats4>();
 }
-TEST(ExpSimd, Within1Point2UlpOfExpAndZeroBelowTheSmallestNormal8Lanes) {
-  expect_exp_within_1_2_ulp<Floats8>();
+TEST(ExpSimd, Within1Point5UlpOfExpAndZeroBelowTheSmallestNormal8Lanes) {
+  expect_exp_within_1_5_ulp<Floats8>();
 }
-TEST(ExpSimd, Within1Point2UlpOfExpAndZeroBelowTheSmallestNormal16Lanes) {
-  expect_exp_within_1_2_ulp<Floats16>();
+TEST(ExpSimd, Within1Point5UlpOfExpAndZeroBelowTheSmallestNormal16Lanes) {
+  expect_exp_within_1_5_ulp<Floats16>();
 }
 
 }  // namespace
