@@ -173,10 +173,12 @@ inline U32x16 join(U32x8 a, U32x8 b) {
 }
 /// \brief [p[0, 8) | p[0, 8)]: 8 floats loaded into both halves. Spelled with an intrinsic on
 /// AVX-512 so that it is one broadcast load; GCC turns the generic form into a load and a shuffle,
-/// and shuffles run on a port the multiply-adds need.
+/// and shuffles run on a port the multiply-adds need. Zero-masked with every lane kept: the same
+/// instruction, where GCC 12's unmasked form starts from _mm512_undefined_pd and warns at -O1.
 inline Vec16 twice(const float* p) {
 #if defined(__AVX512F__)
-  return reinterpret_cast<Vec16>(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(p))));
+  return reinterpret_cast<Vec16>(
+      _mm512_maskz_broadcast_f64x4(0xFF, _mm256_castps_pd(_mm256_loadu_ps(p))));
 #else
   const Vec8 x = load8(p);
   return join(x, x);
@@ -220,10 +222,9 @@ inline Vec16 load_block16(const BF16Bits* p) {
   // lane holds that lane's elements 2i and 2i + 1. Lanes 0-1 (the low half) keep bytes 4i and
   // 4i + 1 of each word (its even element), lanes 2-3 bytes 4i + 2 and 4i + 3 (its odd one), in
   // the top two bytes of the word.
-#pragma GCC diagnostic push  // GCC 12's own header trips its -Wuninitialized on this intrinsic
-#pragma GCC diagnostic ignored "-Wuninitialized"
-  const __m512i x = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-#pragma GCC diagnostic pop
+  // Zero-masked with every lane kept, as in twice().
+  const __m512i x =
+      _mm512_maskz_broadcast_i64x4(0xFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   const __m512i pick = _mm512_set_epi8(                            // bytes 63 down to 0
       15, 14, -1, -1, 11, 10, -1, -1, 7, 6, -1, -1, 3, 2, -1, -1,  // high half: odd elements
       15, 14, -1, -1, 11, 10, -1, -1, 7, 6, -1, -1, 3, 2, -1, -1,  //
