@@ -648,8 +648,7 @@ void softmax_tile(Vec8* s, int nt, float scale, float* m, float* l, float* facto
     m[h] = new0;
     m[h2] = new1;
     x -= second > 0.0f ? Vec16{} + new1 : Vec16{} + new0;
-    x = exp_nonpositive(x);  // one 16-wide vector on AVX-512, two 8-wide on AVX
-    if (nt < kLanes) x = live ? x : Vec16{};
+    x = exp_nonpositive(x);  // one 16-wide vector on AVX-512, two 8-wide on AVX; -inf gives 0
     s[h] = low_half(x);
     s[h2] = h2 == h ? s[h] : high_half(x);
   }

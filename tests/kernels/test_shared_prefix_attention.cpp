@@ -155,8 +155,8 @@ TEST(SharedPrefixAttention, ProductPrefixPassEqualsTheSpanWithinRounding) {
   for (int heads : {1, 3, 8, 13, 64})
     for (int hd : {8, 40, 64, 72, 128})
       EXPECT_LE(product_vs_span<float>(2, heads, hd, 5, 5 + span, heads * 131 + hd), 1e-5);
-  EXPECT_LE(product_vs_span<float>(1, 9, 64, 0, 128, 1), 1e-5);  // a whole block with AVX-512
-  EXPECT_LE(product_vs_span<float>(1, 9, 64, 0, 48, 6), 1e-5);   // a whole block with AVX2
+  EXPECT_LE(product_vs_span<float>(1, 9, 64, 0, cpu::kProductBlock, 1), 1e-5);  // a whole block
+  EXPECT_LE(product_vs_span<float>(1, 9, 64, 0, 48, 6), 1e-5);   // 48, a whole block with AVX2
   EXPECT_LE(product_vs_span<float>(1, 9, 64, 31, 32, 2), 1e-5);  // one position
   EXPECT_LE(product_vs_span<float>(3, 16, 64, 7, 7, 3), 1e-5);   // an empty span
   EXPECT_LE(product_vs_span<cpu::BF16Bits>(2, 32, 128, 0, 300, 4), 1e-5);
