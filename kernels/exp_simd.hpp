@@ -15,9 +15,8 @@
 //   target's registers is taken half by half: whole, GCC would run its selects lane by lane.
 // Both are within 1.5 ulp of exp (tests/kernels/test_exp_simd.cpp; over every 211th float of
 // [-110, 0], 1.15 at most where the compiler fuses the multiply-adds, 1.40 where it does not),
-// give 0 for d below ln(FLT_MIN) and for -inf,
-// and keep NaN, so that a NaN score still shows in attention's output. bench_sampling times it in
-// the draws.
+// give 0 for d below ln(FLT_MIN) and for -inf, and keep NaN, so that a NaN score still shows in
+// attention's output. bench_sampling times it in the draws.
 #pragma once
 
 #if defined(__AVX512F__)
