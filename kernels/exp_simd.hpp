@@ -13,10 +13,10 @@
 // - Elsewhere (GCC's vector extension), n comes from adding 1.5 x 2^23 and 2^n from its bits
 //   shifted into a float's exponent: 16 instructions a vector register. A vector wider than the
 //   target's registers is taken half by half: whole, GCC would run its selects lane by lane.
-// Both are within 1.5 ulp of exp (tests/kernels/test_exp_simd.cpp; over every 211th float of
-// [-110, 0], 1.15 at most where the compiler fuses the multiply-adds, 1.40 where it does not),
-// give 0 for d below ln(FLT_MIN) and for -inf, and keep NaN, so that a NaN score still shows in
-// attention's output. bench_sampling times it in the draws.
+// Both are within 2 ulp of exp (tests/kernels/test_exp_simd.cpp: 1.13 at most where the compiler
+// fuses the multiply-adds, 1.44 where it does not), give 0 for d below ln(FLT_MIN) and for -inf,
+// and keep NaN, so that a NaN score still shows in attention's output. bench_sampling times it in
+// the draws.
 #pragma once
 
 #if defined(__AVX512F__)
@@ -79,7 +79,7 @@ inline V exp_portable(V d) {
 
 }  // namespace detail
 
-/// \brief exp(d) lane by lane for d <= 0, within 1.5 ulp; 0 where exp(d) is below the smallest
+/// \brief exp(d) lane by lane for d <= 0, within 2 ulp; 0 where exp(d) is below the smallest
 /// normal float and for -inf; NaN for NaN. V is a GCC vector of 4, 8 or 16 floats (Vec8, Vec16,
 /// an Eigen or intrinsics packet).
 template <class V>

@@ -56,7 +56,7 @@ std::vector<float> inputs() {
 }
 
 template <class V>
-void expect_exp_within_1_5_ulp() {
+void expect_exp_within_2_ulp() {
   constexpr int kN = sizeof(V) / sizeof(float);
   const std::vector<float> d = inputs();
   const std::vector<float> p = exp_all<V>(d);
@@ -74,7 +74,7 @@ void expect_exp_within_1_5_ulp() {
     const double err = std::fabs(p[i] - want) / ulp;
     worst = std::max(worst, err);
     ++checked;
-    ASSERT_LE(err, 1.5) << "d " << d[i] << ", " << kN << " lanes: " << p[i] << " against " << want;
+    ASSERT_LE(err, 2.0) << "d " << d[i] << ", " << kN << " lanes: " << p[i] << " against " << want;
   }
   const std::size_t n = d.size();
   EXPECT_EQ(p[n - 3], 1.0f);  // exp(0) and exp(-0): exactly 1
@@ -85,17 +85,18 @@ void expect_exp_within_1_5_ulp() {
             << worst << " ulp from exp\n";
 }
 
-// 1.15 ulp at most where the compiler fuses the multiply-adds, 1.40 where it does not (-O1, as in
-// the sanitizer build). The bound bites: with the polynomial's r^6 term dropped the worst is 41
-// ulp, with ln 2 in one part (n ln 2 rounded) 4.4 fused and 68 unfused.
-TEST(ExpSimd, Within1Point5UlpOfExpZeroBelowTheSmallestNormalNaNKept4Lanes) {
-  expect_exp_within_1_5_ulp<Floats4>();
+// 1.13 ulp at most where the compiler fuses the multiply-adds, 1.44 where it does not (-O1, as in
+// the sanitizer build); 2 is the sampler rule's bound (kernels/sample.hpp). It bites: with the
+// polynomial's r^6 term dropped the worst is 41 ulp, with ln 2 in one part (n ln 2 rounded) 4.4
+// fused and 68 unfused (over every 211th float of [-110, 0]).
+TEST(ExpSimd, WithinTwoUlpOfExpZeroBelowTheSmallestNormalNaNKept4Lanes) {
+  expect_exp_within_2_ulp<Floats4>();
 }
-TEST(ExpSimd, Within1Point5UlpOfExpZeroBelowTheSmallestNormalNaNKept8Lanes) {
-  expect_exp_within_1_5_ulp<Floats8>();
+TEST(ExpSimd, WithinTwoUlpOfExpZeroBelowTheSmallestNormalNaNKept8Lanes) {
+  expect_exp_within_2_ulp<Floats8>();
 }
-TEST(ExpSimd, Within1Point5UlpOfExpZeroBelowTheSmallestNormalNaNKept16Lanes) {
-  expect_exp_within_1_5_ulp<Floats16>();
+TEST(ExpSimd, WithinTwoUlpOfExpZeroBelowTheSmallestNormalNaNKept16Lanes) {
+  expect_exp_within_2_ulp<Floats16>();
 }
 
 }  // namespace
