@@ -1,16 +1,16 @@
 // The next token of each logit row on the host (the twin of sample.cu), the rule in sample.hpp.
 //
 // A greedy row costs one pass over its logits, in 16 lanes the compiler vectorises, and a look
-// into the one block of 2048 that holds the largest logit for its index. A draw adds
-// one vectorised pass that computes p with the exponential of the CPU's softmaxes
-// (kernels/exp_simd.hpp: the rule's inputs are never positive, so it skips what a general exp
-// must handle). A top-p 1 draw sums p a chunk
-// at a time and walks the one chunk its number falls in. A top-p < 1 draw stores p, bins its mass
-// by p's float bits (8 buckets an octave, in p's order), sums the buckets from the top to the one
-// where the mass crosses top_p * S, and sorts only that bucket's p: tau in linear time, the
-// vocabulary never sorted. Vectors whose p all lie below half of (1 - top_p) / (vocab - 1) * S are
-// not binned: no such token is in the nucleus, since even vocab - 1 tokens of that size hold less
-// than 1 - top_p of the mass. Rows run in parallel on the OpenMP threads.
+// into the one block of 2048 that holds the largest logit for its index. A draw adds one
+// vectorised pass that computes p with the exponential of the CPU's softmaxes
+// (kernels/exp_simd.hpp: the rule's inputs are never positive, so it skips what a general exp must
+// handle). A top-p 1 draw sums p a chunk at a time and walks the one chunk its number falls in. A
+// top-p < 1 draw stores p, bins its mass by p's float bits (8 buckets an octave, in p's order),
+// sums the buckets from the top to the one where the mass crosses top_p * S, and sorts only that
+// bucket's p: tau in linear time, the vocabulary never sorted. Vectors whose p all lie below half
+// of (1 - top_p) / (vocab - 1) * S are not binned: no such token is in the nucleus, since even
+// vocab - 1 tokens of that size hold less than 1 - top_p of the mass. Rows run in parallel on the
+// OpenMP threads.
 #include <Eigen/Core>
 #include <fmt/format.h>
 
