@@ -13,9 +13,10 @@
 // continuations), and, where SmolLM2-135M-Instruct is found (KVHEAP_MODELS_DIR, or the model
 // cache: scripts/fetch-model.sh smollm2), a real model's after a chat prompt, at the first token
 // of its reply and a few tokens into it. Bytes: a greedy row reads its logits once (4 B each); a
-// draw reads them twice, and a top-p < 1 draw also writes p and reads it back three times (bins,
-// crossing bin, walk). Before anything is timed, each draw is checked against a double-precision
-// full sort of the vocabulary (kernels/sample.hpp's rule).
+// draw reads them twice, and a top-p < 1 draw also writes its candidates (8 B each: p and the
+// index) and reads them back three times (bins, crossing bin, walk). Before anything is timed,
+// each draw is checked against a double-precision full sort of the vocabulary (kernels/sample.hpp's
+// rule).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -154,18 +155,31 @@ std::vector<double> time_rows(const std::vector<float>& x, const std::vector<Sam
   return median;
 }
 
-/// Tokens in the nucleus of `job` over `x` (by the reference's full sort).
-long nucleus_size(const std::vector<float>& x, const SamplingJob& job) {
+/// Tokens in the nucleus of `job` over `x` (by the reference's full sort), and the candidates a
+/// top-p < 1 draw keeps for it: those of p at least half of (1 - top_p) / (vocab - 1) * S (a draw
+/// keeps a few more, from bounds on the S of its first chunks).
+struct Nucleus {
+  long tokens = 0;
+  long candidates = 0;
+};
+Nucleus nucleus_size(const std::vector<float>& x, const SamplingJob& job) {
   std::vector<double> p(x.size());
   const double mx = *std::max_element(x.begin(), x.end());
   double sum = 0;
   for (std::size_t i = 0; i < x.size(); ++i)
     sum += p[i] = std::exp((x[i] - mx) * static_cast<double>(job.inv_temperature));
+  const double bound = 0.5 * (1.0 - job.top_p) / static_cast<double>(x.size() - 1) * sum;
+  Nucleus n;
+  n.candidates = std::count_if(p.begin(), p.end(), [&](double v) { return v >= bound; });
   std::sort(p.begin(), p.end(), std::greater<>());
   double mass = 0;
+  n.tokens = static_cast<long>(p.size());
   for (std::size_t i = 0; i < p.size(); ++i)
-    if ((mass += p[i]) > job.top_p * sum) return static_cast<long>(i) + 1;
-  return static_cast<long>(p.size());
+    if ((mass += p[i]) > job.top_p * sum) {
+      n.tokens = static_cast<long>(i) + 1;
+      break;
+    }
+  return n;
 }
 
 }  // namespace
@@ -203,15 +217,16 @@ int main(int argc, char** argv) {
     fmt::print("every draw checked against a full sort of the vocabulary ({} near ties)\n\n", near);
     fmt::print(
         "| logits | vocab | greedy us/row | logits GB/s | T 0.8, top-p 0.9 us/row | x greedy | "
-        "nucleus tokens | T 0.8, top-p 1 us/row | x greedy |\n"
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+        "nucleus tokens | candidates | T 0.8, top-p 1 us/row | x greedy |\n"
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (const Logits& s : shapes) {
       const std::vector<double> t = time_rows(s.row, {greedy, top_p, full}, rows);
       const double g = t[0], p = t[1], f = t[2];
       // Napkin math: a greedy row reads vocab x 4 bytes once.
       const double gbps = static_cast<double>(s.row.size()) * 4.0 / (g * 1e-6) / 1e9;
-      fmt::print("| {} | {} | {:.1f} | {:.1f} | {:.1f} | {:.2f} | {} | {:.1f} | {:.2f} |\n", s.name,
-                 s.row.size(), g, gbps, p, p / g, nucleus_size(s.row, top_p), f, f / g);
+      const Nucleus n = nucleus_size(s.row, top_p);
+      fmt::print("| {} | {} | {:.1f} | {:.1f} | {:.1f} | {:.2f} | {} | {} | {:.1f} | {:.2f} |\n",
+                 s.name, s.row.size(), g, gbps, p, p / g, n.tokens, n.candidates, f, f / g);
     }
   });
 }

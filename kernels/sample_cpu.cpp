@@ -5,12 +5,13 @@
 // vectorised pass that computes p with the exponential of the CPU's softmaxes
 // (kernels/exp_simd.hpp: the rule's inputs are never positive, so it skips what a general exp must
 // handle). A top-p 1 draw sums p a chunk at a time and walks the one chunk its number falls in. A
-// top-p < 1 draw stores p, bins its mass by p's float bits (8 buckets an octave, in p's order),
-// sums the buckets from the top to the one where the mass crosses top_p * S, and sorts only that
-// bucket's p: tau in linear time, the vocabulary never sorted. Vectors whose p all lie below half
-// of (1 - top_p) / (vocab - 1) * S are not binned: no such token is in the nucleus, since even
-// vocab - 1 tokens of that size hold less than 1 - top_p of the mass. Rows run in parallel on the
-// OpenMP threads.
+// top-p < 1 draw keeps, in the same pass, only the candidates: the tokens of p at least half of
+// (1 - top_p) / (vocab - 1) * S, with their indices. No other token is in the nucleus, since even
+// vocab - 1 tokens of that size hold less than 1 - top_p of the mass, and a model's logits leave
+// few tokens above it. It bins the candidates' mass by p's float bits (8 buckets an octave, in
+// p's order), sums the buckets from the top to the one where the mass crosses top_p * S, and sorts
+// only that bucket's p: tau in linear time, the vocabulary never sorted. The walk then runs over
+// the candidates. Rows run in parallel on the OpenMP threads.
 #include <Eigen/Core>
 #include <fmt/format.h>
 
@@ -20,7 +21,12 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <vector>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 #include "base/error.hpp"
 #include "kernels/exp_simd.hpp"
@@ -130,9 +136,11 @@ float exp_of_one(float d) {
   return v[0];
 }
 
-/// Sum of the rule's p over x[0, n), and, where `p` is not null, each one into p[0, n). Out of
-/// line: inlined into the draws, its constants and sums spilled to the stack.
-__attribute__((noinline)) double sum_p(const float* x, int n, float best, float inv_t, float* p) {
+/// Sum of the rule's p over x[0, n); each p also goes to `keep`, a vector at a time (keep.vec(i,
+/// v), i being the vector's first token) and then the row's tail one by one (keep.one(i, p)). Out
+/// of line: inlined into the draws, its constants and sums spilled to the stack.
+template <class Keep>
+__attribute__((noinline)) double sum_p(const float* x, int n, float best, float inv_t, Keep& keep) {
   using namespace Eigen::internal;
   const Packet b = pset1<Packet>(best), it = pset1<Packet>(inv_t);
   Packet acc[2] = {pset1<Packet>(0.0f), pset1<Packet>(0.0f)};
@@ -140,27 +148,75 @@ __attribute__((noinline)) double sum_p(const float* x, int n, float best, float 
   for (; i + 2 * kP <= n; i += 2 * kP)
     for (int k = 0; k < 2; ++k) {
       const Packet v = simd::exp_nonpositive(pmul(psub(ploadu<Packet>(x + i + k * kP), b), it));
-      if (p != nullptr) pstoreu(p + i + k * kP, v);
+      keep.vec(i + k * kP, v);
       acc[k] = padd(acc[k], v);
     }
   float sum = predux(padd(acc[0], acc[1]));
   for (; i < n; ++i) {
     const float v = exp_of_one((x[i] - best) * inv_t);
-    if (p != nullptr) p[i] = v;
+    keep.one(i, v);
     sum += v;
   }
   return sum;
 }
 
-/// Per-thread scratch: p, the chunks' sums, the mass of each bucket, the crossing bucket's p.
+/// sum_p's keeps: none, every p into p[0, n), and a top-p < 1 draw's candidates (draw_nucleus).
+struct KeepNone {
+  void vec(int, Packet) {}
+  void one(int, float) {}
+};
+struct KeepAll {
+  float* p;
+  void vec(int i, Packet v) { Eigen::internal::pstoreu(p + i, v); }
+  void one(int i, float v) { p[i] = v; }
+};
+/// The p of at least `bound` go to cp and ci from entry `at`, with their indices (`first` being
+/// x[0]'s), in index order; cp and ci need room for kP entries more than are kept: a vector's kept
+/// lanes are stored packed, with a whole vector store.
+struct KeepCandidates {
+  float bound;
+  int first;
+  float* cp;
+  int* ci;
+  int at = 0;
+  void vec(int i, Packet v) {
+    using namespace Eigen::internal;
+#if defined(__AVX512F__)
+    static_assert(kP == 16, "a vector is an __m512");
+    const __mmask16 keep = _mm512_cmp_ps_mask(v, _mm512_set1_ps(bound), _CMP_GE_OQ);
+    if (keep == 0) return;
+    const __m512i index =
+        _mm512_add_epi32(_mm512_set1_epi32(first + i),
+                         _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+    _mm512_storeu_ps(cp + at, _mm512_maskz_compress_ps(keep, v));
+    _mm512_storeu_si512(ci + at, _mm512_maskz_compress_epi32(keep, index));
+    at += std::popcount(static_cast<unsigned>(keep));
+#else
+    if (!predux_any(pcmp_le(pset1<Packet>(bound), v))) return;
+    alignas(64) float lanes[kP];
+    pstore(lanes, v);
+    for (int k = 0; k < kP; ++k) one(i + k, lanes[k]);
+#endif
+  }
+  void one(int i, float v) {
+    if (!(v >= bound)) return;
+    cp[at] = v;
+    ci[at++] = first + i;
+  }
+};
+
+/// Per-thread scratch: one chunk's p, the chunks' sums, a top-p < 1 draw's candidates (their p and
+/// indices), the mass of each bucket, the crossing bucket's p.
 struct Scratch {
   std::vector<float> p;
   std::vector<float> chunks;
+  std::vector<float> cand_p;
+  std::vector<int> cand_i;
   std::vector<double> mass;
   std::vector<float> crossing;
 };
 
-constexpr int kChunk = 4096;  // tokens a top-p 1 draw sums at a time
+constexpr int kChunk = 4096;  // tokens a draw sums at a time
 
 /// A top-p 1 draw: every token is in. The row's p are summed a chunk at a time without being
 /// stored; only the chunk the draw falls in is computed again and walked.
@@ -169,10 +225,11 @@ int draw_full(const float* x, int n, const SamplingJob& job, float best, Scratch
   const int chunks = (n + kChunk - 1) / kChunk;
   s.chunks.resize(static_cast<std::size_t>(chunks));
   double sum = 0;
+  KeepNone none;
   for (int c = 0; c < chunks; ++c) {
     const int len = std::min(kChunk, n - c * kChunk);
     s.chunks[static_cast<std::size_t>(c)] =
-        static_cast<float>(sum_p(x + c * kChunk, len, best, inv_t, nullptr));
+        static_cast<float>(sum_p(x + c * kChunk, len, best, inv_t, none));
     sum += s.chunks[static_cast<std::size_t>(c)];
   }
   const double goal = static_cast<double>(job.u) * sum;
@@ -188,7 +245,8 @@ int draw_full(const float* x, int n, const SamplingJob& job, float best, Scratch
   const int c = walk >= 0 ? walk : last;  // rounding past the last chunk: the last token there
   const int len = std::min(kChunk, n - c * kChunk);
   s.p.resize(static_cast<std::size_t>(len));
-  sum_p(x + c * kChunk, len, best, inv_t, s.p.data());
+  KeepAll all{s.p.data()};
+  sum_p(x + c * kChunk, len, best, inv_t, all);
   int token = -1;
   for (int i = 0; i < len; ++i) {
     if (s.p[static_cast<std::size_t>(i)] <= 0.0f) continue;
@@ -212,17 +270,21 @@ struct Threshold {
   long ties = 0;          // of p == tau
 };
 
-/// tau over p[0, n) in linear time: their mass binned by bucket_of; the buckets summed from the
-/// top to the one where the mass crosses `target`; that bucket's few p sorted and summed on to the
-/// crossing. Every token of a higher bucket has a larger p, so the mass above tau is the higher
-/// buckets' and the crossing bucket's above tau.
-Threshold select_threshold(const float* p, int n, double target, double bound, Scratch& s) {
+/// tau over the candidates p[0, n) in linear time, or nothing where rounding of S left their whole
+/// mass short of `target`: their mass binned by bucket_of; the buckets summed from the top to the
+/// one where the mass crosses `target`; that bucket's few p sorted and summed on to the crossing.
+/// Every token of a higher bucket has a larger p, so the mass above tau is the higher buckets' and
+/// the crossing bucket's above tau. The candidates must hold every token of p >= `bound`, a bound
+/// below tau.
+std::optional<Threshold> select_threshold(const float* p, int n, double target, double bound,
+                                          Scratch& s) {
   using namespace Eigen::internal;
   // A vector whose p are all below `bound` holds no token of the nucleus and is skipped: the
   // crossing lies among the tokens at or above it, which are all counted, so the buckets below it
-  // may be counted in part. The vector's p are widened to double together first: widened one by
-  // one, each conversion (cvtss2sd) merges into its register's last value, and every add waits on
-  // the one before it (docs/results/serving-loop-amd-epyc-zen3.md has the times).
+  // may be counted in part. (The candidates of a draw's first chunks were kept by a lower bound.)
+  // The vector's p are widened to double together first: widened one by one, each conversion
+  // (cvtss2sd) merges into its register's last value, and every add waits on the one before it
+  // (docs/results/serving-loop-amd-epyc-zen3.md has the times).
   s.mass.assign(kBuckets, 0.0);
   double* h = s.mass.data();
   const Packet vbound = pset1<Packet>(static_cast<float>(bound));
@@ -242,17 +304,7 @@ Threshold select_threshold(const float* p, int n, double target, double bound, S
     else
       before += h[b];
   }
-  if (cross == 0) {
-    // Rounding of S left the whole mass short of the target: every token is in (tau 0, as on the
-    // device), and the walk skips those of p 0. The mass is summed again in full, since vectors
-    // under the bound were not binned.
-    Threshold all;
-    for (i = 0; i < n; ++i) {
-      all.mass_above += p[i];
-      all.ties += p[i] == 0.0f ? 1 : 0;
-    }
-    return all;
-  }
+  if (cross == 0) return std::nullopt;
   // The crossing bucket's p: those in [lo, hi), found a vector at a time.
   const float lo = std::bit_cast<float>(static_cast<std::uint32_t>(cross) << 20);
   const float hi = std::bit_cast<float>(static_cast<std::uint32_t>(cross + 1) << 20);
@@ -285,19 +337,36 @@ Threshold select_threshold(const float* p, int n, double target, double bound, S
   return th;
 }
 
-/// A top-p < 1 draw: every p into scratch and S; tau; then the walk in index order over the
-/// nucleus, a span at a time by the spans' masses (vectorised), and within the span that holds
-/// the draw token by token.
+/// A top-p < 1 draw. No token of p below (1 - top_p) / (vocab - 1) * S is in the nucleus: even
+/// vocab - 1 tokens of that size hold less than 1 - top_p of the mass. So p is computed a chunk at
+/// a time into scratch the core's caches hold, and only the candidates, the tokens of p at or above
+/// that bound, are kept, with their indices: S is not known before the last chunk, so each chunk
+/// takes the bound of the S summed so far (never above the bound of S: S only grows, and is at
+/// least best's p, 1), halved against the rounding of the sums. Then tau from the candidates, and
+/// the walk in index order over the nucleus, a span of candidates at a time by the spans' masses
+/// (vectorised), and within the span that holds the draw token by token. The p of a model's
+/// logits are mostly far below the bound, so what follows the p runs on a few candidates.
 int draw_nucleus(const float* x, int n, const SamplingJob& job, float best, Scratch& s) {
   using namespace Eigen::internal;
-  s.p.resize(static_cast<std::size_t>(n));
-  float* p = s.p.data();
-  const double sum = sum_p(x, n, best, job.inv_temperature, p);
+  const double per_token = 0.5 * (1.0 - job.top_p) / std::max(n - 1, 1);
+  s.cand_p.resize(static_cast<std::size_t>(n) + kP);
+  s.cand_i.resize(static_cast<std::size_t>(n) + kP);
+  double sum = 0;
+  KeepCandidates keep{0, 0, s.cand_p.data(), s.cand_i.data()};
+  for (int c0 = 0; c0 < n; c0 += kChunk) {
+    keep.bound = static_cast<float>(std::min(1.0, per_token * std::max(sum, 1.0)));
+    keep.first = c0;
+    sum += sum_p(x + c0, std::min(kChunk, n - c0), best, job.inv_temperature, keep);
+  }
+  const int kept = keep.at;
   const double need = static_cast<double>(job.top_p) * sum;
-  // No token of p below (1 - top_p) / (vocab - 1) * S is in: even vocab - 1 tokens of that size
-  // hold less than 1 - top_p of the mass. Half of it, against the rounding of the sums.
-  const double bound = std::min(1.0, 0.5 * (1.0 - job.top_p) / std::max(n - 1, 1) * sum);
-  const Threshold th = select_threshold(p, n, need, bound, s);
+  const double bound = std::min(1.0, per_token * sum);
+  const std::optional<Threshold> cut = select_threshold(s.cand_p.data(), kept, need, bound, s);
+  // Rounding of S left the candidates' whole mass short of the target: every token is in (tau 0,
+  // as on the device), the draw of top-p 1.
+  if (!cut) return draw_full(x, n, job, best, s);
+  const Threshold& th = *cut;
+  const float* p = s.cand_p.data();
   // Of the tokens at tau, the first k by index: the fewest that carry the mass past top_p * S.
   const long k = fewest_ties(need, th.mass_above, th.tau,
                              static_cast<int>(std::min<long>(std::max(th.ties, 1L), 1L << 30)));
@@ -310,8 +379,8 @@ int draw_nucleus(const float* x, int n, const SamplingJob& job, float best, Scra
   long ties_before = 0;       // of the spans walked past
   long ties_before_last = 0;  // of the spans before the last one that holds mass
   int from = 0, last_span = -1;
-  for (; from < n; from += kSpan) {
-    const int len = std::min(kSpan, n - from);
+  for (; from < kept; from += kSpan) {
+    const int len = std::min(kSpan, kept - from);
     Packet above = pset1<Packet>(0.0f), at = pset1<Packet>(0.0f);
     int i = from;
     for (; i + kP <= from + len; i += kP) {
@@ -337,20 +406,20 @@ int draw_nucleus(const float* x, int n, const SamplingJob& job, float best, Scra
     ties_before += ties;
     last_span = from;
   }
-  if (from >= n) {  // rounding past the nucleus' mass: the last token of its last span
+  if (from >= kept) {  // rounding past the nucleus' mass: the last token of its last span
     from = std::max(last_span, 0);
     cdf = -std::numeric_limits<double>::infinity();
     ties_before = ties_before_last;
   }
   int last = -1;
-  for (int i = from; i < n; ++i) {
+  for (int i = from; i < kept; ++i) {
     const float pc = p[i];
     if (pc < th.tau || pc <= 0.0f || (pc == th.tau && ties_before++ >= k)) continue;
     cdf += pc;
     last = i;
-    if (goal < cdf) return last;
+    if (goal < cdf) break;
   }
-  return last;
+  return last >= 0 ? s.cand_i[static_cast<std::size_t>(last)] : -1;
 }
 
 /// The draw of `job` on a row whose scan gave `t` (no NaN in it).
