@@ -43,11 +43,12 @@
 
 namespace kvheap::cpu {
 
-/// \brief Positions per block of attend_span_product: a whole number of score tiles (8 positions
-/// with AVX-512, 6 without). Each block pays for loading and storing the value tiles' sums, its
-/// softmax's max pass and a rescaling of the outputs, so with AVX-512 longer blocks ran faster, up
-/// to 128 positions; 256 gained about a point more of the peak and widen twice the K and V, 256
-/// KiB at head_dim 128 (docs/results/shared-prefix-cpu-amd-epyc-zen4.md).
+/// \brief Positions per block of attend_span_product: a whole number of score tiles (8 and 16
+/// positions with AVX-512, 6 without). Each block pays for loading and storing the value tiles'
+/// sums, its softmax's max pass and a rescaling of the outputs, so with AVX-512 longer blocks ran
+/// faster, up to 128 positions, when K and V were both widened into scratch. Since V is widened in
+/// registers and the prefetches go to the L2, 64 and 256 positions take the same time as 128
+/// (docs/results/shared-prefix-cpu-amd-epyc-zen4.md).
 inline constexpr int kProductBlock = simd::kWideDefault ? 128 : 48;
 /// \brief Query heads per vector of attend_span_product's scores and softmax: a vector register's
 /// floats, 16 with AVX-512 and 8 without. (Wider vectors than the registers, written with GCC's

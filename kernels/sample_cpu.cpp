@@ -338,10 +338,10 @@ std::optional<Threshold> select_threshold(const float* p, int n, double target, 
 }
 
 /// A top-p < 1 draw. No token of p below (1 - top_p) / (vocab - 1) * S is in the nucleus: even
-/// vocab - 1 tokens of that size hold less than 1 - top_p of the mass. So p is computed a chunk at
-/// a time into scratch the core's caches hold, and only the candidates, the tokens of p at or above
-/// that bound, are kept, with their indices: S is not known before the last chunk, so each chunk
-/// takes the bound of the S summed so far (never above the bound of S: S only grows, and is at
+/// vocab - 1 tokens of that size hold less than 1 - top_p of the mass. So the exponential's pass
+/// keeps only the candidates, the tokens of p at or above that bound, with their indices, and
+/// stores no other p. S is not known before the last chunk (kChunk tokens), so each chunk takes
+/// the bound of the S summed before it (never above the bound of S: S only grows, and is at
 /// least best's p, 1), halved against the rounding of the sums. Then tau from the candidates, and
 /// the walk in index order over the nucleus, a span of candidates at a time by the spans' masses
 /// (vectorised), and within the span that holds the draw token by token. The p of a model's

@@ -364,6 +364,31 @@ TEST(Sampler, TiedTokensAtTheCutAreTakenByIndexAcrossSpans) {
   }
 }
 
+// A top-p < 1 draw walks only its candidates, kept chunk by chunk (4096 tokens) during the
+// exponential's pass. 600 ties of logit 0 in a vocabulary of 20011 (no whole number of vectors):
+// 300 in the first chunk (every 13th token from 0), 300 in the fourth and fifth (every 11th from
+// 16000); the rest at -30. top_p 0.7005 keeps the first 421 ties by index (420 of mass 1 do not
+// exceed 420.3, 421 do): all of the first 300, then 121 of the late ones, over two spans of the
+// candidates' walk. Each draw must be the one the full sort gives.
+TEST(Sampler, CandidatesFromEveryChunkTakeTheTiesByIndex) {
+  std::vector<float> logits(20011, -30.0f);
+  for (int k = 0; k < 300; ++k) {
+    logits[static_cast<std::size_t>(13 * k)] = 0.0f;
+    logits[static_cast<std::size_t>(16000 + 11 * k)] = 0.0f;
+  }
+  for (const float u : {0.0013f, 0.25f, 0.5f, 0.75f, 0.9f, 0.9991f}) {
+    SCOPED_TRACE(testing::Message() << "u " << u);
+    const SamplingJob job = draw_job(0, 1.0f, 0.7005f, u);
+    SampledToken t;
+    cpu::sample_rows(&t, logits.data(), 1, static_cast<int>(logits.size()), &job, 1);
+    const auto [want, near] = reference_nucleus(logits, 0.7005f, u);
+    ASSERT_FALSE(near);
+    const int k = static_cast<int>(u * 421);
+    EXPECT_EQ(want, k < 300 ? 13 * k : 16000 + 11 * (k - 300));
+    EXPECT_EQ(t.token, want);
+  }
+}
+
 // Rounding can leave the whole row's mass short of top_p * S, S summed in float: then every token
 // is in (tau 0), as on the device. Seven logits, six of p e^-16.3 = 8.3e-8, each of which rounds
 // S up by a whole unit of 1's last place (1.2e-7); top_p = 1 - 2^-24 then asks for more than the

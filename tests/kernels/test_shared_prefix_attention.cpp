@@ -161,9 +161,11 @@ TEST(SharedPrefixAttention, ProductPrefixPassEqualsTheSpanWithinRounding) {
   EXPECT_LE(product_vs_span<float>(3, 16, 64, 7, 7, 3), 1e-5);   // an empty span
   EXPECT_LE(product_vs_span<cpu::BF16Bits>(2, 32, 128, 0, 300, 4), 1e-5);
   EXPECT_LE(product_vs_span<cpu::F16Bits>(2, 12, 48, 3, 150, 5), 1e-5);
-  // Stored halves at the head sizes compiled apart, with one vector of heads left after the pairs.
+  // Stored halves at the head sizes compiled apart (with AVX-512: one vector of heads alone, and
+  // one after a pair), and at a head size of no whole number of vectors.
   EXPECT_LE(product_vs_span<cpu::BF16Bits>(2, 16, 128, 1, 290, 7), 1e-5);
   EXPECT_LE(product_vs_span<cpu::F16Bits>(1, 48, 64, 2, 270, 8), 1e-5);
+  EXPECT_LE(product_vs_span<cpu::BF16Bits>(2, 16, 40, 0, 200, 9), 1e-5);
 }
 
 TEST(SharedPrefixAttention, PositionsReadCountEachPrefixOnce) {
