@@ -5,7 +5,10 @@ namespace kvheap::cpu {
 
 /// \brief Products of fewer multiply-adds (n x in_dim x out_dim) run on one thread: below that
 /// a parallel region costs more than it saves, and far more when other processes share the cores.
-inline constexpr long kParallelMacs = 1L << 18;
+/// It was 2^18, which left stories15m's one-row products (288 x 288 and 288 x 768: 83k and 221k)
+/// on one thread while the other waited; on two threads of a Zen 4 they took half the time
+/// (docs/results/matmul-cpu-amd-epyc-zen4.md).
+inline constexpr long kParallelMacs = 1L << 16;
 
 /// \brief Element-wise kernels (norms, RoPE, SwiGLU, residual adds) over fewer elements run on
 /// one thread. A decode row's stay there; a prompt's or a batch's split across the threads, which
