@@ -62,12 +62,12 @@ inline int product_heads(int n_heads_q) {
 
 /// \brief Query heads per KV head from which attend_span_product pays, as whole read-once steps
 /// measured (`bench_shared_prefix_cpu`, 4 prompts of 8192 positions, Llama-3-8B heads, bf16):
-/// - with AVX-512, 16. On a Zen 4, a step of 4 samples (16 heads) took 18.0-18.8 ms against
-///   attend_span's 20.0-20.1, and the pass alone over cached rows ran 1.18x as fast; of 2 samples
-///   (8 heads) the pass ran 0.79x as fast (docs/results/shared-prefix-cpu-amd-epyc-zen4.md). An
-///   earlier product with blocks of 32 positions had run a step of 8 samples (32 heads) slower on
-///   an Emerald Rapids Xeon than attend_span (docs/results/shared-prefix-cpu-intel-xeon-emerald-
-///   rapids.md); this one has not been measured there;
+/// - with AVX-512, 16. On a Zen 4, a step of 4 samples (16 heads) and the pass alone ran faster
+///   with the products, and at 2 samples (8 heads) slower
+///   (docs/results/shared-prefix-cpu-amd-epyc-zen4.md). An earlier product with blocks of 32
+///   positions had run a step of 8 samples (32 heads) slower on an Emerald Rapids Xeon than
+///   attend_span (docs/results/shared-prefix-cpu-intel-xeon-emerald-rapids.md); this one has not
+///   been measured there;
 /// - with AVX2, 16: a step of 4 samples (16 heads) took 30.7 ms against attend_span's 37.6-40.2,
 ///   of 8 and 16 samples 49 and 90 ms against 86 and 157; of 2 samples (8 heads, one vector) 25.4
 ///   against 21.3 (docs/results/shared-prefix-sweep-cpu-amd-epyc-zen3.md);
@@ -172,7 +172,7 @@ inline Lanes load_wide(const T* p) {
 /// kProductLanes kVecs), vr[p] pointing at position p's V slice ([head_dim] elements, as stored)
 /// and w being the weights ([kProductBlock][hp]). V is widened in registers, by every tile that
 /// reads it: widened once into scratch instead, it was written out and read back through the L2,
-/// and a pass of 16 heads ran 0.94x as fast (docs/results/shared-prefix-cpu-amd-epyc-zen4.md).
+/// which cost more (docs/results/shared-prefix-cpu-amd-epyc-zen4.md).
 template <int kH, int kVecs, int kHd, class T>
 void block_values(const float* w, int hp, int h0, int np, const T* const* vr, int head_dim, int d0,
                   float* o) {
@@ -291,8 +291,8 @@ void attend_span_product_at(const float* q, const Rows& rows, int t_begin, int t
   // tiles run, one every few steps of their loops: all of them asked for at once measured no
   // faster, as if most of the requests were dropped, and a few rows per tile (bursts of 48 lines at
   // 16 heads) half as good. They go to the L2, as attend_span's do: a block's rows are twice the
-  // L1, and asked into it they evicted the widened K the tiles were reading (on a Zen 4 a read-once
-  // step of 4 x 4 samples took 18.1-18.7 ms so, 14.7-15.3 into the L2).
+  // L1, and asked into it they evicted the widened K the tiles were reading
+  // (docs/results/shared-prefix-cpu-amd-epyc-zen4.md; measured on a Zen 4 only).
   static_assert(kP % kScorePositions == 0 && kP % kSinglePositions == 0,
                 "a block is a whole number of score tiles");
   const bool prefetch = prefetch_helps() && n_q > 0;

@@ -5,9 +5,8 @@ namespace kvheap::cpu {
 
 /// \brief Products of fewer multiply-adds (n x in_dim x out_dim) run on one thread: below that
 /// a parallel region costs more than it saves, and far more when other processes share the cores.
-/// It was 2^18, which left stories15m's one-row products (288 x 288 and 288 x 768: 83k and 221k)
-/// on one thread while the other waited; on two threads of a Zen 4 they took half the time
-/// (docs/results/matmul-cpu-amd-epyc-zen4.md).
+/// 2^16 puts stories15m's one-row products (288 x 288 and 288 x 768) on every thread, where they
+/// take half the time they take on one (docs/results/matmul-cpu-amd-epyc-zen4.md).
 inline constexpr long kParallelMacs = 1L << 16;
 
 /// \brief Element-wise kernels (norms, RoPE, SwiGLU, residual adds) over fewer elements run on
