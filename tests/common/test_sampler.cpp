@@ -344,6 +344,14 @@ TEST(Sampler, MaskedTokensAreNeverSampled) {
   EXPECT_EQ(one.sample(std::vector<float>{4.0f}), 0);
 }
 
+// The host's draw at temperature 1 from one row of logits, at top_p and the uniform number u.
+SampledToken draw_at(const std::vector<float>& logits, float top_p, float u) {
+  const SamplingJob job = draw_job(0, 1.0f, top_p, u);
+  SampledToken t;
+  cpu::sample_rows(&t, logits.data(), 1, static_cast<int>(logits.size()), &job, 1);
+  return t;
+}
+
 // Ties at the cut, spread over many of the walk's spans: 1000 tokens of logit 0 (every fifth of
 // 5000), the rest at -30 (their mass, 4000 e^-30, moves no cut). top_p 0.3005 keeps the first 301
 // of the ties by index (300 of mass 1 do not exceed 300.5, 301 do), ending at token 1500; every
@@ -354,9 +362,7 @@ TEST(Sampler, TiedTokensAtTheCutAreTakenByIndexAcrossSpans) {
   for (std::size_t i = 0; i < logits.size(); i += 5) logits[i] = 0.0f;
   for (const float u : {0.0017f, 0.1f, 0.5f, 0.9f, 0.9984f, 0.9999f}) {
     SCOPED_TRACE(testing::Message() << "u " << u);
-    const SamplingJob job = draw_job(0, 1.0f, 0.3005f, u);
-    SampledToken t;
-    cpu::sample_rows(&t, logits.data(), 1, static_cast<int>(logits.size()), &job, 1);
+    const SampledToken t = draw_at(logits, 0.3005f, u);
     const auto [want, near] = reference_nucleus(logits, 0.3005f, u);
     ASSERT_FALSE(near);
     EXPECT_EQ(want, 5 * static_cast<int>(u * 301));
@@ -378,9 +384,7 @@ TEST(Sampler, CandidatesFromEveryChunkTakeTheTiesByIndex) {
   }
   for (const float u : {0.0013f, 0.25f, 0.5f, 0.75f, 0.9f, 0.9991f}) {
     SCOPED_TRACE(testing::Message() << "u " << u);
-    const SamplingJob job = draw_job(0, 1.0f, 0.7005f, u);
-    SampledToken t;
-    cpu::sample_rows(&t, logits.data(), 1, static_cast<int>(logits.size()), &job, 1);
+    const SampledToken t = draw_at(logits, 0.7005f, u);
     const auto [want, near] = reference_nucleus(logits, 0.7005f, u);
     ASSERT_FALSE(near);
     const int k = static_cast<int>(u * 421);
@@ -399,9 +403,7 @@ TEST(Sampler, RoundingPastTheWholeMassTakesEveryToken) {
   for (const auto& [u, want] :
        std::vector<std::pair<float, int>>{{1.0f - 0x1p-24f, 6}, {0.5f, 0}}) {
     SCOPED_TRACE(testing::Message() << "u " << u);
-    const SamplingJob job = draw_job(0, 1.0f, top_p, u);
-    SampledToken t;
-    cpu::sample_rows(&t, logits.data(), 1, static_cast<int>(logits.size()), &job, 1);
+    const SampledToken t = draw_at(logits, top_p, u);
     EXPECT_EQ(t.token, want);
   }
 }
