@@ -101,10 +101,11 @@ KVHEAP_HD int fewest_ties(double target, double mass_above, float tau, int ties)
 
 namespace kvheap::cpu {
 
-/// \brief p[i] = the rule's p (step 3) of d[i] = (logit - best) * inv_temperature, d[i] <= 0 or
-/// -inf, as sample_rows computes it: exp(d[i]) within 2 ulp, or 0 where exp(d[i]) is below the
-/// smallest normal float. p may be d.
-void rule_p(float* p, const float* d, int n);
+/// \brief p[i] = the rule's p (step 3) of x[i] <= best (or -inf), as sample_rows computes it:
+/// exp((x[i] - best) * inv_temperature) within 2 ulp of exp of the exact product with AVX-512
+/// (cpu::simd::kExactProduct), else of exp of the product rounded to a float; 0 where that is
+/// below the smallest normal float. p may be x.
+void rule_p(float* p, const float* x, int n, float best, float inv_temperature);
 
 /// \brief out[j] = the token of jobs[j] (the rule above), on the host. `jobs` null: job j is
 /// greedy on row j. Throws InputError when vocab < 1 or a job's row is outside [0, rows).

@@ -2,16 +2,17 @@
 //
 // A greedy row costs one pass over its logits, in 16 lanes the compiler vectorises, and a look
 // into the one block of 2048 that holds the largest logit for its index. A draw adds one
-// vectorised pass that computes p with the exponential of the CPU's softmaxes
-// (kernels/exp_simd.hpp: the rule's inputs are never positive, so it skips what a general exp must
-// handle). A top-p 1 draw sums p a chunk at a time and walks the one chunk its number falls in. A
-// top-p < 1 draw keeps, in the same pass, only the candidates: the tokens of p at least half of
-// (1 - top_p) / (vocab - 1) * S, with their indices. No other token is in the nucleus, since even
-// vocab - 1 tokens of that size hold less than 1 - top_p of the mass, and a model's logits leave
-// few tokens above it. It bins the candidates' mass by p's float bits (8 buckets an octave, in
-// p's order), sums the buckets from the top to the one where the mass crosses top_p * S, and sorts
-// only that bucket's p: tau in linear time, the vocabulary never sorted. The walk then runs over
-// the candidates. Rows run in parallel on the OpenMP threads.
+// vectorised pass that computes p = exp((logit - best) / T) by exp_product (kernels/exp_simd.hpp:
+// with AVX-512, a table of 2^(j/32) and a polynomial of degree 2, the product never rounded;
+// docs/results/serving-loop-amd-epyc-zen4.md has what it saved). A top-p 1 draw sums p a chunk at a
+// time and walks the one chunk its number falls in. A top-p < 1 draw keeps, in the same pass, only
+// the candidates: the tokens of p at least half of (1 - top_p) / (vocab - 1) * S, with their
+// indices. No other token is in the nucleus, since even vocab - 1 tokens of that size hold less
+// than 1 - top_p of the mass, and a model's logits leave few tokens above it. It bins the
+// candidates' mass by p's float bits (8 buckets an octave, in p's order), sums the buckets from the
+// top to the one where the mass crosses top_p * S, and sorts only that bucket's p: tau in linear
+// time, the vocabulary never sorted. The walk then runs over the candidates. Rows run in parallel
+// on the OpenMP threads.
 #include <Eigen/Core>
 #include <fmt/format.h>
 
@@ -126,38 +127,49 @@ SampledToken scan_row(const float* x, int n, bool index) {
 using Packet = Eigen::internal::packet_traits<float>::type;
 constexpr int kP = Eigen::internal::packet_traits<float>::size;  // floats per vector
 
-/// The rule's p of one d = (x - best) / T <= 0, as a vector's lanes get it (the tails of rows
-/// that are no whole number of vectors).
-float exp_of_one(float d) {
+/// The rule's p of one x - best <= 0, as a vector's lanes get it (the tails of rows that are no
+/// whole number of vectors); k = product_exp(inv_temperature).
+float exp_of_one(float x_best, const simd::ProductExp& k) {
   alignas(64) std::array<float, kP> v{};
-  v.fill(d);
-  Eigen::internal::pstore(v.data(),
-                          simd::exp_nonpositive(Eigen::internal::pload<Packet>(v.data())));
+  v.fill(x_best);
+  Eigen::internal::pstore(v.data(), simd::exp_product(Eigen::internal::pload<Packet>(v.data()), k));
   return v[0];
 }
 
 /// Sum of the rule's p over x[0, n); each p also goes to `keep`, a vector at a time (keep.vec(i,
 /// v), i being the vector's first token) and then the row's tail one by one (keep.one(i, p)). Out
-/// of line: inlined into the draws, its constants and sums spilled to the stack.
-template <class Keep>
-__attribute__((noinline)) double sum_p(const float* x, int n, float best, float inv_t, Keep& keep) {
+/// of line: inlined into the draws, its constants and sums spilled to the stack. The keep and the
+/// factor are copied in: through the references, every store of a kept p might change them, and
+/// the loop read them again from memory at each vector. kSplit is inv_t.split, a constant, so
+/// that exp_product's test of it leaves the loop.
+template <bool kSplit, class Keep>
+__attribute__((noinline)) double sum_p_as(const float* x, int n, float best, simd::ProductExp inv_t,
+                                          Keep& keep_out) {
   using namespace Eigen::internal;
-  const Packet b = pset1<Packet>(best), it = pset1<Packet>(inv_t);
+  inv_t.split = kSplit;
+  Keep keep = keep_out;
+  const Packet b = pset1<Packet>(best);
   Packet acc[2] = {pset1<Packet>(0.0f), pset1<Packet>(0.0f)};
   int i = 0;
   for (; i + 2 * kP <= n; i += 2 * kP)
     for (int k = 0; k < 2; ++k) {
-      const Packet v = simd::exp_nonpositive(pmul(psub(ploadu<Packet>(x + i + k * kP), b), it));
+      const Packet v = simd::exp_product(psub(ploadu<Packet>(x + i + k * kP), b), inv_t);
       keep.vec(i + k * kP, v);
       acc[k] = padd(acc[k], v);
     }
   float sum = predux(padd(acc[0], acc[1]));
   for (; i < n; ++i) {
-    const float v = exp_of_one((x[i] - best) * inv_t);
+    const float v = exp_of_one(x[i] - best, inv_t);
     keep.one(i, v);
     sum += v;
   }
+  keep_out = keep;
   return sum;
+}
+template <class Keep>
+double sum_p(const float* x, int n, float best, const simd::ProductExp& inv_t, Keep& keep) {
+  return inv_t.split ? sum_p_as<true>(x, n, best, inv_t, keep)
+                     : sum_p_as<false>(x, n, best, inv_t, keep);
 }
 
 /// sum_p's keeps: none, every p into p[0, n), and a top-p < 1 draw's candidates (draw_nucleus).
@@ -221,7 +233,7 @@ constexpr int kChunk = 4096;  // tokens a draw sums at a time
 /// A top-p 1 draw: every token is in. The row's p are summed a chunk at a time without being
 /// stored; only the chunk the draw falls in is computed again and walked.
 int draw_full(const float* x, int n, const SamplingJob& job, float best, Scratch& s) {
-  const float inv_t = job.inv_temperature;
+  const simd::ProductExp inv_t = simd::product_exp(job.inv_temperature);
   const int chunks = (n + kChunk - 1) / kChunk;
   s.chunks.resize(static_cast<std::size_t>(chunks));
   double sum = 0;
@@ -353,10 +365,11 @@ int draw_nucleus(const float* x, int n, const SamplingJob& job, float best, Scra
   s.cand_i.resize(static_cast<std::size_t>(n) + kP);
   double sum = 0;
   KeepCandidates keep{0, 0, s.cand_p.data(), s.cand_i.data()};
+  const simd::ProductExp inv_t = simd::product_exp(job.inv_temperature);
   for (int c0 = 0; c0 < n; c0 += kChunk) {
     keep.bound = static_cast<float>(std::min(1.0, per_token * std::max(sum, 1.0)));
     keep.first = c0;
-    sum += sum_p(x + c0, std::min(kChunk, n - c0), best, job.inv_temperature, keep);
+    sum += sum_p(x + c0, std::min(kChunk, n - c0), best, inv_t, keep);
   }
   const int kept = keep.at;
   const double need = static_cast<double>(job.top_p) * sum;
@@ -431,11 +444,13 @@ int draw(const float* x, int n, const SamplingJob& job, const SampledToken& t, S
 
 }  // namespace
 
-void rule_p(float* p, const float* d, int n) {
+void rule_p(float* p, const float* x, int n, float best, float inv_temperature) {
   using namespace Eigen::internal;
+  const simd::ProductExp k = simd::product_exp(inv_temperature);
+  const Packet b = pset1<Packet>(best);
   int i = 0;
-  for (; i + kP <= n; i += kP) pstoreu(p + i, simd::exp_nonpositive(ploadu<Packet>(d + i)));
-  for (; i < n; ++i) p[i] = exp_of_one(d[i]);
+  for (; i + kP <= n; i += kP) pstoreu(p + i, simd::exp_product(psub(ploadu<Packet>(x + i), b), k));
+  for (; i < n; ++i) p[i] = exp_of_one(x[i] - best, k);
 }
 
 void sample_rows(SampledToken* out, const float* logits, int rows, int vocab,

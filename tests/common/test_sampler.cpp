@@ -15,6 +15,7 @@
 
 #include "base/error.hpp"
 #include "common/serving/sampler.hpp"
+#include "kernels/exp_simd.hpp"
 #include "kernels/sample.hpp"
 #include "tests/support/test_support.hpp"
 
@@ -408,34 +409,52 @@ TEST(Sampler, RoundingPastTheWholeMassTakesEveryToken) {
   }
 }
 
-// The host's p (rule step 3): exp within 2 ulp where that is a normal float, else 0; exactly 1 at
-// the best logit; 0 for masked tokens and for the products an overflowing 1 / T gives. Every
-// 997th float of [-110, 0).
+// The host's p (rule step 3): exp((x - best) / T) within 2 ulp where that is a normal float, of the
+// exact product where the build computes it so (cpu::simd::kExactProduct), else of the product
+// rounded; 0 below the smallest normal; exactly 1 at the best logit; 0 for masked tokens and for
+// the products an overflowing 1 / T gives. Every 997th float of [-110, 0) as x - best, at four
+// temperatures and at best 0 and 3.
 TEST(Sampler, RulePIsExpWithinTwoUlpAndZeroBelowTheSmallestNormal) {
   const float kMin = std::numeric_limits<float>::min();
-  std::vector<float> d;
+  std::vector<float> x_best;
   for (auto bits = std::bit_cast<std::uint32_t>(-110.0f); bits > 0x80000000u; bits -= 997)
-    d.push_back(std::bit_cast<float>(bits));  // negative floats: fewer bits, nearer 0
+    x_best.push_back(std::bit_cast<float>(bits));  // negative floats: fewer bits, nearer 0
   const float ninf = -std::numeric_limits<float>::infinity();
   const std::vector<float> edges = {0.0f, -0.0f, ninf, -1e30f, -std::numeric_limits<float>::max()};
-  d.insert(d.end(), edges.begin(), edges.end());
-  std::vector<float> p(d.size());
-  cpu::rule_p(p.data(), d.data(), static_cast<int>(d.size()));
+  x_best.insert(x_best.end(), edges.begin(), edges.end());
+  const int n = static_cast<int>(x_best.size());
   double worst = 0;
-  for (std::size_t i = 0; i < d.size(); ++i) {
-    const double want = std::exp(static_cast<double>(d[i]));
-    if (want < kMin * (1 - 1e-6)) {
-      ASSERT_EQ(p[i], 0.0f) << "d " << d[i];
-    } else if (want >= kMin * (1 + 1e-6)) {
-      const double ulp = std::ldexp(1.0, std::ilogb(static_cast<float>(want)) - 23);
-      worst = std::max(worst, std::fabs(p[i] - want) / ulp);
-      ASSERT_LE(std::fabs(p[i] - want), 2 * ulp) << "d " << d[i];
+  for (const float best : {0.0f, 3.0f})
+    for (const float inv_t : {1.0f, 1.25f, 1 / 0.7f, 1 / 3.3f}) {
+      SCOPED_TRACE(testing::Message() << "best " << best << ", 1 / T " << inv_t);
+      std::vector<float> x(x_best), p(x.size());
+      for (float& v : x) v += best;  // x - best is x_best again where it was exact
+      cpu::rule_p(p.data(), x.data(), n, best, inv_t);
+      for (int i = 0; i < n - static_cast<int>(edges.size()); ++i) {
+        const float a = x[i] - best;
+        const double exponent = cpu::simd::kExactProduct ? static_cast<double>(a) * inv_t
+                                                         : static_cast<double>(a * inv_t);
+        const double want = std::exp(exponent);
+        if (want < kMin * (1 - 1e-6)) {
+          ASSERT_EQ(p[i], 0.0f) << "x - best " << a;
+        } else if (want >= kMin * (1 + 1e-6)) {
+          const double ulp = std::ldexp(1.0, std::ilogb(static_cast<float>(want)) - 23);
+          worst = std::max(worst, std::fabs(p[i] - want) / ulp);
+          ASSERT_LE(std::fabs(p[i] - want), 2 * ulp) << "x - best " << a;
+        }
+      }
+      EXPECT_EQ(p[n - 5], 1.0f);
+      EXPECT_EQ(p[n - 4], 1.0f);
+      for (int i = n - 3; i < n; ++i) EXPECT_EQ(p[i], 0.0f);
     }
-  }
-  std::cout << "[ rule p   ] " << d.size() << " values, at most " << worst << " ulp from exp\n";
-  EXPECT_EQ(p[p.size() - 5], 1.0f);
-  EXPECT_EQ(p[p.size() - 4], 1.0f);
-  for (std::size_t i = p.size() - 3; i < p.size(); ++i) EXPECT_EQ(p[i], 0.0f);
+  std::cout << "[ rule p   ] " << n << " values at 8 settings, at most " << worst
+            << " ulp from exp\n";
+  // 1 / T held to the largest float: 1 at the best logit, 0 a little below it.
+  const float big = std::numeric_limits<float>::max();
+  const std::vector<float> x = {1.0f, 1.0f - 0x1p-23f, 0.5f, ninf};
+  std::vector<float> p(x.size());
+  cpu::rule_p(p.data(), x.data(), static_cast<int>(x.size()), 1.0f, big);
+  EXPECT_EQ(p, (std::vector<float>{1.0f, 0.0f, 0.0f, 0.0f}));
 }
 
 // ---- errors -------------------------------------------------------------------------------------

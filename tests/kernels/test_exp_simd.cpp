@@ -99,5 +99,80 @@ TEST(ExpSimd, WithinTwoUlpOfExpZeroBelowTheSmallestNormalNaNKept16Lanes) {
   expect_exp_within_2_ulp<Floats16>();
 }
 
+/// exp_product(a, product_exp(c)) against exp(a c) in double, a over inputs(): within 2 ulp of the
+/// exact product where the build computes it (AVX-512, 16 lanes), else of the product rounded.
+template <class V>
+void expect_exp_product_within_2_ulp(float c) {
+  constexpr int kN = sizeof(V) / sizeof(float);
+  constexpr bool kExact = cpu::simd::kExactProduct && kN == 16;
+  const std::vector<float> a = inputs();
+  const cpu::simd::ProductExp k = cpu::simd::product_exp(c);
+  std::vector<float> p(a.size());
+  for (std::size_t i = 0; i < a.size(); i += kN) {
+    V v{};
+    const std::size_t n = std::min<std::size_t>(kN, a.size() - i);
+    std::memcpy(&v, a.data() + i, n * sizeof(float));
+    const V e = cpu::simd::exp_product(v, k);
+    std::memcpy(p.data() + i, &e, n * sizeof(float));
+  }
+  const double kMin = std::numeric_limits<float>::min();
+  double worst = 0;
+  for (std::size_t i = 0; i + 3 < a.size(); ++i) {  // the last three: 0, -0 and NaN, below
+    const double exponent = kExact ? static_cast<double>(a[i]) * c : static_cast<double>(a[i] * c);
+    const double want = std::exp(exponent);
+    if (want < kMin) {
+      ASSERT_EQ(p[i], 0.0f) << "a " << a[i] << ", c " << c << ", " << kN << " lanes";
+      continue;
+    }
+    const double ulp = std::ldexp(1.0, std::ilogb(static_cast<float>(want)) - 23);
+    const double err = std::fabs(p[i] - want) / ulp;
+    worst = std::max(worst, err);
+    ASSERT_LE(err, 2.0) << "a " << a[i] << ", c " << c << ", " << kN << " lanes: " << p[i]
+                        << " against " << want;
+  }
+  const std::size_t n = a.size();
+  EXPECT_EQ(p[n - 3], 1.0f);
+  EXPECT_EQ(p[n - 2], 1.0f);
+  EXPECT_TRUE(std::isnan(p[n - 1])) << "NaN in, " << p[n - 1] << " out";
+  std::cout << "[ exp(a c) " << kN << (kN < 10 ? " ] " : "] ") << "c " << c << ": at most " << worst
+            << " ulp from exp of the " << (kExact ? "exact" : "rounded") << " product\n";
+}
+
+// The draw's exponential of (logit - best) / T. With AVX-512, 1.73 ulp at most over these inputs;
+// it bites: the polynomial's coefficients at their Taylor values (ln 2, ln^2 2 / 2) give 4.2 (over
+// every 97th float of [-110, 0)), and the table's index one 32nd off or the product's low part
+// left out fail too.
+TEST(ExpSimd, ExpOfAProductWithinTwoUlpOfTheExactProduct16Lanes) {
+  for (const float c : {1.0f, 1.25f, 1 / 0.7f, 1 / 3.3f})
+    expect_exp_product_within_2_ulp<Floats16>(c);
+}
+TEST(ExpSimd, ExpOfAProductWithinTwoUlpOfTheRoundedProduct8Lanes) {
+  for (const float c : {1.0f, 1.25f}) expect_exp_product_within_2_ulp<Floats8>(c);
+}
+
+// ProductExp's a_min: the smallest a whose exp(a c) is a normal float, the product exact. And
+// where c log2(e) overflows a float, the product is rounded first, so that an a near 0 still gets
+// its exp rather than 1 or 0.
+TEST(ExpSimd, ProductExpFindsTheLastNormalAndHandlesAHugeFactor) {
+  for (const float c : {1.0f, 1.25f, 1e-3f, 3e5f}) {
+    const cpu::simd::ProductExp k = cpu::simd::product_exp(c);
+    ASSERT_TRUE(k.split);
+    const double per_a = static_cast<double>(k.octaves_hi) + k.octaves_lo;
+    EXPECT_NEAR(per_a, c * 1.4426950408889634, c * 1.4426950408889634 * 1e-14);
+    EXPECT_GE(static_cast<double>(k.a_min) * per_a, -126.0) << "c " << c;
+    EXPECT_LT(static_cast<double>(std::nextafter(k.a_min, -1e30f)) * per_a, -126.0) << "c " << c;
+  }
+  const float big = std::numeric_limits<float>::max();
+  const cpu::simd::ProductExp k = cpu::simd::product_exp(big);
+  EXPECT_FALSE(k.split);
+  Floats16 a{};
+  a[1] = -std::numeric_limits<float>::min();  // a c = -4: exp(-4)
+  a[2] = -1.0f;
+  const Floats16 p = cpu::simd::exp_product(a, k);
+  EXPECT_EQ(p[0], 1.0f);
+  EXPECT_NEAR(p[1], std::exp(-4.0), 1e-6);
+  EXPECT_EQ(p[2], 0.0f);
+}
+
 }  // namespace
 }  // namespace kvheap
