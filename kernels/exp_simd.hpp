@@ -124,10 +124,11 @@ inline V exp_nonpositive(V d) {
 /// split into two floats so that a times it is never rounded, and the smallest a whose exp(a c) is
 /// a normal float.
 struct ProductExp {
-  float c = 0;
-  float octaves_hi = 0, octaves_lo = 0;  ///< c log2(e) = hi + lo, to 2^-48 of it
-  float a_min = 0;                       ///< the smallest float a with a (hi + lo) >= -126
-  bool split = false;                    ///< c log2(e) is below the largest float
+  float c = 0;           ///< the factor
+  float octaves_hi = 0;  ///< c log2(e) rounded to a float
+  float octaves_lo = 0;  ///< the rest of c log2(e): hi + lo is it to 2^-48
+  float a_min = 0;       ///< the smallest float a with a (hi + lo) >= -126
+  bool split = false;    ///< c log2(e) is below the largest float
 };
 
 /// \brief ProductExp of c > 0 (for a draw, c = 1 / T). Where c log2(e) is beyond the largest float
