@@ -273,6 +273,8 @@ int draw_full(const float* x, int n, const SamplingJob& job, float best, Scratch
 /// that buckets order as p does, 8 to an octave, from p = 0 (bucket 0) to p = 1.
 int bucket_of(float p) { return static_cast<int>(std::bit_cast<std::uint32_t>(p) >> 20); }
 constexpr int kBuckets = (0x3F800000 >> 20) + 1;  // up to the bucket of 1.0f
+/// Candidates from which select_threshold bins into four copies of the buckets.
+constexpr int kManyCandidates = 4096;
 
 /// What the nucleus' cut is: tau, the largest p whose "mass of p >= tau" exceeds the target,
 /// with the mass of p > tau and the count of p == tau.
@@ -297,17 +299,26 @@ std::optional<Threshold> select_threshold(const float* p, int n, double target, 
   // The vector's p are widened to double together first: widened one by one, each conversion
   // (cvtss2sd) merges into its register's last value, and every add waits on the one before it
   // (docs/results/serving-loop-amd-epyc-zen3.md has the times).
-  s.mass.assign(kBuckets, 0.0);
+  // Where many tokens are candidates, lane k adds into copy k % 4 of the buckets: neighbours in one
+  // bucket, common on a flat row, then go to four sums, where into one each add waited on the last
+  // through memory. The copies are summed at the end.
+  constexpr int kCopies = 4;
+  const int copies = n >= kManyCandidates ? kCopies : 1;
+  s.mass.assign(static_cast<std::size_t>(copies) * kBuckets, 0.0);
   double* h = s.mass.data();
+  std::array<double*, kCopies> hk;
+  for (int c = 0; c < kCopies; ++c) hk[c] = h + (c % copies) * kBuckets;
   const Packet vbound = pset1<Packet>(static_cast<float>(bound));
   std::array<double, kP> wide;
   int i = 0;
   for (; i + kP <= n; i += kP) {
     if (!predux_any(pcmp_le(vbound, ploadu<Packet>(p + i)))) continue;
     for (int k = 0; k < kP; ++k) wide[k] = p[i + k];
-    for (int k = 0; k < kP; ++k) h[bucket_of(p[i + k])] += wide[k];
+    for (int k = 0; k < kP; ++k) hk[k % kCopies][bucket_of(p[i + k])] += wide[k];
   }
   for (; i < n; ++i) h[bucket_of(p[i])] += p[i];
+  for (int c = 1; c < copies; ++c)
+    for (int b = 0; b < kBuckets; ++b) h[b] += h[c * kBuckets + b];
   double before = 0;
   int cross = 0;  // bucket 0 holds only p = 0
   for (int b = kBuckets - 1; b > 0 && cross == 0; --b) {
