@@ -83,7 +83,8 @@ inline int tile_stride(long row_bytes, int n_positions) {
 /// steps (dot products, their sums, the softmax, the weighted sum) that leaves the multiply-add
 /// units mostly idle; four heads' independent calls and one softmax step for the four keep more of
 /// them busy (docs/pages/cpu_twin.md). Every head gets bitwise what it gets alone. The 16-float
-/// loops (AVX-512) still take one head at a time.
+/// loops (AVX-512) still take one head at a time: there, four at a time barely paid
+/// (docs/results/matmul-cpu-amd-epyc-zen4.md).
 inline constexpr bool kSplitHeads = !simd::kWideDefault;
 
 /// \brief Whether software prefetches help the attention loops at all: not on Intel CPUs, whose
