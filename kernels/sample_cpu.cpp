@@ -229,6 +229,8 @@ struct Scratch {
 };
 
 constexpr int kChunk = 4096;  // tokens a draw sums at a time
+constexpr int kSpan = 256;    // tokens a walk adds up by vectors before it goes token by token
+static_assert(kSpan % kP == 0, "a span is whole vectors");
 
 /// A top-p 1 draw: every token is in. The row's p are summed a chunk at a time without being
 /// stored; only the chunk the draw falls in is computed again and walked.
@@ -259,13 +261,29 @@ int draw_full(const float* x, int n, const SamplingJob& job, float best, Scratch
   s.p.resize(static_cast<std::size_t>(len));
   KeepAll all{s.p.data()};
   sum_p(x + c * kChunk, len, best, inv_t, all);
+  // The spans wholly before the one the draw falls in are added by their vectorised sums; the
+  // walk goes token by token from that span on.
+  const float* p = s.p.data();
+  int from = 0;
+  if (walk >= 0)
+    for (; from + kSpan <= len; from += kSpan) {
+      using namespace Eigen::internal;
+      Packet acc = pset1<Packet>(0.0f);
+      for (int i = from; i < from + kSpan; i += kP) acc = padd(acc, ploadu<Packet>(p + i));
+      const double mass = predux(acc);
+      if (goal < cdf + mass) break;
+      cdf += mass;
+    }
   int token = -1;
-  for (int i = 0; i < len; ++i) {
-    if (s.p[static_cast<std::size_t>(i)] <= 0.0f) continue;
-    cdf += s.p[static_cast<std::size_t>(i)];
+  for (int i = from; i < len; ++i) {
+    if (p[i] <= 0.0f) continue;
+    cdf += p[i];
     token = c * kChunk + i;
     if (walk >= 0 && goal < cdf) break;
   }
+  // Rounding past every token from `from` on, none of which can occur: the last one before it.
+  for (int i = from - 1; token < 0 && i >= 0; --i)
+    if (p[i] > 0.0f) token = c * kChunk + i;
   return token;
 }
 
@@ -397,7 +415,6 @@ int draw_nucleus(const float* x, int n, const SamplingJob& job, float best, Scra
   const double goal =
       static_cast<double>(job.u) * (th.mass_above + static_cast<double>(k) * th.tau);
   // Spans: the mass of p > tau and the count of p == tau, the ties in until k are.
-  constexpr int kSpan = 256;
   const Packet vtau = pset1<Packet>(th.tau), one = pset1<Packet>(1.0f);
   double cdf = 0;
   long ties_before = 0;       // of the spans walked past
