@@ -1,5 +1,7 @@
 // The exponential of the CPU's softmaxes and draws: exp(d) for a vector of d <= 0, the only inputs
-// they have (a score minus the largest score, a logit minus the largest logit).
+// they have (a score minus the largest score, a logit minus the largest logit). exp_nonpositive
+// serves the softmaxes; the draws' exp_product, at the end, takes d as a product a c that it does
+// not round first, and on AVX-512 builds 2^y from a table.
 //
 // Eigen's exp serves every float: it clamps both ends and rounds n and converts it to build 2^n,
 // 19 vector instructions on AVX-512 with Eigen 3.4. With d <= 0 and results below the smallest
@@ -15,8 +17,7 @@
 //   target's registers is taken half by half: whole, GCC would run its selects lane by lane.
 // Both are within 2 ulp of exp (tests/kernels/test_exp_simd.cpp: 1.13 at most where the compiler
 // fuses the multiply-adds, 1.44 where it does not), give 0 for d below ln(FLT_MIN) and for -inf,
-// and keep NaN, so that a NaN score still shows in attention's output. bench_sampling times it in
-// the draws.
+// and keep NaN, so that a NaN score still shows in attention's output.
 #pragma once
 
 #if defined(__AVX512F__)
@@ -132,12 +133,15 @@ struct ProductExp {
 };
 
 /// \brief ProductExp of c > 0 (for a draw, c = 1 / T). Where c log2(e) is beyond the largest float
-/// (c above 2.36e38: a temperature below 4.24e-39), exp_product rounds the product first.
+/// (c above 2.36e38: a temperature below 4.24e-39) or below 2^-100 (c below 5.5e-31: a temperature
+/// above 1.8e30), exp_product rounds the product first.
 inline ProductExp product_exp(float c) {
   ProductExp k;
   k.c = c;
   const double octaves = static_cast<double>(c) * std::numbers::log2e;
-  k.split = octaves < std::numeric_limits<float>::max();
+  // Below 2^-100 octaves the low part would lose bits to the subnormals; c <= 0 and NaN have no
+  // a_min.
+  k.split = c > 0 && octaves < std::numeric_limits<float>::max() && octaves >= 0x1p-100;
   if (!k.split) return k;
   k.octaves_hi = static_cast<float>(octaves);
   k.octaves_lo = static_cast<float>(octaves - k.octaves_hi);
@@ -154,7 +158,7 @@ inline ProductExp product_exp(float c) {
 }
 
 /// \brief exp_product computes its product exactly where this is true (with AVX-512, on vectors of
-/// 16 floats), unless c log2(e) is beyond the largest float. Elsewhere it is exp_nonpositive(a *
+/// 16 floats), unless product_exp(c) could not split c log2(e). Elsewhere it is exp_nonpositive(a *
 /// c), a * c rounded to a float first.
 #if defined(__AVX512F__)
 inline constexpr bool kExactProduct = true;
@@ -186,7 +190,8 @@ inline constexpr float kExp2Poly[2] = {0.6931573152542114f, 0.24022650718688965f
 ///
 /// With AVX-512, on 16 floats: y = a c log2(e) = n + f, n a multiple of 1/32 and |f| <= 1/64.
 /// Adding 1.5 x 2^18 to a (hi) rounds it to n, whose last five bits index the table of 2^(n mod 1);
-/// f is then a (hi) - n + a (lo), two multiply-adds that never round the product; 2^f from a
+/// f is then a (hi) - n + a (lo), two multiply-adds, so that the product is not rounded before the
+/// exponential (f is, to 2^-31 of an octave); 2^f from a
 /// polynomial of degree 2; 2^floor(n) from vscalefps, which zeroes the lanes below a_min under a
 /// mask. 10 instructions, 6 of them multiplies and multiply-adds, where exp_nonpositive of the
 /// product rounded first takes 13, 10 of them.

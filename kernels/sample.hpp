@@ -21,9 +21,10 @@
 //      it from the request's seeded generator). Rounding can leave the sum short of it: then the
 //      last token of the nucleus that can occur (p > 0).
 //
-// The twins sum in different orders, so they agree except where u * mass falls within rounding of
-// a boundary between two tokens, or a sum within rounding of top_p * S: near ties of the sampled
-// distribution, which tests count and report.
+// The twins sum in different orders, and p differs by rounding (with AVX-512 the host does not
+// round (logit - best) * inv_temperature before the exponential; the device does), so they agree
+// except where u * mass falls within rounding of a boundary between two tokens, or a sum within
+// rounding of top_p * S: near ties of the sampled distribution, which tests count and report.
 #pragma once
 
 #include <cstdint>

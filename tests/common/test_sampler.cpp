@@ -266,11 +266,13 @@ TEST(Sampler, NucleusKeepsTheSmallestSetAboveTopP) {
 // u * its mass (kernels/sample.hpp's rule). The sampler never sorts; with the same random stream
 // it must pick the same token, except where u * mass or the cut falls within rounding of a
 // boundary. Returns the token, and whether the draw was that near a boundary.
-std::pair<int, bool> reference_nucleus(const std::vector<float>& logits, float top_p, float u) {
+std::pair<int, bool> reference_nucleus(const std::vector<float>& logits, float top_p, float u,
+                                       float temperature = 1.0f) {
   const double mx = *std::max_element(logits.begin(), logits.end());
+  const double inv_t = inverse_temperature(temperature);
   std::vector<double> p(logits.size());
   double sum = 0.0;
-  for (std::size_t i = 0; i < p.size(); ++i) sum += p[i] = std::exp(logits[i] - mx);
+  for (std::size_t i = 0; i < p.size(); ++i) sum += p[i] = std::exp((logits[i] - mx) * inv_t);
   std::vector<std::size_t> order(p.size());
   std::iota(order.begin(), order.end(), std::size_t{0});
   std::stable_sort(order.begin(), order.end(),
@@ -309,24 +311,25 @@ TEST(Sampler, NucleusMatchesAFullSortReference) {
   const std::vector<std::pair<std::size_t, std::uint64_t>> shapes = {
       {7, 400}, {1000, 200}, {32000, 15}};
   int near_ties = 0;
-  for (const auto& [vocab, steps] : shapes) {
-    for (const float top_p : {0.5f, 0.9f, 0.99f, 1.0f}) {
-      SCOPED_TRACE(testing::Message() << "vocab " << vocab << ", top_p " << top_p);
-      Sampler s({.temperature = 1.0f, .top_p = top_p, .seed = 77});
-      std::mt19937_64 twin(77);
-      for (std::uint64_t step = 0; step < steps; ++step) {
-        const std::vector<float> logits = random_logits(vocab, step, 2.0f);
-        const float u = static_cast<float>(twin() >> 40) * 0x1p-24f;
-        const auto [want, near] = reference_nucleus(logits, top_p, u);
-        const int got = s.sample(logits);
-        if (got != want && near) {
-          ++near_ties;
-          continue;
+  for (const auto& [vocab, steps] : shapes)
+    for (const float temperature : {1.0f, 0.7f})  // 1 / 0.7: a product that rounds
+      for (const float top_p : {0.5f, 0.9f, 0.99f, 1.0f}) {
+        SCOPED_TRACE(testing::Message()
+                     << "vocab " << vocab << ", T " << temperature << ", top_p " << top_p);
+        Sampler s({.temperature = temperature, .top_p = top_p, .seed = 77});
+        std::mt19937_64 twin(77);
+        for (std::uint64_t step = 0; step < steps; ++step) {
+          const std::vector<float> logits = random_logits(vocab, step, 2.0f);
+          const float u = static_cast<float>(twin() >> 40) * 0x1p-24f;
+          const auto [want, near] = reference_nucleus(logits, top_p, u, temperature);
+          const int got = s.sample(logits);
+          if (got != want && near) {
+            ++near_ties;
+            continue;
+          }
+          ASSERT_EQ(got, want) << "step " << step;
         }
-        ASSERT_EQ(got, want) << "step " << step;
       }
-    }
-  }
   if (near_ties > 0) std::cout << "[ near tie ] " << near_ties << " draws at a boundary\n";
   EXPECT_LE(near_ties, 2);
 }

@@ -150,10 +150,13 @@ TEST(ExpSimd, ExpOfAProductWithinTwoUlpOfTheRoundedProduct8Lanes) {
   for (const float c : {1.0f, 1.25f}) expect_exp_product_within_2_ulp<Floats8>(c);
 }
 
-// ProductExp's a_min: the smallest a whose exp(a c) is a normal float, the product exact. And
-// where c log2(e) overflows a float, the product is rounded first, so that an a near 0 still gets
-// its exp rather than 1 or 0.
-TEST(ExpSimd, ProductExpFindsTheLastNormalAndHandlesAHugeFactor) {
+// ProductExp's a_min: the smallest a whose exp(a c) is a normal float, the product exact. Where c
+// log2(e) overflows a float, or is too small for its low part to keep its bits, the product is
+// rounded first, so that an a near 0 still gets its exp rather than 1 or 0; c <= 0 and NaN are not
+// split either (and do not hang the search for a_min).
+TEST(ExpSimd, ProductExpFindsTheLastNormalAndRoundsWhatItCannotSplit) {
+  for (const float c : {0.0f, -1.0f, 1e-40f, std::numeric_limits<float>::quiet_NaN()})
+    EXPECT_FALSE(cpu::simd::product_exp(c).split) << "c " << c;
   for (const float c : {1.0f, 1.25f, 1e-3f, 3e5f}) {
     const cpu::simd::ProductExp k = cpu::simd::product_exp(c);
     ASSERT_TRUE(k.split);
