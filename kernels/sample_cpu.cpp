@@ -43,12 +43,12 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 /// flag; no index), blocks of kBlock tokens at a time: the last block at which the running largest
 /// value rose is the first that holds best, and a greedy row finds best's lowest index there after
 /// the pass. A draw looks it up only where best is 0, so that best takes the first zero's sign (-0
-/// and +0 are equal), as on the device: elsewhere the lookup cost a 32000-entry top-p 0.9 draw
-/// 4-7 % for nothing. Lanes merge without indices: second is the largest of the lanes' seconds and
-/// of all their bests but one copy of the top. A NaN lifts its
-/// lane's second to the lane's best (std::min(best, v) gives best), so a row that holds one is
-/// scanned again by a plain loop that leaves the NaN out, as the device does: such a row is an
-/// error, and rare. (std::min(v, best) would give v, but GCC then vectorises no part of the loop.)
+/// and +0 are equal), as on the device: elsewhere the lookup would only add a second read of that
+/// block to every draw. Lanes merge without indices: second is the largest of the lanes' seconds
+/// and of all their bests but one copy of the top. A NaN lifts its lane's second to the lane's best
+/// (std::min(best, v) gives best), so a row that holds one is scanned again by a plain loop that
+/// leaves the NaN out, as the device does: such a row is an error, and rare. (std::min(v, best)
+/// would give v, but GCC then vectorises no part of the loop.)
 SampledToken scan_row(const float* x, int n, bool index) {
   constexpr int kLanes = 16, kBlock = 2048;
   alignas(64) float best[kLanes], second[kLanes], max_abs[kLanes];
