@@ -473,12 +473,8 @@ int draw(const float* x, int n, const SamplingJob& job, const SampledToken& t, S
 }  // namespace
 
 void rule_p(float* p, const float* x, int n, float best, float inv_temperature) {
-  using namespace Eigen::internal;
-  const simd::ProductExp k = simd::product_exp(inv_temperature);
-  const Packet b = pset1<Packet>(best);
-  int i = 0;
-  for (; i + kP <= n; i += kP) pstoreu(p + i, simd::exp_product(psub(ploadu<Packet>(x + i), b), k));
-  for (; i < n; ++i) p[i] = exp_of_one(x[i] - best, k);
+  KeepAll all{p};  // the draws' own pass, every p stored (each read before it is written)
+  sum_p(x, n, best, simd::product_exp(inv_temperature), all);
 }
 
 void sample_rows(SampledToken* out, const float* logits, int rows, int vocab,

@@ -22,19 +22,25 @@ using Floats4 = float __attribute__((vector_size(4 * sizeof(float))));
 using Floats8 = float __attribute__((vector_size(8 * sizeof(float))));
 using Floats16 = float __attribute__((vector_size(16 * sizeof(float))));
 
-/// exp_nonpositive over d, a vector V at a time (the tail padded with 0).
-template <class V>
-std::vector<float> exp_all(const std::vector<float>& d) {
+/// f over d, a vector V at a time (the tail padded with 0).
+template <class V, class F>
+std::vector<float> over_vectors(const std::vector<float>& d, F f) {
   constexpr int kN = sizeof(V) / sizeof(float);
   std::vector<float> out(d.size());
   for (std::size_t i = 0; i < d.size(); i += kN) {
     V v{};
     const std::size_t n = std::min<std::size_t>(kN, d.size() - i);
     std::memcpy(&v, d.data() + i, n * sizeof(float));
-    const V e = cpu::simd::exp_nonpositive(v);
+    const V e = f(v);
     std::memcpy(out.data() + i, &e, n * sizeof(float));
   }
   return out;
+}
+
+/// exp_nonpositive over d, a vector V at a time.
+template <class V>
+std::vector<float> exp_all(const std::vector<float>& d) {
+  return over_vectors<V>(d, [](V v) { return cpu::simd::exp_nonpositive(v); });
 }
 
 /// Every 997th float of [-110, 0) (most of them near 0, where n is 0), 2 million spread evenly over
@@ -114,14 +120,8 @@ void expect_exp_product_within_2_ulp(float c) {
   const std::vector<float> rest = inputs();
   a.insert(a.end(), rest.begin(), rest.end());
   const cpu::simd::ProductExp k = cpu::simd::product_exp(c);
-  std::vector<float> p(a.size());
-  for (std::size_t i = 0; i < a.size(); i += kN) {
-    V v{};
-    const std::size_t n = std::min<std::size_t>(kN, a.size() - i);
-    std::memcpy(&v, a.data() + i, n * sizeof(float));
-    const V e = cpu::simd::exp_product(v, k);
-    std::memcpy(p.data() + i, &e, n * sizeof(float));
-  }
+  const std::vector<float> p =
+      over_vectors<V>(a, [&k](V v) { return cpu::simd::exp_product(v, k); });
   const double kMin = std::numeric_limits<float>::min();
   double worst = 0;
   for (std::size_t i = 0; i + 3 < a.size(); ++i) {  // the last three: 0, -0 and NaN, below
