@@ -15,8 +15,9 @@
 // against four or two V vectors, widened in registers from the rows as stored). Every K and V
 // element is read from memory once per block and used by every head from the core's caches, and
 // no sum runs across lanes. While a block's score tiles run, they prefetch the next block's rows
-// into the L2. The kernels are compiled for head_dim 64 and 128 apart from any other, so that the
-// rows' offsets are constants in their addresses.
+// into the L2, and during a KV head's last block the next KV head's first. The kernels are compiled
+// for head_dim 64 and 128 apart from any other, so that the rows' offsets are constants in their
+// addresses.
 //
 // The result is attend_span's partial state (acc, max, sum), so it merges with other spans by
 // log-sum-exp as before. Its sums run in another order than attend_span's, so it agrees with it
@@ -320,11 +321,16 @@ void attend_span_product_at(const float* q, const Rows& rows, int t_begin, int t
       // Scores: heads in pairs of vectors while they last, positions in tiles of kScorePositions;
       // a last single vector of heads in tiles of kSinglePositions, then of kScorePositions; the
       // last few positions one at a time. The first tiles of each kind share out the next
-      // block's cache lines to prefetch (see above).
-      const int n_lines =
-          prefetch ? slice_lines<T>(rows, std::min(t_end, t0 + kP), std::min(t_end, t0 + 2 * kP),
-                                    head_off, hd, lines.data())
-                   : 0;
+      // block's cache lines to prefetch (see above): the last block's, those of the next KV
+      // head's first block, which would otherwise start from memory.
+      int n_lines = 0;
+      if (prefetch && t0 + kP < t_end) {
+        n_lines =
+            slice_lines<T>(rows, t0 + kP, std::min(t_end, t0 + 2 * kP), head_off, hd, lines.data());
+      } else if (prefetch && g + 1 < kv_end) {
+        n_lines = slice_lines<T>(rows, t_begin, std::min(t_end, t_begin + kP), head_off + hd, hd,
+                                 lines.data());
+      }
       const int per_tile = (n_lines + tiles - 1) / std::max(tiles, 1);
       int line = 0;
       for (int h = 0; h < hp; h += kL) {
