@@ -15,9 +15,9 @@
 // against four or two V vectors, widened in registers from the rows as stored). Every K and V
 // element is read from memory once per block and used by every head from the core's caches, and
 // no sum runs across lanes. While a block's score tiles run, they prefetch the next block's rows
-// into the L2, and during a KV head's last block the next KV head's first. The kernels are compiled
-// for head_dim 64 and 128 apart from any other, so that the rows' offsets are constants in their
-// addresses.
+// into the L2, and during a KV head's last block the first of the next KV head of its range. The
+// kernels are compiled for head_dim 64 and 128 apart from any other, so that the rows' offsets are
+// constants in their addresses.
 //
 // The result is attend_span's partial state (acc, max, sum), so it merges with other spans by
 // log-sum-exp as before. Its sums run in another order than attend_span's, so it agrees with it
@@ -321,8 +321,10 @@ void attend_span_product_at(const float* q, const Rows& rows, int t_begin, int t
       // Scores: heads in pairs of vectors while they last, positions in tiles of kScorePositions;
       // a last single vector of heads in tiles of kSinglePositions, then of kScorePositions; the
       // last few positions one at a time. The first tiles of each kind share out the next
-      // block's cache lines to prefetch (see above): the last block's, those of the next KV
-      // head's first block, which would otherwise start from memory.
+      // block's cache lines to prefetch (see above); in a KV head's last block, those of the next
+      // KV head's first block, which would otherwise start from memory (a small gain:
+      // docs/results/shared-prefix-cpu-amd-epyc-zen4.md). A short last block runs fewer tiles
+      // than it was given lines for: it asks for the rest after them.
       int n_lines = 0;
       if (prefetch && t0 + kP < t_end) {
         n_lines =
@@ -358,6 +360,7 @@ void attend_span_product_at(const float* q, const Rows& rows, int t_begin, int t
         }
         if (two) h += kL;
       }
+      for (; line < n_lines; ++line) __builtin_prefetch(lines[line], 0, 1);
       // The online softmax, kL heads at a time: the block's weights replace its scores.
       for (int h = 0; h < hp; h += kL) {
         Lanes top = load_lanes(st + h);
