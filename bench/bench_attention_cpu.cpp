@@ -238,7 +238,8 @@ int main(int argc, char** argv) {
   // (model, batch, context, positions each sequence reserves): Llama-3-8B's grouped heads at
   // long contexts, 32k positions apart as chapter 1 would reserve them for a long-context model
   // (its preset's 8192 is below the contexts timed), and stories110m's one query head per KV head
-  // at its 1024-position limit, in batches large enough for a cold working set.
+  // at its 1024-position limit, in batches large enough for a cold working set. The odd batches
+  // (17, 33) are items of one chunk each that no even share between two threads can take whole.
   struct Config {
     const ModelConfig* model;
     const char* tag;
@@ -249,7 +250,8 @@ int main(int argc, char** argv) {
   for (int batch : {1, 8, 16})
     for (int ctx : {4096, 16384, 32768})
       configs.push_back({&llama(), "llama3_8b", batch, ctx, 32768});
-  for (int batch : {32, 64})
+  configs.push_back({&llama(), "llama3_8b", 17, 2048, 32768});
+  for (int batch : {32, 33, 64})
     configs.push_back({&stories(), "stories110m", batch, 1024, stories().max_seq_len});
   for (int bf16 : {0, 1}) {
     for (const Config& c : configs) {

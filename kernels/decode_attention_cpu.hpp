@@ -448,6 +448,28 @@ struct ContiguousRows {
   bool operator==(const ContiguousRows&) const = default;
 };
 
+/// \brief How uneven the threads' shares of attend_batch's work items may be before the items are
+/// cut into KV-head ranges: 1.25x an even share. An item of a range reads that part of each of its
+/// rows, and whole rows ran up to 1.2x faster than halves, where the rows came from memory and
+/// where they were in the L3 (docs/results/matmul-cpu-amd-epyc-zen4.md).
+inline constexpr double kRangeSlack = 1.25;
+
+/// \brief KV-head ranges to cut each of `items` work items into for `threads` threads: the fewest,
+/// a divisor of n_kv_heads, that leave no thread more than `slack` times an even share of the
+/// work, counting the items as equal. With `slack` 1, the fewest that give every thread the same
+/// number of items. Bits do not depend on it: a head gets the same result in any range.
+inline int head_ranges(long items, long threads, int n_kv_heads, double slack) {
+  for (int r = 1; r < n_kv_heads; ++r) {
+    if (n_kv_heads % r != 0) continue;
+    const long shares = items * r;                       // items after the cut
+    const long most = (shares + threads - 1) / threads;  // the busiest thread's
+    if (static_cast<double>(most) * static_cast<double>(threads) <=
+        slack * static_cast<double>(shares))
+      return r;
+  }
+  return n_kv_heads;
+}
+
 /// \brief Positions per work item of attend_batch: longer contexts are split into chunks of this
 /// many positions and merged by log-sum-exp, whatever the thread count.
 inline constexpr int kAttendChunk = 2048;
@@ -479,10 +501,11 @@ inline bool runs_pay(const AttendShape& sh) { return sh.group % 4 != 0; }
 /// A work item is a chunk of a row's context (kAttendChunk positions; the whole row when it is
 /// shorter) and a range of its KV heads: whole rows when there are enough chunks to keep the
 /// threads busy (one item then reads all of each position's row, page by page), else each chunk
-/// split into just enough head ranges. A row of several chunks is merged by log-sum-exp in chunk
-/// order afterwards. The chunks are fixed by the context length, not by the thread count, so the
-/// numbers are the same with any number of threads. Every CPU cache policy calls this with its
-/// own accessor, so they share the work split and the arithmetic; only addresses differ.
+/// split into just enough head ranges (head_ranges). A row of several chunks is merged by
+/// log-sum-exp in chunk order afterwards. The chunks are fixed by the context length, not by the
+/// thread count, so the numbers are the same with any number of threads. Every CPU cache policy
+/// calls this with its own accessor, so they share the work split and the arithmetic; only
+/// addresses differ.
 ///
 /// Consecutive rows whose accessors compare equal read the same cache rows: a prompt chunk of one
 /// sequence. Up to kRunRows of them, with contexts that do not shrink and start at kRunMinContext
@@ -536,13 +559,10 @@ void attend_batch(const AttendShape& sh, int n, const RowsOf& rows_of, const Ctx
   const long partial_floats = static_cast<long>(q_dim) + 2L * n_heads;
   std::vector<float> partials(static_cast<std::size_t>(first_partial[n] * partial_floats));
   const bool parallel = work >= (1L << 16);
-  // Head ranges per item: the fewest (a divisor of n_kv_heads) that give every thread the same
-  // number of items, so that each item reads as wide a part of each row as it can.
+  // Head ranges per item: the fewest that leave the threads' shares within kRangeSlack of even,
+  // so that each item reads as wide a part of each row as it can.
   const long threads = parallel ? omp_get_max_threads() : 1;
-  int ranges = 1;
-  while (ranges < sh.n_kv_heads && (sh.n_kv_heads % ranges != 0 || n_items * ranges < threads ||
-                                    n_items * ranges % threads != 0))
-    ++ranges;
+  const int ranges = head_ranges(n_items, threads, sh.n_kv_heads, kRangeSlack);
   const int per_range = sh.n_kv_heads / ranges;
   const int range_heads = per_range * group;  // query heads of one range, per row
 #pragma omp parallel if (parallel)

@@ -33,9 +33,9 @@ namespace cpu {
 ///
 /// Rows in no group go through attend_batch unchanged, so a plan without groups gives bitwise
 /// attend_batch's result. The work items, all independent, are chunks of kAttendChunk positions
-/// of each group's shared positions (for all its rows), split into head ranges where that gives
-/// every thread the same number of chunk items, and each grouped row's positions past its deepest
-/// group over all its KV heads; the merge of the partial states follows.
+/// of each group's shared positions (for all its rows), split into head ranges as attend_batch's
+/// are (head_ranges), and each grouped row's positions past its deepest group over all its KV
+/// heads; the merge of the partial states follows.
 template <class T, class RowsOf, class CtxOf>
 void attend_batch_shared_prefix(const AttendShape& sh, int n, const RowsOf& rows_of,
                                 const CtxOf& n_ctx_of, const SharedPrefixPlan& plan, const float* q,
@@ -116,16 +116,13 @@ void attend_batch_shared_prefix(const AttendShape& sh, int n, const RowsOf& rows
   long work = 0;
   for (int i : grouped_rows) work += 2L * n_ctx_of(i) * q_dim;
   const bool parallel = work >= (1L << 16);
-  // Head ranges per chunk, as in attend_batch: the fewest that give every thread the same number of
-  // chunk items, so that each reads as wide a part of each row as it can. A row's own positions
-  // are one item over all its KV heads, whatever the chunks' ranges: they are read for one row's
-  // few query heads, so they wait on memory more than the chunks do, and whole rows took less time
-  // than halves (docs/results/shared-prefix-cpu-amd-epyc-zen4.md).
+  // Head ranges per chunk, as in attend_batch: the fewest that leave the threads' shares within
+  // kRangeSlack of even, so that each reads as wide a part of each row as it can. A row's own
+  // positions are one item over all its KV heads, whatever the chunks' ranges: they are read for
+  // one row's few query heads, so they wait on memory more than the chunks do, and whole rows took
+  // less time than halves (docs/results/shared-prefix-cpu-amd-epyc-zen4.md).
   const long threads = parallel ? omp_get_max_threads() : 1;
-  int ranges = 1;
-  while (ranges < kvh &&
-         (kvh % ranges != 0 || chunks * ranges < threads || chunks * ranges % threads != 0))
-    ++ranges;
+  const int ranges = head_ranges(chunks, threads, kvh, kRangeSlack);
   const int per_range = kvh / ranges;
   const long chunk_items = static_cast<long>(chunks) * ranges;
 #pragma omp parallel if (parallel)

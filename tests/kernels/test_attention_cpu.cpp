@@ -335,6 +335,43 @@ TEST(AttentionCpu, TileStridePutsATilesRowsInDifferentPages) {
   EXPECT_EQ(cpu::tile_stride(1024, 0), 1);
 }
 
+TEST(AttentionCpu, HeadRangesAreTheFewestThatKeepEveryThreadNearAnEvenShare) {
+  // With no slack, the rule before it: the fewest ranges (a divisor) that give every thread the
+  // same number of items, and at least one each.
+  for (long threads = 1; threads <= 16; ++threads)
+    for (long items = 1; items <= 40; ++items)
+      for (int kvh : {1, 2, 3, 4, 6, 8, 12}) {
+        int even = 1;
+        while (even < kvh &&
+               (kvh % even != 0 || items * even < threads || items * even % threads != 0))
+          ++even;
+        EXPECT_EQ(cpu::head_ranges(items, threads, kvh, 1.0), even)
+            << items << " items, " << threads << " threads, " << kvh << " KV heads";
+        // With the slack: a divisor, no thread over slack x its even share unless every head is
+        // a range of its own, and no fewer ranges would do.
+        const int r = cpu::head_ranges(items, threads, kvh, cpu::kRangeSlack);
+        const auto busiest = [&](int ranges) {
+          return static_cast<double>((items * ranges + threads - 1) / threads) * threads;
+        };
+        EXPECT_EQ(kvh % r, 0);
+        if (r < kvh) {
+          EXPECT_LE(busiest(r), cpu::kRangeSlack * items * r);
+        }
+        for (int fewer = 1; fewer < r; ++fewer) {
+          if (kvh % fewer == 0) {
+            EXPECT_GT(busiest(fewer), cpu::kRangeSlack * items * fewer);
+          }
+        }
+      }
+  // Two threads: 5 and 7 chunks stay whole (one thread 3 of 5, 1.2x its even share; 4 of 7); 3
+  // are cut in two; 1 is cut so that both threads get one.
+  EXPECT_EQ(cpu::head_ranges(5, 2, 8, cpu::kRangeSlack), 1);
+  EXPECT_EQ(cpu::head_ranges(7, 2, 8, cpu::kRangeSlack), 1);
+  EXPECT_EQ(cpu::head_ranges(3, 2, 8, cpu::kRangeSlack), 2);
+  EXPECT_EQ(cpu::head_ranges(1, 2, 8, cpu::kRangeSlack), 2);
+  EXPECT_EQ(cpu::head_ranges(1, 2, 1, cpu::kRangeSlack), 1);  // one KV head: nothing to cut
+}
+
 /// Rows stored back to front: a layout no tile boundary lines up with.
 template <class T>
 struct ReversedRows {
