@@ -3,7 +3,8 @@
 // every mode, KVHEAP_CUDA=off included; the GPU kernel's benchmark is bench_attention_gpu.
 //
 // The work is chapter 1's attention: OpenMP over chunks of up to 2048 positions of each batch row
-// (split into KV-head ranges when the chunks alone would not share out evenly over the threads),
+// (split into KV-head ranges when the chunks alone would leave a thread idle or over 1.25x its
+// share: cpu::head_ranges),
 // each KV head's rows read once for its whole query group. Heads are Llama-3-8B's (32 query, 8 KV,
 // head_dim 128) and, for a model with one query head per KV head, stories110m's (12 of 64), one
 // layer. Cold-cache numbers: only configurations whose K+V working set is at least 4x the

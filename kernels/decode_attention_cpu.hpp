@@ -449,22 +449,24 @@ struct ContiguousRows {
 };
 
 /// \brief How uneven the threads' shares of attend_batch's work items may be before the items are
-/// cut into KV-head ranges: 1.25x an even share. An item of a range reads that part of each of its
-/// rows, and whole rows ran up to 1.2x faster than halves, where the rows came from memory and
-/// where they were in the L3 (docs/results/matmul-cpu-amd-epyc-zen4.md).
+/// cut into KV-head ranges: 1.25x an even share, which keeps 5 items or more whole on 2 threads.
+/// An item of a range reads only that part of each of its rows: 17 rows of Llama-3-8B's bf16
+/// heads ran 1.13-1.42x faster whole than in halves, where an even count needed the cut
+/// (docs/results/matmul-cpu-amd-epyc-zen4.md).
 inline constexpr double kRangeSlack = 1.25;
 
 /// \brief KV-head ranges to cut each of `items` work items into for `threads` threads: the fewest,
-/// a divisor of n_kv_heads, that leave no thread more than `slack` times an even share of the
-/// work, counting the items as equal. With `slack` 1, the fewest that give every thread the same
-/// number of items. Bits do not depend on it: a head gets the same result in any range.
+/// a divisor of n_kv_heads, that give every thread an item and leave none more than `slack` times
+/// an even share of the work, counting the items as equal. With `slack` 1, the fewest that give
+/// every thread the same number of items. Bits do not depend on it: a head gets the same result in
+/// any range.
 inline int head_ranges(long items, long threads, int n_kv_heads, double slack) {
   for (int r = 1; r < n_kv_heads; ++r) {
     if (n_kv_heads % r != 0) continue;
     const long shares = items * r;                       // items after the cut
     const long most = (shares + threads - 1) / threads;  // the busiest thread's
-    if (static_cast<double>(most) * static_cast<double>(threads) <=
-        slack * static_cast<double>(shares))
+    if (shares >= threads && static_cast<double>(most) * static_cast<double>(threads) <=
+                                 slack * static_cast<double>(shares))
       return r;
   }
   return n_kv_heads;
@@ -500,8 +502,8 @@ inline bool runs_pay(const AttendShape& sh) { return sh.group % 4 != 0; }
 ///
 /// A work item is a chunk of a row's context (kAttendChunk positions; the whole row when it is
 /// shorter) and a range of its KV heads: whole rows when there are enough chunks to keep the
-/// threads busy (one item then reads all of each position's row, page by page), else each chunk
-/// split into just enough head ranges (head_ranges). A row of several chunks is merged by
+/// threads evenly busy (one item then reads all of each position's row, page by page), else each
+/// chunk split into just enough head ranges (head_ranges). A row of several chunks is merged by
 /// log-sum-exp in chunk order afterwards. The chunks are fixed by the context length, not by the
 /// thread count, so the numbers are the same with any number of threads. Every CPU cache policy
 /// calls this with its own accessor, so they share the work split and the arithmetic; only

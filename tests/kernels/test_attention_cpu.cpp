@@ -194,7 +194,9 @@ void expect_prompt_rows_as_alone(int n_kv_heads, int group, int head_dim) {
     cpu::attend_batch<T>(
         a.shape(), 1, [&](int) { return rows_of(i); }, [&](int) { return n_ctx_of(i); },
         q.data() + i * q_dim, alone.data() + i * q_dim);
-  for (int threads : {1, 3}) {
+  // 64 threads: more than the batch's items, which are then cut into KV-head ranges, the runs'
+  // (attend_span_rows over a range) too.
+  for (int threads : {1, 3, 64}) {
     omp_set_num_threads(threads);
     std::vector<float> together(q.size(), -1.0f);
     cpu::attend_batch<T>(a.shape(), n, rows_of, n_ctx_of, q.data(), together.data());
@@ -347,19 +349,22 @@ TEST(AttentionCpu, HeadRangesAreTheFewestThatKeepEveryThreadNearAnEvenShare) {
           ++even;
         EXPECT_EQ(cpu::head_ranges(items, threads, kvh, 1.0), even)
             << items << " items, " << threads << " threads, " << kvh << " KV heads";
-        // With the slack: a divisor, no thread over slack x its even share unless every head is
-        // a range of its own, and no fewer ranges would do.
+        // With the slack: a divisor that gives every thread an item and none over slack x its
+        // even share, unless every head is a range of its own, and no fewer ranges would do.
         const int r = cpu::head_ranges(items, threads, kvh, cpu::kRangeSlack);
-        const auto busiest = [&](int ranges) {
-          return static_cast<double>((items * ranges + threads - 1) / threads) * threads;
+        const auto fits = [&](int ranges) {
+          const long shares = items * ranges;
+          const long most = (shares + threads - 1) / threads;
+          return shares >= threads &&
+                 static_cast<double>(most * threads) <= cpu::kRangeSlack * shares;
         };
         EXPECT_EQ(kvh % r, 0);
         if (r < kvh) {
-          EXPECT_LE(busiest(r), cpu::kRangeSlack * items * r);
+          EXPECT_TRUE(fits(r));
         }
         for (int fewer = 1; fewer < r; ++fewer) {
           if (kvh % fewer == 0) {
-            EXPECT_GT(busiest(fewer), cpu::kRangeSlack * items * fewer);
+            EXPECT_FALSE(fits(fewer));
           }
         }
       }
@@ -370,6 +375,8 @@ TEST(AttentionCpu, HeadRangesAreTheFewestThatKeepEveryThreadNearAnEvenShare) {
   EXPECT_EQ(cpu::head_ranges(3, 2, 8, cpu::kRangeSlack), 2);
   EXPECT_EQ(cpu::head_ranges(1, 2, 8, cpu::kRangeSlack), 2);
   EXPECT_EQ(cpu::head_ranges(1, 2, 1, cpu::kRangeSlack), 1);  // one KV head: nothing to cut
+  // Every thread gets an item: 13 on 16 threads are cut in two (26: 2 for some threads, 1.23x).
+  EXPECT_EQ(cpu::head_ranges(13, 16, 8, cpu::kRangeSlack), 2);
 }
 
 /// Rows stored back to front: a layout no tile boundary lines up with.
