@@ -33,9 +33,9 @@ namespace cpu {
 ///
 /// Rows in no group go through attend_batch unchanged, so a plan without groups gives bitwise
 /// attend_batch's result. The work items, all independent, are chunks of kAttendChunk positions
-/// of each group's shared positions (for all its rows), split into head ranges as attend_batch's
-/// are (head_ranges), and each grouped row's positions past its deepest group over all its KV
-/// heads; the merge of the partial states follows.
+/// of each group's shared positions (for all its rows) and each grouped row's positions past its
+/// deepest group, split into head ranges as attend_batch's are (head_ranges); the merge of the
+/// partial states follows.
 template <class T, class RowsOf, class CtxOf>
 void attend_batch_shared_prefix(const AttendShape& sh, int n, const RowsOf& rows_of,
                                 const CtxOf& n_ctx_of, const SharedPrefixPlan& plan, const float* q,
@@ -116,26 +116,23 @@ void attend_batch_shared_prefix(const AttendShape& sh, int n, const RowsOf& rows
   long work = 0;
   for (int i : grouped_rows) work += 2L * n_ctx_of(i) * q_dim;
   const bool parallel = work >= (1L << 16);
-  // Head ranges per chunk, as in attend_batch: the fewest that leave the threads' shares within
-  // kRangeSlack of even, so that each reads as wide a part of each row as it can. A row's own
-  // positions are one item over all its KV heads, whatever the chunks' ranges: they are read for
-  // one row's few query heads, so they wait on memory more than the chunks do, and whole rows took
-  // less time than halves (docs/results/shared-prefix-cpu-amd-epyc-zen4.md).
+  // Head ranges per item, as in attend_batch: the fewest that leave the threads' shares within
+  // kRangeSlack of even, so that each item reads as wide a part of each row as it can.
+  const long items = chunks + R;
   const long threads = parallel ? omp_get_max_threads() : 1;
-  const int ranges = head_ranges(chunks, threads, kvh, kRangeSlack);
+  const int ranges = head_ranges(items, threads, kvh, kRangeSlack);
   const int per_range = kvh / ranges;
-  const long chunk_items = static_cast<long>(chunks) * ranges;
 #pragma omp parallel if (parallel)
   {
-    std::vector<float> scratch(
-        std::max(attend_span_scratch_floats(std::max(per_range * widest, kvh) * group, hd),
-                 attend_product_scratch_floats(widest * group, hd)));
+    std::vector<float> scratch(std::max(attend_span_scratch_floats(per_range * widest * group, hd),
+                                        attend_product_scratch_floats(widest * group, hd)));
     std::vector<float> own(hd);
 #pragma omp for schedule(dynamic)
-    for (long item = 0; item < chunk_items + R; ++item) {
-      if (item < chunk_items) {  // a chunk of a group's shared positions, for all its rows at once
-        const int ch = static_cast<int>(item / ranges), g = group_of_chunk[ch];
-        const int h0 = static_cast<int>(item % ranges) * per_range;
+    for (long item = 0; item < items * ranges; ++item) {
+      const long unit = item / ranges;
+      const int h0 = static_cast<int>(item % ranges) * per_range;
+      if (unit < chunks) {  // a chunk of a group's shared positions, for all its rows at once
+        const int ch = static_cast<int>(unit), g = group_of_chunk[ch];
         const int r = plan.indptr[g + 1] - plan.indptr[g];
         const int t0 = plan.prefix_begin[g] + (ch - first_chunk[g]) * kAttendChunk;
         const long at = part_at[ch] + static_cast<long>(h0) * r * group;
@@ -145,12 +142,13 @@ void attend_batch_shared_prefix(const AttendShape& sh, int n, const RowsOf& rows
              std::min(plan.prefix_end(g), t0 + kAttendChunk), AttendShape{kvh, r * group, hd}, h0,
              h0 + per_range, &part_acc[part_at[ch] * hd], &part_max[at], &part_sum[at],
              scratch.data());
-      } else {  // a grouped row's own positions past its deepest group, every KV head
-        const int j = static_cast<int>(item - chunk_items), i = grouped_rows[j];
-        const long at = static_cast<long>(j) * n_heads;
+      } else {  // a grouped row's own positions past its deepest group
+        const int j = static_cast<int>(unit - chunks), i = grouped_rows[j];
+        const long at = static_cast<long>(j) * n_heads + static_cast<long>(h0) * group;
         attend_span<T>(q + static_cast<long>(i) * q_dim, rows_of(i), paths.first[i], n_ctx_of(i),
-                       AttendShape{kvh, group, hd}, 0, kvh, out + static_cast<long>(i) * q_dim,
-                       &own_max[at], &own_sum[at], scratch.data());
+                       AttendShape{kvh, group, hd}, h0, h0 + per_range,
+                       out + static_cast<long>(i) * q_dim, &own_max[at], &own_sum[at],
+                       scratch.data());
       }
     }
     // Merge per (grouped row, query head): each group of its path, parents first, its chunks in
