@@ -13,10 +13,11 @@
 // continuations), and, where SmolLM2-135M-Instruct is found (KVHEAP_MODELS_DIR, or the model
 // cache: scripts/fetch-model.sh smollm2), a real model's after a chat prompt, at the first token
 // of its reply and a few tokens into it. Bytes: a greedy row reads its logits once (4 B each); a
-// draw reads them twice, and a top-p < 1 draw also writes its candidates (8 B each: p and the
-// index) and reads them back three times (bins, crossing bin, walk). Before anything is timed,
-// each draw is checked against a double-precision full sort of the vocabulary (kernels/sample.hpp's
-// rule).
+// draw reads them twice (once with AVX-512, and then only the 2048 it walks at top-p 1, or the
+// blocks that hold candidates at top-p < 1), and a top-p < 1 draw also writes its candidates (8 B
+// each: p and the index) and reads them back three times (bins, crossing bin, walk). Before
+// anything is timed, each draw is checked against a double-precision full sort of the vocabulary
+// (kernels/sample.hpp's rule).
 #include <fmt/format.h>
 
 #include <algorithm>

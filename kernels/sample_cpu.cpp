@@ -13,6 +13,14 @@
 // top to the one where the mass crosses top_p * S, and sorts only that bucket's p: tau in linear
 // time, the vocabulary never sorted. The walk then runs over the candidates. Rows run in parallel
 // on the OpenMP threads.
+//
+// With AVX-512 a draw makes one pass where the above makes two (one_pass): the scan runs a block
+// ahead of the exponential, which sums each block's p against the largest logit of the blocks
+// scanned so far; each block's sum is scaled to best's at the end. The scan's comparisons and the
+// exponential's multiply-adds then share the loop, where the two passes paid for both in turn. A
+// top-p < 1 draw picks its candidates afterwards, once S is known, by their logits (x at least best
+// + T ln(the bound)) in the blocks whose largest logit reaches that floor, and computes their p
+// from best as above. docs/results/serving-loop-amd-epyc-zen4.md has the times.
 #include <Eigen/Core>
 #include <fmt/format.h>
 
@@ -38,6 +46,14 @@ namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
+constexpr int kScanLanes = 16;    // a row's scan keeps 16 lanes apart
+constexpr int kScanBlock = 2048;  // tokens of a block of the scan
+
+/// The row's SampledToken from the scan's lanes (kScanLanes of each: best, second and max_abs),
+/// whether a NaN was met, and the first block that holds best (see scan_row).
+SampledToken finish_scan(const float* best, const float* second, const float* max_abs, bool bad,
+                         int top_block, const float* x, int n, bool index);
+
 /// best, second and max_abs of a row, and best's index if `index` is set, or token kNaNLogit. One
 /// pass in kLanes independent lanes (each keeps its own best, second below it, max |x| and NaN
 /// flag; no index), blocks of kBlock tokens at a time: the last block at which the running largest
@@ -50,7 +66,7 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 /// leaves the NaN out, as the device does: such a row is an error, and rare. (std::min(v, best)
 /// would give v, but GCC then vectorises no part of the loop.)
 SampledToken scan_row(const float* x, int n, bool index) {
-  constexpr int kLanes = 16, kBlock = 2048;
+  constexpr int kLanes = kScanLanes, kBlock = kScanBlock;
   alignas(64) float best[kLanes], second[kLanes], max_abs[kLanes];
   alignas(64) int nan[kLanes];
   for (int k = 0; k < kLanes; ++k) {
@@ -81,15 +97,20 @@ SampledToken scan_row(const float* x, int n, bool index) {
       top_block = from / kBlock;
     }
   }
-  SampledToken t{0, -kInf, -kInf, 0};
   bool bad = false;
+  for (int k = 0; k < kLanes; ++k) bad = bad || nan[k] != 0;
+  return finish_scan(best, second, max_abs, bad, top_block, x, n, index);
+}
+
+SampledToken finish_scan(const float* best, const float* second, const float* max_abs, bool bad,
+                         int top_block, const float* x, int n, bool index) {
+  SampledToken t{0, -kInf, -kInf, 0};
   int lanes_at_top = 0;
-  for (int k = 0; k < kLanes; ++k) {
-    bad = bad || nan[k] != 0;
+  for (int k = 0; k < kScanLanes; ++k) {
     t.max_abs = std::max(t.max_abs, max_abs[k]);
     t.best = std::max(t.best, best[k]);
   }
-  for (int k = 0; k < kLanes; ++k) {
+  for (int k = 0; k < kScanLanes; ++k) {
     t.second = std::max(t.second, second[k]);
     if (best[k] == t.best)
       ++lanes_at_top;
@@ -113,8 +134,8 @@ SampledToken scan_row(const float* x, int n, bool index) {
       }
     }
   } else if (index || t.best == 0.0f) {  // a draw too where best is 0: the first zero's sign
-    const int to = std::min(n, (top_block + 1) * kBlock);
-    for (int j = top_block * kBlock; j < to; ++j)
+    const int to = std::min(n, (top_block + 1) * kScanBlock);
+    for (int j = top_block * kScanBlock; j < to; ++j)
       if (x[j] == t.best) {
         t.token = j;
         t.best = x[j];  // of +0 and -0, the one at that index
@@ -217,25 +238,27 @@ struct KeepCandidates {
   }
 };
 
-/// Per-thread scratch: one chunk's p, the chunks' sums, a top-p < 1 draw's candidates (their p and
+/// Per-thread scratch: one chunk's p, the chunks' sums (and, in the one-pass draw, each chunk's
+/// reference: the largest logit up to its end), a top-p < 1 draw's candidates (their p and
 /// indices), the mass of each bucket, the crossing bucket's p.
 struct Scratch {
   std::vector<float> p;
   std::vector<float> chunks;
+  std::vector<float> ref;
+  std::vector<float> chunk_max;
   std::vector<float> cand_p;
   std::vector<int> cand_i;
   std::vector<double> mass;
   std::vector<float> crossing;
 };
 
-constexpr int kChunk = 4096;  // tokens a draw sums at a time
-constexpr int kSpan = 256;    // tokens a walk adds up by vectors before it goes token by token
+constexpr int kChunk = kScanBlock;  // tokens a draw sums at a time: the scan's blocks
+constexpr int kSpan = 256;  // tokens a walk adds up by vectors before it goes token by token
 static_assert(kSpan % kP == 0, "a span is whole vectors");
+static_assert(kChunk % kP == 0, "a chunk is whole vectors");
 
-/// A top-p 1 draw: every token is in. The row's p are summed a chunk at a time without being
-/// stored; only the chunk the draw falls in is computed again and walked.
-int draw_full(const float* x, int n, const SamplingJob& job, float best, Scratch& s) {
-  const simd::ProductExp inv_t = simd::product_exp(job.inv_temperature);
+/// The row's p summed a chunk at a time into s.chunks, without being stored; returns S.
+double chunk_sums(const float* x, int n, float best, const simd::ProductExp& inv_t, Scratch& s) {
   const int chunks = (n + kChunk - 1) / kChunk;
   s.chunks.resize(static_cast<std::size_t>(chunks));
   double sum = 0;
@@ -246,6 +269,16 @@ int draw_full(const float* x, int n, const SamplingJob& job, float best, Scratch
         static_cast<float>(sum_p(x + c * kChunk, len, best, inv_t, none));
     sum += s.chunks[static_cast<std::size_t>(c)];
   }
+  return sum;
+}
+
+/// A top-p 1 draw: every token is in. s.chunks holds each chunk's sum of p (chunk_sums, or the
+/// one pass); only the chunk the draw falls in is computed again and walked.
+int walk_full(const float* x, int n, const SamplingJob& job, float best, Scratch& s) {
+  const simd::ProductExp inv_t = simd::product_exp(job.inv_temperature);
+  const int chunks = (n + kChunk - 1) / kChunk;
+  double sum = 0;
+  for (int c = 0; c < chunks; ++c) sum += s.chunks[static_cast<std::size_t>(c)];
   const double goal = static_cast<double>(job.u) * sum;
   double cdf = 0;
   int walk = -1, last = -1;  // the chunk the draw falls in; the last chunk holding mass
@@ -378,6 +411,15 @@ std::optional<Threshold> select_threshold(const float* p, int n, double target, 
   return th;
 }
 
+/// Half of (1 - top_p) / (vocab - 1): times S, the bound below which a top-p < 1 draw keeps no
+/// candidate (draw_nucleus).
+double nucleus_per_token(const SamplingJob& job, int n) {
+  return 0.5 * (1.0 - job.top_p) / std::max(n - 1, 1);
+}
+
+int draw_nucleus_from(const float* x, int n, const SamplingJob& job, float best, double sum,
+                      int kept, Scratch& s);
+
 /// A top-p < 1 draw. No token of p below (1 - top_p) / (vocab - 1) * S is in the nucleus: even
 /// vocab - 1 tokens of that size hold less than 1 - top_p of the mass. So the exponential's pass
 /// keeps only the candidates, the tokens of p at or above that bound, with their indices, and
@@ -388,25 +430,35 @@ std::optional<Threshold> select_threshold(const float* p, int n, double target, 
 /// (vectorised), and within the span that holds the draw token by token. The p of a model's
 /// logits are mostly far below the bound, so what follows the p runs on a few candidates.
 int draw_nucleus(const float* x, int n, const SamplingJob& job, float best, Scratch& s) {
-  using namespace Eigen::internal;
-  const double per_token = 0.5 * (1.0 - job.top_p) / std::max(n - 1, 1);
+  const double per_token = nucleus_per_token(job, n);
   s.cand_p.resize(static_cast<std::size_t>(n) + kP);
   s.cand_i.resize(static_cast<std::size_t>(n) + kP);
+  s.chunks.resize(static_cast<std::size_t>((n + kChunk - 1) / kChunk));
   double sum = 0;
   KeepCandidates keep{0, 0, s.cand_p.data(), s.cand_i.data()};
   const simd::ProductExp inv_t = simd::product_exp(job.inv_temperature);
   for (int c0 = 0; c0 < n; c0 += kChunk) {
     keep.bound = static_cast<float>(std::min(1.0, per_token * std::max(sum, 1.0)));
     keep.first = c0;
-    sum += sum_p(x + c0, std::min(kChunk, n - c0), best, inv_t, keep);
+    const double chunk = sum_p(x + c0, std::min(kChunk, n - c0), best, inv_t, keep);
+    s.chunks[static_cast<std::size_t>(c0 / kChunk)] = static_cast<float>(chunk);
+    sum += chunk;
   }
-  const int kept = keep.at;
+  return draw_nucleus_from(x, n, job, best, sum, keep.at, s);
+}
+
+/// The rest of a top-p < 1 draw, once the pass has left S (`sum`), each chunk's sum of p in
+/// s.chunks, and the `kept` candidates' p and indices in s.cand_p and s.cand_i.
+int draw_nucleus_from(const float* x, int n, const SamplingJob& job, float best, double sum,
+                      int kept, Scratch& s) {
+  using namespace Eigen::internal;
+  const double per_token = nucleus_per_token(job, n);
   const double need = static_cast<double>(job.top_p) * sum;
   const double bound = std::min(1.0, per_token * sum);
   const std::optional<Threshold> cut = select_threshold(s.cand_p.data(), kept, need, bound, s);
   // Rounding of S left the candidates' whole mass short of the target: every token is in (tau 0,
   // as on the device), the draw of top-p 1.
-  if (!cut) return draw_full(x, n, job, best, s);
+  if (!cut) return walk_full(x, n, job, best, s);
   const Threshold& th = *cut;
   const float* p = s.cand_p.data();
   // Of the tokens at tau, the first k by index: the fewest that carry the mass past top_p * S.
@@ -467,8 +519,252 @@ int draw_nucleus(const float* x, int n, const SamplingJob& job, float best, Scra
 int draw(const float* x, int n, const SamplingJob& job, const SampledToken& t, Scratch& s) {
   if (t.best == kInf) return SampledToken::kInfLogit;
   if (t.best == -kInf) return SampledToken::kNoTokenAllowed;
-  return job.top_p >= 1.0f ? draw_full(x, n, job, t.best, s) : draw_nucleus(x, n, job, t.best, s);
+  if (job.top_p < 1.0f) return draw_nucleus(x, n, job, t.best, s);
+  chunk_sums(x, n, t.best, simd::product_exp(job.inv_temperature), s);
+  return walk_full(x, n, job, t.best, s);
 }
+
+#if defined(__AVX512F__)
+/// What a draw's one pass leaves beside s.chunks and s.ref: the scan's lanes, whether a NaN was
+/// met in a chunk it took no exponential of, and the first chunk that holds the largest logit.
+struct OnePass {
+  alignas(64) float best[kScanLanes];
+  alignas(64) float second[kScanLanes];
+  alignas(64) float max_abs[kScanLanes];
+  bool nan = false;
+  int top_block = 0;
+};
+
+// max and min of two vectors, b where either is NaN (maxps and minps). GCC 12 builds the unmasked
+// intrinsics from _mm512_undefined_ps and warns of it (-Wuninitialized); zero-masked with every
+// lane kept, they are the same instruction.
+__m512 max16(__m512 a, __m512 b) { return _mm512_maskz_max_ps(0xFFFF, a, b); }
+__m512 min16(__m512 a, __m512 b) { return _mm512_maskz_min_ps(0xFFFF, a, b); }
+
+/// The largest of v's lanes (none NaN): halves, quarters, eighths and pairs folded by permutes.
+float lanes_max(__m512 v) {
+  for (const int k : {8, 4, 2, 1}) {
+    const __m512i swap =
+        _mm512_xor_si512(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                         _mm512_set1_epi32(k));
+    v = max16(v, _mm512_maskz_permutexvar_ps(0xFFFF, swap, v));
+  }
+  return _mm512_cvtss_f32(v);
+}
+
+/// A draw's one pass over its row (AVX-512): the greedy scan's lanes and the exponential in one
+/// loop. The exponential needs the largest logit, which the scan finds, so the loop runs a chunk
+/// behind: it scans chunk c + 1 while it computes the p of chunk c relative to `ref`, the largest
+/// logit of chunks 0 to c, both chunks in L1. The scan's comparisons then run on other pipes
+/// beside the exponential's multiply-adds, where two passes paid for both in turn. Each chunk's sum
+/// and ref go to s.chunks and s.ref; the caller scales the sums to the row's best.
+__attribute__((noinline)) void one_pass(const float* x, int n, const simd::ProductExp& inv_t,
+                                        Scratch& s, OnePass& out) {
+  const __m512 ninf = _mm512_set1_ps(-kInf);
+  const __m512i magnitude = _mm512_set1_epi32(0x7FFFFFFF), inf_bits = _mm512_set1_epi32(0x7F800000);
+  // best and second of the row so far, and of the chunk being scanned (merged at its end, so that
+  // each chunk's largest logit is known): as scan_row keeps them, a NaN lifts no best, and second
+  // is lifted to best.
+  __m512 best = ninf, second = ninf, chunk_best = ninf, chunk_second = ninf;
+  // |x|'s bits, largest: of the row, and of the chunk being scanned (a NaN's are above +inf's).
+  __m512i max_abs = _mm512_setzero_si512(), chunk_abs = max_abs;
+  const auto scan = [&](__m512 v) __attribute__((always_inline)) {
+    chunk_second = max16(min16(v, chunk_best), chunk_second);
+    chunk_best = max16(v, chunk_best);
+    chunk_abs = _mm512_maskz_max_epu32(0xFFFF, _mm512_and_si512(_mm512_castps_si512(v), magnitude),
+                                       chunk_abs);
+  };
+  // A span's vectors, then its tail with the lanes past it at -inf (left out of chunk_abs).
+  const auto scan_span = [&](const float* p, int len) __attribute__((always_inline)) {
+    int i = 0;
+    for (; i + kP <= len; i += kP) scan(_mm512_loadu_ps(p + i));
+    if (i < len) {
+      const auto lanes = static_cast<__mmask16>((1u << (len - i)) - 1);
+      const __m512 v = _mm512_mask_loadu_ps(ninf, lanes, p + i);
+      chunk_second = max16(min16(v, chunk_best), chunk_second);
+      chunk_best = max16(v, chunk_best);
+      chunk_abs = _mm512_mask_max_epu32(
+          chunk_abs, lanes, _mm512_and_si512(_mm512_castps_si512(v), magnitude), chunk_abs);
+    }
+  };
+  // The chunk just scanned into the row's lanes (a lane's second: the largest of the two seconds
+  // and of the smaller best); returns whether it holds an infinity or a NaN, and its largest logit
+  // goes to s.chunk_max[c].
+  const auto end_chunk = [&](int c) __attribute__((always_inline)) {
+    const bool odd = _mm512_cmpge_epu32_mask(chunk_abs, inf_bits) != 0;
+    max_abs = _mm512_maskz_max_epu32(0xFFFF, max_abs, chunk_abs);
+    second = max16(max16(second, chunk_second), min16(best, chunk_best));
+    best = max16(best, chunk_best);
+    s.chunk_max[static_cast<std::size_t>(c)] = lanes_max(chunk_best);
+    chunk_abs = _mm512_setzero_si512();
+    chunk_best = chunk_second = ninf;
+    return odd;
+  };
+  // The exponential, for the sums only (a draw computes again the p it compares): 2^y, y = (x -
+  // ref) c log2(e), split as exp_product splits it, c log2(e) in one float (3e-8 of y). Where a
+  // chunk holds an infinity, and for a row's tail (the lanes past it at -inf), x - ref is first
+  // held above -160 octaves by its bits (an integer minimum), so that -inf gives 2^-160 x 1, which
+  // rounds to 0, not NaN. Every add and subtraction is a multiply-add by 1: on Zen 4 the
+  // comparisons of the scan, the adds and vscalefps share two of the four pipes, and the
+  // multiply-adds have the other two.
+  const __m512 octaves = _mm512_set1_ps(inv_t.octaves_hi);
+  const __m512 shift = _mm512_set1_ps(0x1.8p18f), neg_shift = _mm512_set1_ps(-0x1.8p18f);
+  const __m512 one = _mm512_set1_ps(1.0f);
+  const __m512 c1 = _mm512_set1_ps(simd::detail::kExp2Poly[1]);
+  const __m512 c0 = _mm512_set1_ps(simd::detail::kExp2Poly[0]);
+  const __m512 tlo = _mm512_load_ps(simd::detail::kExp2Table);
+  const __m512 thi = _mm512_load_ps(simd::detail::kExp2Table + 16);
+  const float deepest = -160.0f / inv_t.octaves_hi;
+  const __m512i floor_bits = _mm512_set1_epi32(static_cast<int>(std::bit_cast<std::uint32_t>(
+      std::isfinite(deepest) ? deepest : std::numeric_limits<float>::lowest())));
+  const auto p_of = [&](__m512 v, __m512 neg_ref, bool clamp) __attribute__((always_inline)) {
+    __m512 d = _mm512_fmadd_ps(v, one, neg_ref);
+    if (clamp)
+      d = _mm512_castsi512_ps(_mm512_maskz_min_epu32(0xFFFF, _mm512_castps_si512(d), floor_bits));
+    const __m512 t = _mm512_fmadd_ps(d, octaves, shift);
+    const __m512 nn = _mm512_fmadd_ps(t, one, neg_shift);
+    const __m512 f = _mm512_fmsub_ps(d, octaves, nn);
+    const __m512 q = _mm512_fmadd_ps(f, c1, c0);
+    const __m512 low = _mm512_permutex2var_ps(tlo, _mm512_castps_si512(t), thi);
+    return _mm512_scalef_ps(_mm512_fmadd_ps(low, _mm512_mul_ps(f, q), low), nn);
+  };
+  const int chunks = (n + kChunk - 1) / kChunk;
+  scan_span(x, std::min(n, kChunk));
+  bool odd = end_chunk(0);
+  float ref = s.chunk_max[0];
+  int top_block = 0;
+  for (int c = 0; c < chunks; ++c) {
+    const float* xe = x + static_cast<long>(c) * kChunk;
+    const int ne = std::min(kChunk, n - c * kChunk);
+    const float* xs = xe + kChunk;
+    const int ns = c + 1 < chunks ? std::min(kChunk, n - (c + 1) * kChunk) : 0;
+    float chunk = 0;
+    if (ref == -kInf) {  // every logit so far is -inf (or NaN): p 0
+      scan_span(xs, ns);
+    } else {
+      const __m512 neg_ref = _mm512_set1_ps(-ref);
+      __m512 acc = _mm512_setzero_ps();
+      const int both = std::min(ne, ns) / kP * kP;
+      int i = 0;
+      if (odd) {
+        for (; i < both; i += kP) {
+          scan(_mm512_loadu_ps(xs + i));
+          acc = _mm512_fmadd_ps(p_of(_mm512_loadu_ps(xe + i), neg_ref, true), one, acc);
+        }
+      } else {
+        for (; i < both; i += kP) {
+          scan(_mm512_loadu_ps(xs + i));
+          acc = _mm512_fmadd_ps(p_of(_mm512_loadu_ps(xe + i), neg_ref, false), one, acc);
+        }
+      }
+      scan_span(xs + both, ns - both);
+      for (; i + kP <= ne; i += kP)
+        acc = _mm512_fmadd_ps(p_of(_mm512_loadu_ps(xe + i), neg_ref, odd), one, acc);
+      if (i < ne) {
+        const auto lanes = static_cast<__mmask16>((1u << (ne - i)) - 1);
+        acc = _mm512_add_ps(acc, p_of(_mm512_mask_loadu_ps(ninf, lanes, xe + i), neg_ref, true));
+      }
+      chunk = Eigen::internal::predux(acc);
+    }
+    s.chunks[static_cast<std::size_t>(c)] = chunk;
+    s.ref[static_cast<std::size_t>(c)] = ref;
+    if (ns > 0) {
+      odd = end_chunk(c + 1);
+      const float next_max = s.chunk_max[static_cast<std::size_t>(c) + 1];
+      if (next_max > ref) {
+        ref = next_max;
+        top_block = c + 1;
+      }
+    }
+  }
+  _mm512_store_ps(out.best, best);
+  _mm512_store_ps(out.second, second);
+  _mm512_store_si512(out.max_abs, max_abs);
+  out.nan = _mm512_cmpgt_epu32_mask(max_abs, inf_bits) != 0;
+  out.top_block = top_block;
+}
+
+/// The tokens whose logit is at least `floor`, packed into cx and ci (logits and indices, in index
+/// order; each needs room for kP entries more than are kept); returns how many. Four vectors are
+/// compared before one branch: few of a row's vectors hold a candidate.
+int keep_from(const float* x, int n, int first, float floor, float* cx, int* ci) {
+  const __m512 f = _mm512_set1_ps(floor);
+  const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  int at = 0;
+  const auto keep = [&](__mmask16 lanes, int i) __attribute__((always_inline)) {
+    const __m512i index = _mm512_add_epi32(_mm512_set1_epi32(first + i), iota);
+    _mm512_storeu_ps(cx + at, _mm512_maskz_compress_ps(lanes, _mm512_loadu_ps(x + i)));
+    _mm512_storeu_si512(ci + at, _mm512_maskz_compress_epi32(lanes, index));
+    at += std::popcount(static_cast<unsigned>(lanes));
+  };
+  int i = 0;
+  for (; i + 4 * kP <= n; i += 4 * kP) {
+    std::array<__mmask16, 4> m;
+    for (int k = 0; k < 4; ++k)
+      m[k] = _mm512_cmp_ps_mask(_mm512_loadu_ps(x + i + k * kP), f, _CMP_GE_OQ);
+    if ((m[0] | m[1] | m[2] | m[3]) == 0) continue;
+    for (int k = 0; k < 4; ++k)
+      if (m[k] != 0) keep(m[k], i + k * kP);
+  }
+  for (; i < n; i += kP) {
+    const auto lanes = static_cast<__mmask16>(n - i >= kP ? 0xFFFF : (1u << (n - i)) - 1);
+    const __mmask16 m =
+        _mm512_mask_cmp_ps_mask(lanes, _mm512_maskz_loadu_ps(lanes, x + i), f, _CMP_GE_OQ);
+    if (m != 0) keep(m, i);
+  }
+  return at;
+}
+
+/// A draw in one pass over its row (one_pass), then what the rule asks in best's frame: each
+/// chunk's sum times the rule's p of its reference; for top-p < 1, the candidates picked by their
+/// logits once S is known, and their p computed from best as the two-pass draw computes them.
+SampledToken draw_one_pass(const float* x, int n, const SamplingJob& job, Scratch& s) {
+  const simd::ProductExp inv_t = simd::product_exp(job.inv_temperature);
+  const int chunks = (n + kChunk - 1) / kChunk;
+  s.chunks.resize(static_cast<std::size_t>(chunks));
+  s.ref.resize(static_cast<std::size_t>(chunks));
+  s.chunk_max.resize(static_cast<std::size_t>(chunks));
+  OnePass pass;
+  one_pass(x, n, inv_t, s, pass);
+  SampledToken t =
+      finish_scan(pass.best, pass.second, pass.max_abs, pass.nan, pass.top_block, x, n, false);
+  if (t.token == SampledToken::kNaNLogit) return t;
+  if (t.best == kInf || t.best == -kInf) {
+    t.token = t.best == kInf ? SampledToken::kInfLogit : SampledToken::kNoTokenAllowed;
+    return t;
+  }
+  rule_p(s.ref.data(), s.ref.data(), chunks, t.best, job.inv_temperature);
+  double sum = 0;
+  for (int c = 0; c < chunks; ++c) {
+    s.chunks[static_cast<std::size_t>(c)] *= s.ref[static_cast<std::size_t>(c)];
+    sum += s.chunks[static_cast<std::size_t>(c)];
+  }
+  if (job.top_p >= 1.0f) {
+    t.token = walk_full(x, n, job, t.best, s);
+    return t;
+  }
+  // The candidates: p = exp((x - best) / T) is at least the bound from S where x - best is at least
+  // T ln(bound). The floor goes down by more than the rounding of x - best (half a unit in its last
+  // place, 2^-24 of it) and of p (2 ulp) can lift a token past it.
+  const double bound = std::min(1.0, nucleus_per_token(job, n) * sum);
+  const double below = std::log(bound) / static_cast<double>(job.inv_temperature);  // <= 0
+  const double floor = static_cast<double>(t.best) + below -
+                       1e-6 * (std::fabs(t.best) - below + 1.0 / job.inv_temperature);
+  const float lowest = std::numeric_limits<float>::lowest();  // -inf logits are never candidates
+  const float f =
+      floor > lowest ? std::max(std::nextafter(static_cast<float>(floor), -kInf), lowest) : lowest;
+  s.cand_p.resize(static_cast<std::size_t>(n) + kP);
+  s.cand_i.resize(static_cast<std::size_t>(n) + kP);
+  int kept = 0;  // the chunks whose largest logit is below the floor hold none
+  for (int c = 0; c < chunks; ++c)
+    if (s.chunk_max[static_cast<std::size_t>(c)] >= f)
+      kept += keep_from(x + static_cast<long>(c) * kChunk, std::min(kChunk, n - c * kChunk),
+                        c * kChunk, f, s.cand_p.data() + kept, s.cand_i.data() + kept);
+  rule_p(s.cand_p.data(), s.cand_p.data(), kept, t.best, job.inv_temperature);
+  t.token = draw_nucleus_from(x, n, job, t.best, sum, kept, s);
+  return t;
+}
+#endif
 
 }  // namespace
 
@@ -490,6 +786,12 @@ void sample_rows(SampledToken* out, const float* logits, int rows, int vocab,
     thread_local Scratch scratch;
     const SamplingJob job = jobs != nullptr ? jobs[j] : SamplingJob{j, 0.0f, 1.0f, 0.0f};
     const float* x = logits + static_cast<long>(job.row) * vocab;
+#if defined(__AVX512F__)
+    if (job.inv_temperature > 0.0f && simd::product_exp(job.inv_temperature).split) {
+      out[j] = draw_one_pass(x, vocab, job, scratch);
+      continue;
+    }
+#endif
     SampledToken t = scan_row(x, vocab, !(job.inv_temperature > 0.0f));
     if (t.token != SampledToken::kNaNLogit && job.inv_temperature > 0.0f)
       t.token = draw(x, vocab, job, t, scratch);

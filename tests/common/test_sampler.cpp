@@ -80,10 +80,16 @@ TEST(Sampler, ArgmaxTakesTheFirstOfEqualMaxima) {
       {"logit 1", "NaN"});
 }
 
+// The jobs every row of the scan's tests runs: greedy, and draws at top-p 1 and 0.9, whose scan
+// shares its pass with the exponential where the build has AVX-512.
+const std::vector<SamplingJob> kScanJobs = {
+    SamplingJob{0, 0.0f, 1.0f, 0.0f}, draw_job(0, 1.0f, 1.0f, 0.5f), draw_job(0, 0.8f, 0.9f, 0.5f)};
+
 // The host's scan keeps no index per lane: it finds the first block of 2048 that reaches the
 // largest logit, and best's index in it. Equal maxima are planted in one lane of two blocks, in two
 // lanes of one block, side by side and in the row's tail; the token must be the lowest index, and
-// best, second and max_abs those of a plain loop over the row.
+// best, second and max_abs those of a plain loop over the row, for a greedy row and a draw alike
+// (a draw's token: kInfLogit at +inf, kNoTokenAllowed where every logit is -inf).
 TEST(Sampler, HostScanFindsTheFirstMaximumAcrossBlocksAndLanes) {
   const float inf = std::numeric_limits<float>::infinity();
   for (const int vocab : {1, 15, 16, 17, 2047, 2048, 2049, 6000, 32000}) {
@@ -96,37 +102,61 @@ TEST(Sampler, HostScanFindsTheFirstMaximumAcrossBlocksAndLanes) {
         std::vector<float> row = random_logits(static_cast<std::size_t>(vocab), at.size(), 2.0f);
         if (top == -inf) std::fill(row.begin(), row.end(), -inf);
         for (const int i : at) row[static_cast<std::size_t>(i)] = top;
-        SampledToken t;
-        cpu::sample_rows(&t, row.data(), 1, vocab, nullptr, 1);
         const int want = *std::min_element(at.begin(), at.end());
-        EXPECT_EQ(t.token, top == -inf ? 0 : want) << "vocab " << vocab << " top " << top;
-        const auto [second, max_abs] = plain_second_and_max_abs(row, t.token);
-        EXPECT_EQ(t.best, top) << "vocab " << vocab;
-        EXPECT_EQ(t.second, second) << "vocab " << vocab << " top " << top << " at " << at[0];
-        EXPECT_EQ(t.max_abs, max_abs) << "vocab " << vocab;
+        for (const SamplingJob& job : kScanJobs) {
+          SCOPED_TRACE(testing::Message()
+                       << "vocab " << vocab << " top " << top << " at " << at[0] << " top-p "
+                       << job.top_p << " draw " << (job.inv_temperature > 0));
+          SampledToken t;
+          cpu::sample_rows(&t, row.data(), 1, vocab, &job, 1);
+          const bool draw = job.inv_temperature > 0;
+          if (!draw) {
+            EXPECT_EQ(t.token, top == -inf ? 0 : want);
+          } else if (top != 100.0f) {
+            EXPECT_EQ(t.token,
+                      top == inf ? SampledToken::kInfLogit : SampledToken::kNoTokenAllowed);
+          }
+          const auto [second, max_abs] = plain_second_and_max_abs(row, top == -inf ? 0 : want);
+          EXPECT_EQ(t.best, top);
+          EXPECT_EQ(t.second, second);
+          EXPECT_EQ(t.max_abs, max_abs);
+        }
       }
   }
 }
 
 // A NaN makes the token kNaNLogit and takes no part in best, second or max_abs, as on the device:
-// planted at the start, in the middle and in the tail, beside the row's largest value and a tie.
+// planted at the start, in the middle and in the tail, beside the row's largest value and a tie;
+// either sign of NaN (x86's own arithmetic makes negative ones); and in a block of -inf before the
+// row's finite logits, where a draw computes no p.
 TEST(Sampler, HostScanLeavesNaNOutOfBestAndSecond) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   for (const int vocab : {3, 17, 6000})
-    for (const int at : {0, vocab / 2, vocab - 1}) {
-      std::vector<float> row = random_logits(static_cast<std::size_t>(vocab), 11, 2.0f);
-      const int top = (at + 1) % vocab;
-      row[static_cast<std::size_t>(top)] = 100.0f;
-      row[static_cast<std::size_t>((at + vocab - 1) % vocab)] = 50.0f;  // second, beside the NaN
-      row[static_cast<std::size_t>(at)] = nan;
-      const auto [second, max_abs] = plain_second_and_max_abs(row, top);
-      SampledToken t;
-      cpu::sample_rows(&t, row.data(), 1, vocab, nullptr, 1);
-      EXPECT_EQ(t.token, SampledToken::kNaNLogit) << "vocab " << vocab << " NaN at " << at;
-      EXPECT_EQ(t.best, 100.0f) << "vocab " << vocab << " NaN at " << at;
-      EXPECT_EQ(t.second, second) << "vocab " << vocab << " NaN at " << at;
-      EXPECT_EQ(t.max_abs, max_abs) << "vocab " << vocab << " NaN at " << at;
-    }
+    for (const int at : {0, vocab / 2, vocab - 1})
+      for (const float planted : {nan, -nan})
+        for (const bool masked_start : {false, true}) {
+          if (masked_start && vocab < 4096) continue;
+          std::vector<float> row = random_logits(static_cast<std::size_t>(vocab), 11, 2.0f);
+          if (masked_start)  // the first block -inf, but for the NaN if it is there
+            std::fill(row.begin(), row.begin() + 2048, -std::numeric_limits<float>::infinity());
+          const int top = (at + 1) % vocab;
+          row[static_cast<std::size_t>(top)] = 100.0f;
+          row[static_cast<std::size_t>((at + vocab - 1) % vocab)] = 50.0f;  // second, by the NaN
+          row[static_cast<std::size_t>(at)] = planted;
+          const auto [second, max_abs] = plain_second_and_max_abs(row, top);
+          for (const SamplingJob& job : kScanJobs) {
+            SCOPED_TRACE(testing::Message()
+                         << "vocab " << vocab << " NaN at " << at << " sign "
+                         << std::signbit(planted) << " masked start " << masked_start << " top-p "
+                         << job.top_p << " draw " << (job.inv_temperature > 0));
+            SampledToken t;
+            cpu::sample_rows(&t, row.data(), 1, vocab, &job, 1);
+            EXPECT_EQ(t.token, SampledToken::kNaNLogit);
+            EXPECT_EQ(t.best, 100.0f);
+            EXPECT_EQ(t.second, second);
+            EXPECT_EQ(t.max_abs, max_abs);
+          }
+        }
 }
 
 // +0 and -0 compare equal, so best is the value at the first index of the largest: its sign too,
@@ -374,12 +404,13 @@ TEST(Sampler, TiedTokensAtTheCutAreTakenByIndexAcrossSpans) {
   }
 }
 
-// A top-p < 1 draw walks only its candidates, kept chunk by chunk (4096 tokens) during the
-// exponential's pass. 600 ties of logit 0 in a vocabulary of 20011 (no whole number of vectors):
-// 300 in the first chunk (every 13th token from 0), 300 in the fourth and fifth (every 11th from
-// 16000); the rest at -30. top_p 0.7005 keeps the first 421 ties by index (420 of mass 1 do not
-// exceed 420.3, 421 do): all of the first 300, then 121 of the late ones, over two spans of the
-// candidates' walk. Each draw must be the one the full sort gives.
+// A top-p < 1 draw walks only its candidates, kept chunk by chunk (2048 tokens: during the
+// exponential's pass, or after it where the build has AVX-512). 600 ties of logit 0 in a
+// vocabulary of 20011 (no whole number of vectors): 300 in the first two chunks (every 13th token
+// from 0), 300 in the eighth to tenth (every 11th from 16000); the rest at -30. top_p 0.7005 keeps
+// the first 421 ties by index (420 of mass 1 do not exceed 420.3, 421 do): all of the first 300,
+// then 121 of the late ones, over two spans of the candidates' walk. Each draw must be the one the
+// full sort gives.
 TEST(Sampler, CandidatesFromEveryChunkTakeTheTiesByIndex) {
   std::vector<float> logits(20011, -30.0f);
   for (int k = 0; k < 300; ++k) {
@@ -395,6 +426,45 @@ TEST(Sampler, CandidatesFromEveryChunkTakeTheTiesByIndex) {
     EXPECT_EQ(want, k < 300 ? 13 * k : 16000 + 11 * (k - 300));
     EXPECT_EQ(t.token, want);
   }
+}
+
+// Where the build has AVX-512, a draw sums p in one pass with the scan, each block of 2048 tokens
+// against the largest logit found so far, and scales the blocks' sums to the row's best at the end;
+// it picks the candidates by their logits once S is known. So the largest logit comes late here:
+// 200 ties of logit 0 in the first block (every 7th token), the best, 2, in the third, 200 more
+// ties from token 8000; -inf over part of the fourth block and in the row's tail, the rest -30, in
+// a vocabulary of 10007 (no whole number of vectors). At T 1 a tie's p is e^-2; top_p is set so
+// that the nucleus is the best and the first 301 ties by index, 101 of them late ones. Every draw,
+// top-p 1 too, must be the full sort's, and none of the u is near a boundary of the walk.
+TEST(Sampler, DrawsMatchTheFullSortWhenTheLargestLogitComesLate) {
+  const float ninf = -std::numeric_limits<float>::infinity();
+  std::vector<float> logits(10007, -30.0f);
+  for (int k = 0; k < 200; ++k) {
+    logits[static_cast<std::size_t>(7 * k)] = 0.0f;
+    logits[static_cast<std::size_t>(8000 + 7 * k)] = 0.0f;
+  }
+  logits[5000] = 2.0f;
+  std::fill(logits.begin() + 6200, logits.begin() + 6300, ninf);
+  std::fill(logits.begin() + 10000, logits.end(), ninf);
+  double sum = 0;
+  for (const float x : logits) sum += std::exp(static_cast<double>(x) - 2.0);
+  const double tie = std::exp(-2.0);
+  const auto top_p = static_cast<float>((1.0 + 300.5 * tie) / sum);
+  for (const float p : {top_p, 1.0f})
+    for (const float u : {0.0013f, 0.1f, 0.37f, 0.5f, 0.77f, 0.9f, 0.9991f}) {
+      SCOPED_TRACE(testing::Message() << "top_p " << p << " u " << u);
+      const SampledToken t = draw_at(logits, p, u);
+      const auto [want, near] = reference_nucleus(logits, p, u);
+      // At top-p 1 the reference's sorted sum can pass S by rounding among the e^-32 tokens, and
+      // call its cut near; the cut takes every token that matters either way.
+      if (p < 1.0f) {
+        ASSERT_FALSE(near);
+      }
+      EXPECT_EQ(t.token, want);
+      EXPECT_EQ(t.best, 2.0f);
+      EXPECT_EQ(t.second, 0.0f);
+      EXPECT_EQ(t.max_abs, std::numeric_limits<float>::infinity());  // |-inf|
+    }
 }
 
 // Rounding can leave the whole row's mass short of top_p * S, S summed in float: then every token
