@@ -693,7 +693,7 @@ int keep_from(const float* x, int n, int first, float floor, float* cx, int* ci)
   int at = 0;
   const auto keep = [&](__mmask16 lanes, int i) __attribute__((always_inline)) {
     const __m512i index = _mm512_add_epi32(_mm512_set1_epi32(first + i), iota);
-    _mm512_storeu_ps(cx + at, _mm512_maskz_compress_ps(lanes, _mm512_loadu_ps(x + i)));
+    _mm512_storeu_ps(cx + at, _mm512_maskz_compress_ps(lanes, _mm512_maskz_loadu_ps(lanes, x + i)));
     _mm512_storeu_si512(ci + at, _mm512_maskz_compress_epi32(lanes, index));
     at += std::popcount(static_cast<unsigned>(lanes));
   };
