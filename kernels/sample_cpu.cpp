@@ -239,8 +239,8 @@ struct KeepCandidates {
 };
 
 /// Per-thread scratch: one chunk's p, the chunks' sums (and, in the one-pass draw, each chunk's
-/// reference: the largest logit up to its end), a top-p < 1 draw's candidates (their p and
-/// indices), the mass of each bucket, the crossing bucket's p.
+/// reference, the largest logit up to its end, and its own largest logit), a top-p < 1 draw's
+/// candidates (their p and indices), the mass of each bucket, the crossing bucket's p.
 struct Scratch {
   std::vector<float> p;
   std::vector<float> chunks;
@@ -525,8 +525,8 @@ int draw(const float* x, int n, const SamplingJob& job, const SampledToken& t, S
 }
 
 #if defined(__AVX512F__)
-/// What a draw's one pass leaves beside s.chunks and s.ref: the scan's lanes, whether a NaN was
-/// met in a chunk it took no exponential of, and the first chunk that holds the largest logit.
+/// What a draw's one pass leaves beside s.chunks, s.ref and s.chunk_max: the scan's lanes, whether
+/// the row holds a NaN, and the first chunk that holds the largest logit.
 struct OnePass {
   alignas(64) float best[kScanLanes];
   alignas(64) float second[kScanLanes];
@@ -587,26 +587,35 @@ __attribute__((noinline)) void one_pass(const float* x, int n, const simd::Produ
           chunk_abs, lanes, _mm512_and_si512(_mm512_castps_si512(v), magnitude), chunk_abs);
     }
   };
+  // A logit this far from 0, or a ref this far, can put the exponential's y below -2^20 (see it
+  // below): half of 2^20 octaves, as a float's bits (+inf's where that is past the largest float).
+  const float far_limit = static_cast<float>(0x1p19 / static_cast<double>(inv_t.octaves_hi));
+  const __m512i far_bits =
+      _mm512_set1_epi32(static_cast<int>(std::bit_cast<std::uint32_t>(far_limit)));
   // The chunk just scanned into the row's lanes (a lane's second: the largest of the two seconds
-  // and of the smaller best); returns whether it holds an infinity or a NaN, and its largest logit
-  // goes to s.chunk_max[c].
+  // and of the smaller best; of equal values, +0 and -0, the earlier chunk's, as scan_row keeps
+  // them); its largest logit goes to s.chunk_max[c]; returns whether it holds a logit as far as
+  // far_limit from 0, an infinity or a NaN.
   const auto end_chunk = [&](int c) __attribute__((always_inline)) {
-    const bool odd = _mm512_cmpge_epu32_mask(chunk_abs, inf_bits) != 0;
-    max_abs = _mm512_maskz_max_epu32(0xFFFF, max_abs, chunk_abs);
-    second = max16(max16(second, chunk_second), min16(best, chunk_best));
-    best = max16(best, chunk_best);
+    const bool far = _mm512_cmpge_epu32_mask(chunk_abs, far_bits) != 0;
+    max_abs = _mm512_maskz_max_epu32(0xFFFF, chunk_abs, max_abs);
+    second = max16(min16(chunk_best, best), max16(chunk_second, second));
+    best = max16(chunk_best, best);
     s.chunk_max[static_cast<std::size_t>(c)] = lanes_max(chunk_best);
     chunk_abs = _mm512_setzero_si512();
     chunk_best = chunk_second = ninf;
-    return odd;
+    return far;
   };
   // The exponential, for the sums only (a draw computes again the p it compares): 2^y, y = (x -
-  // ref) c log2(e), split as exp_product splits it, c log2(e) in one float (3e-8 of y). Where a
-  // chunk holds an infinity, and for a row's tail (the lanes past it at -inf), x - ref is first
-  // held above -160 octaves by its bits (an integer minimum), so that -inf gives 2^-160 x 1, which
-  // rounds to 0, not NaN. Every add and subtraction is a multiply-add by 1: on Zen 4 the
-  // comparisons of the scan, the adds and vscalefps share two of the four pipes, and the
-  // multiply-adds have the other two.
+  // ref) c log2(e), split as exp_product splits it, c log2(e) in one float (3e-8 of y). It has no
+  // mask for the p below the smallest normal float (they add nothing a sum can hold), and far
+  // below -2^20 its split's rounding makes inf or NaN. So where a chunk's |x| and ref could put y
+  // below -2^20 (an infinity, a NaN, a logit far from the others, a temperature near 0), and for a
+  // row's tail (the lanes past it at -inf), x - ref is first held above -160 octaves by its bits
+  // (an integer minimum): -inf then gives 2^-160 x 1, which rounds to 0, not NaN. The adds and
+  // subtractions of the full vectors are multiply-adds by 1: on Zen 4 the comparisons of the
+  // scan, the adds and vscalefps share two of the four pipes, and the multiply-adds have the
+  // other two.
   const __m512 octaves = _mm512_set1_ps(inv_t.octaves_hi);
   const __m512 shift = _mm512_set1_ps(0x1.8p18f), neg_shift = _mm512_set1_ps(-0x1.8p18f);
   const __m512 one = _mm512_set1_ps(1.0f);
@@ -630,14 +639,15 @@ __attribute__((noinline)) void one_pass(const float* x, int n, const simd::Produ
   };
   const int chunks = (n + kChunk - 1) / kChunk;
   scan_span(x, std::min(n, kChunk));
-  bool odd = end_chunk(0);
+  const bool far0 = end_chunk(0);
   float ref = s.chunk_max[0];
+  bool odd = far0 || !(std::fabs(ref) < far_limit);
   int top_block = 0;
   for (int c = 0; c < chunks; ++c) {
     const float* xe = x + static_cast<long>(c) * kChunk;
     const int ne = std::min(kChunk, n - c * kChunk);
-    const float* xs = xe + kChunk;
     const int ns = c + 1 < chunks ? std::min(kChunk, n - (c + 1) * kChunk) : 0;
+    const float* xs = ns > 0 ? xe + kChunk : xe;  // no pointer past the row's end
     float chunk = 0;
     if (ref == -kInf) {  // every logit so far is -inf (or NaN): p 0
       scan_span(xs, ns);
@@ -669,12 +679,13 @@ __attribute__((noinline)) void one_pass(const float* x, int n, const simd::Produ
     s.chunks[static_cast<std::size_t>(c)] = chunk;
     s.ref[static_cast<std::size_t>(c)] = ref;
     if (ns > 0) {
-      odd = end_chunk(c + 1);
+      const bool far = end_chunk(c + 1);
       const float next_max = s.chunk_max[static_cast<std::size_t>(c) + 1];
       if (next_max > ref) {
         ref = next_max;
         top_block = c + 1;
       }
+      odd = far || !(std::fabs(ref) < far_limit);
     }
   }
   _mm512_store_ps(out.best, best);

@@ -11,6 +11,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "base/error.hpp"
@@ -162,7 +163,8 @@ TEST(Sampler, HostScanLeavesNaNOutOfBestAndSecond) {
 // +0 and -0 compare equal, so best is the value at the first index of the largest: its sign too,
 // for a greedy row and a draw alike (the device twin reports the same). The zeros are planted in
 // one lane of two blocks, in a lane of one block and a lower lane of the next, and in two lanes
-// of one block.
+// of one block. A draw's second, the other zero, keeps the sign the greedy scan gives it, though
+// the draw merges its blocks' lanes at each block's end.
 TEST(Sampler, HostScanTakesTheSignOfTheFirstZero) {
   const int vocab = 6000;
   for (const auto& [a, b] : {std::pair{100, 4196}, std::pair{2051, 4098}, std::pair{2050, 2051}}) {
@@ -170,6 +172,7 @@ TEST(Sampler, HostScanTakesTheSignOfTheFirstZero) {
       std::vector<float> row(static_cast<std::size_t>(vocab), -1.0f);
       row[static_cast<std::size_t>(a)] = first;
       row[static_cast<std::size_t>(b)] = -first;
+      SampledToken greedy;
       for (const SamplingJob job :
            {SamplingJob{0, 0.0f, 1.0f, 0.0f}, draw_job(0, 1.0f, 1.0f, 0.5f)}) {
         SampledToken t;
@@ -178,6 +181,10 @@ TEST(Sampler, HostScanTakesTheSignOfTheFirstZero) {
             << "zeros at " << a << " and " << b << ", draw " << (job.inv_temperature > 0);
         if (job.inv_temperature == 0.0f) {
           EXPECT_EQ(t.token, a);
+          greedy = t;
+        } else {  // second (a zero too) as the greedy scan keeps it, its sign included
+          EXPECT_EQ(std::signbit(t.second), std::signbit(greedy.second))
+              << "zeros at " << a << " and " << b;
         }
       }
     }
@@ -465,6 +472,35 @@ TEST(Sampler, DrawsMatchTheFullSortWhenTheLargestLogitComesLate) {
       EXPECT_EQ(t.second, 0.0f);
       EXPECT_EQ(t.max_abs, std::numeric_limits<float>::infinity());  // |-inf|
     }
+}
+
+// Logits far apart, or a temperature near 0, put (x - best) / T far below any float's exponent:
+// the draw's sums must still come out finite. A logit 1e30 above 4095 zeros; 1.5e38 and -1.5e38
+// among ones (x - best overflows); and a row of steps of 0.5 at T 1e-30, whose 715 largest logits
+// tie and share all the mass. Every draw must be the full sort's.
+TEST(Sampler, DrawsStayFiniteForFarLogitsAndTemperaturesNearZero) {
+  std::vector<float> far(4096, 0.0f);
+  far[0] = 1e30f;
+  std::vector<float> overflow(4096, 1.0f);
+  overflow[3] = 1.5e38f;
+  overflow[2050] = -1.5e38f;
+  std::vector<float> steps(5000);
+  for (std::size_t i = 0; i < steps.size(); ++i) steps[i] = 0.5f * static_cast<float>(i % 7);
+  for (const auto& [name, logits, temperature] :
+       {std::tuple{"far", far, 1.0f}, std::tuple{"overflow", overflow, 1.0f},
+        std::tuple{"steps", steps, 1e-30f}})
+    for (const float top_p : {0.9f, 1.0f})
+      for (const float u : {0.1f, 0.5f, 0.9f}) {
+        SCOPED_TRACE(testing::Message() << name << " top_p " << top_p << " u " << u);
+        const SamplingJob job = draw_job(0, temperature, top_p, u);
+        SampledToken t;
+        cpu::sample_rows(&t, logits.data(), 1, static_cast<int>(logits.size()), &job, 1);
+        const auto [want, near] = reference_nucleus(logits, top_p, u, temperature);
+        if (top_p < 1.0f) {  // at top-p 1, as above, the reference's cut can call itself near
+          ASSERT_FALSE(near);
+        }
+        EXPECT_EQ(t.token, want);
+      }
 }
 
 // Rounding can leave the whole row's mass short of top_p * S, S summed in float: then every token
