@@ -203,6 +203,19 @@ struct KeepAll {
   void vec(int i, Packet v) { Eigen::internal::pstoreu(p + i, v); }
   void one(int i, float v) { p[i] = v; }
 };
+#if defined(__AVX512F__)
+/// The lanes of v under `keep` packed to cp + at and their indices (`first` + their lane) to ci +
+/// at, each with a whole vector store (kP entries of room past what is kept); at moves past them.
+inline void pack_lanes(__mmask16 keep, __m512 v, int first, float* cp, int* ci, int& at) {
+  const __m512i index =
+      _mm512_add_epi32(_mm512_set1_epi32(first),
+                       _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+  _mm512_storeu_ps(cp + at, _mm512_maskz_compress_ps(keep, v));
+  _mm512_storeu_si512(ci + at, _mm512_maskz_compress_epi32(keep, index));
+  at += std::popcount(static_cast<unsigned>(keep));
+}
+#endif
+
 /// The p of at least `bound` go to cp and ci from entry `at`, with their indices (`first` being
 /// x[0]'s), in index order; cp and ci need room for kP entries more than are kept: a vector's kept
 /// lanes are stored packed, with a whole vector store.
@@ -217,13 +230,7 @@ struct KeepCandidates {
 #if defined(__AVX512F__)
     static_assert(kP == 16, "a vector is an __m512");
     const __mmask16 keep = _mm512_cmp_ps_mask(v, _mm512_set1_ps(bound), _CMP_GE_OQ);
-    if (keep == 0) return;
-    const __m512i index =
-        _mm512_add_epi32(_mm512_set1_epi32(first + i),
-                         _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
-    _mm512_storeu_ps(cp + at, _mm512_maskz_compress_ps(keep, v));
-    _mm512_storeu_si512(ci + at, _mm512_maskz_compress_epi32(keep, index));
-    at += std::popcount(static_cast<unsigned>(keep));
+    if (keep != 0) pack_lanes(keep, v, first + i, cp, ci, at);
 #else
     if (!predux_any(pcmp_le(pset1<Packet>(bound), v))) return;
     alignas(64) float lanes[kP];
@@ -700,13 +707,9 @@ __attribute__((noinline)) void one_pass(const float* x, int n, const simd::Produ
 /// compared before one branch: few of a row's vectors hold a candidate.
 int keep_from(const float* x, int n, int first, float floor, float* cx, int* ci) {
   const __m512 f = _mm512_set1_ps(floor);
-  const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   int at = 0;
   const auto keep = [&](__mmask16 lanes, int i) __attribute__((always_inline)) {
-    const __m512i index = _mm512_add_epi32(_mm512_set1_epi32(first + i), iota);
-    _mm512_storeu_ps(cx + at, _mm512_maskz_compress_ps(lanes, _mm512_maskz_loadu_ps(lanes, x + i)));
-    _mm512_storeu_si512(ci + at, _mm512_maskz_compress_epi32(lanes, index));
-    at += std::popcount(static_cast<unsigned>(lanes));
+    pack_lanes(lanes, _mm512_maskz_loadu_ps(lanes, x + i), first + i, cx, ci, at);
   };
   int i = 0;
   for (; i + 4 * kP <= n; i += 4 * kP) {
@@ -729,8 +732,9 @@ int keep_from(const float* x, int n, int first, float floor, float* cx, int* ci)
 /// A draw in one pass over its row (one_pass), then what the rule asks in best's frame: each
 /// chunk's sum times the rule's p of its reference; for top-p < 1, the candidates picked by their
 /// logits once S is known, and their p computed from best as the two-pass draw computes them.
-SampledToken draw_one_pass(const float* x, int n, const SamplingJob& job, Scratch& s) {
-  const simd::ProductExp inv_t = simd::product_exp(job.inv_temperature);
+/// inv_t is product_exp(job.inv_temperature), which must have split.
+SampledToken draw_one_pass(const float* x, int n, const SamplingJob& job,
+                           const simd::ProductExp& inv_t, Scratch& s) {
   const int chunks = (n + kChunk - 1) / kChunk;
   s.chunks.resize(static_cast<std::size_t>(chunks));
   s.ref.resize(static_cast<std::size_t>(chunks));
@@ -798,9 +802,12 @@ void sample_rows(SampledToken* out, const float* logits, int rows, int vocab,
     const SamplingJob job = jobs != nullptr ? jobs[j] : SamplingJob{j, 0.0f, 1.0f, 0.0f};
     const float* x = logits + static_cast<long>(job.row) * vocab;
 #if defined(__AVX512F__)
-    if (job.inv_temperature > 0.0f && simd::product_exp(job.inv_temperature).split) {
-      out[j] = draw_one_pass(x, vocab, job, scratch);
-      continue;
+    if (job.inv_temperature > 0.0f) {
+      const simd::ProductExp inv_t = simd::product_exp(job.inv_temperature);
+      if (inv_t.split) {
+        out[j] = draw_one_pass(x, vocab, job, inv_t, scratch);
+        continue;
+      }
     }
 #endif
     SampledToken t = scan_row(x, vocab, !(job.inv_temperature > 0.0f));
