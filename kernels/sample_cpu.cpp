@@ -17,10 +17,14 @@
 // With AVX-512 a draw makes one pass where the above makes two (one_pass): the scan runs a block
 // ahead of the exponential, which sums each block's p against the largest logit of the blocks
 // scanned so far; each block's sum is scaled to best's at the end. The scan's comparisons and the
-// exponential's multiply-adds then share the loop, where the two passes paid for both in turn. A
-// top-p < 1 draw picks its candidates afterwards, once S is known, by their logits (x at least best
-// + T ln(the bound)) in the blocks whose largest logit reaches that floor, and computes their p
-// from best as above. docs/results/serving-loop-amd-epyc-zen4.md has the times.
+// exponential's multiply-adds then share the loop, where the two passes paid for both in turn. Its
+// exponential serves the sums only, so it takes the product x c log2(e) rounded (each block's
+// frame is scaled away exactly), and the scan keeps no second and no |x| (second comes from the
+// blocks' largest logits and the top block, max |x| from the largest and smallest): the loop
+// issues 13 vector instructions a vector of 16 tokens where it issued 17. A top-p < 1 draw picks
+// its candidates afterwards, once S is known, by their logits (x at least best + T ln(the bound))
+// in the blocks whose largest logit reaches that floor, and computes their p from best as above.
+// docs/results/serving-loop-amd-epyc-zen4.md has the times.
 #include <Eigen/Core>
 #include <fmt/format.h>
 
@@ -64,8 +68,10 @@ SampledToken finish_scan(const float* best, const float* second, const float* ma
 /// and of all their bests but one copy of the top. A NaN lifts its lane's second to the lane's best
 /// (std::min(best, v) gives best), so a row that holds one is scanned again by a plain loop that
 /// leaves the NaN out, as the device does: such a row is an error, and rare. (std::min(v, best)
-/// would give v, but GCC then vectorises no part of the loop.)
-SampledToken scan_row(const float* x, int n, bool index) {
+/// would give v, but GCC then vectorises no part of the loop.) Inlined into both callers: out of
+/// line, as GCC 12 left it once the one pass called it too, a greedy row ran slower
+/// (docs/results/serving-loop-amd-epyc-zen4.md).
+__attribute__((always_inline)) inline SampledToken scan_row(const float* x, int n, bool index) {
   constexpr int kLanes = kScanLanes, kBlock = kScanBlock;
   alignas(64) float best[kLanes], second[kLanes], max_abs[kLanes];
   alignas(64) int nan[kLanes];
@@ -246,12 +252,12 @@ struct KeepCandidates {
 };
 
 /// Per-thread scratch: one chunk's p, the chunks' sums (and, in the one-pass draw, each chunk's
-/// reference, the largest logit up to its end, and its own largest logit), a top-p < 1 draw's
+/// frame, from the largest logit up to its end, and its own largest logit), a top-p < 1 draw's
 /// candidates (their p and indices), the mass of each bucket, the crossing bucket's p.
 struct Scratch {
   std::vector<float> p;
   std::vector<float> chunks;
-  std::vector<float> ref;
+  std::vector<double> ref_octaves;
   std::vector<float> chunk_max;
   std::vector<float> cand_p;
   std::vector<int> cand_i;
@@ -532,14 +538,15 @@ int draw(const float* x, int n, const SamplingJob& job, const SampledToken& t, S
 }
 
 #if defined(__AVX512F__)
-/// What a draw's one pass leaves beside s.chunks, s.ref and s.chunk_max: the scan's lanes, whether
-/// the row holds a NaN, and the first chunk that holds the largest logit.
+/// What a draw's one pass leaves beside s.chunks, s.ref_octaves and s.chunk_max: the row's largest
+/// and smallest logits (NaN left out of both), the first block that holds the largest, and whether
+/// a block it did not sum (every logit up to it -inf) holds a NaN. A NaN elsewhere makes its
+/// block's sum NaN.
 struct OnePass {
-  alignas(64) float best[kScanLanes];
-  alignas(64) float second[kScanLanes];
-  alignas(64) float max_abs[kScanLanes];
-  bool nan = false;
+  float best = -kInf;
+  float low = kInf;
   int top_block = 0;
+  bool nan = false;
 };
 
 // max and min of two vectors, b where either is NaN (maxps and minps). GCC 12 builds the unmasked
@@ -558,91 +565,121 @@ float lanes_max(__m512 v) {
   }
   return _mm512_cvtss_f32(v);
 }
+float lanes_min(__m512 v) {
+  return -lanes_max(_mm512_castsi512_ps(
+      _mm512_xor_si512(_mm512_castps_si512(v), _mm512_set1_epi32(static_cast<int>(0x80000000u)))));
+}
 
-/// A draw's one pass over its row (AVX-512): the greedy scan's lanes and the exponential in one
-/// loop. The exponential needs the largest logit, which the scan finds, so the loop runs a chunk
-/// behind: it scans chunk c + 1 while it computes the p of chunk c relative to `ref`, the largest
-/// logit of chunks 0 to c, both chunks in L1. The scan's comparisons then run on other pipes
-/// beside the exponential's multiply-adds, where two passes paid for both in turn. Each chunk's sum
-/// and ref go to s.chunks and s.ref; the caller scales the sums to the row's best.
+/// Whether x[0, n) holds a NaN.
+bool holds_nan(const float* x, int n) {
+  __mmask16 any = 0;
+  for (int i = 0; i < n; i += kP) {
+    const auto lanes = static_cast<__mmask16>(n - i >= kP ? 0xFFFF : (1u << (n - i)) - 1);
+    const __m512 v = _mm512_maskz_loadu_ps(lanes, x + i);
+    any |= _mm512_mask_cmp_ps_mask(lanes, v, v, _CMP_UNORD_Q);
+  }
+  return any != 0;
+}
+
+/// 2^f over [0, 1/32) ~ kExp2FloorPoly[0] + f (kExp2FloorPoly[1] + f kExp2FloorPoly[2]):
+/// exp_product's polynomial, which holds over |g| <= 1/64, moved to f = g + 1/64 (2^f = 2^(1/64)
+/// 2^g) and multiplied out in double, then rounded to float: 1.1e-7 of 2^f at most. The one pass
+/// sums p by it, its split rounding y down, not to nearest.
+constexpr double kRoot64 = 0x1.02c9a3e778061p+0;  // 2^(1/64)
+constexpr double kH = 1.0 / 64;
+constexpr std::array<float, 3> kExp2FloorPoly = {
+    static_cast<float>(
+        kRoot64 * (1 - kH * simd::detail::kExp2Poly[0] + kH * kH * simd::detail::kExp2Poly[1])),
+    static_cast<float>(kRoot64*(simd::detail::kExp2Poly[0] - 2 * kH * simd::detail::kExp2Poly[1])),
+    static_cast<float>(kRoot64* simd::detail::kExp2Poly[1])};
+
+/// A draw's one pass over its row (AVX-512): the row's largest and smallest logits and the sums of
+/// p, in one loop. The exponential needs the largest logit, which the scan finds, so the loop runs
+/// a chunk behind: it scans chunk c + 1 while it sums the p of chunk c against `ref`, the largest
+/// logit of chunks 0 to c, both chunks in L1. The scan's comparisons then run on other pipes beside
+/// the exponential's multiply-adds, where two passes paid for both in turn. Each chunk's sum goes
+/// to s.chunks, in the frame s.ref_octaves (its p are 2^(x c log2(e) - that)), for the caller to
+/// scale to best's. The scan keeps no second (the caller finds it from the chunks' largest logits
+/// and the top chunk) and takes max |x| from the largest and smallest: each costs the loop an
+/// instruction a vector.
 __attribute__((noinline)) void one_pass(const float* x, int n, const simd::ProductExp& inv_t,
                                         Scratch& s, OnePass& out) {
-  const __m512 ninf = _mm512_set1_ps(-kInf);
-  const __m512i magnitude = _mm512_set1_epi32(0x7FFFFFFF), inf_bits = _mm512_set1_epi32(0x7F800000);
-  // best and second of the row so far, and of the chunk being scanned (merged at its end, so that
-  // each chunk's largest logit is known): as scan_row keeps them, a NaN lifts no best, and second
-  // is lifted to best.
-  __m512 best = ninf, second = ninf, chunk_best = ninf, chunk_second = ninf;
-  // |x|'s bits, largest: of the row, and of the chunk being scanned (a NaN's are above +inf's).
-  __m512i max_abs = _mm512_setzero_si512(), chunk_abs = max_abs;
+  const __m512 ninf = _mm512_set1_ps(-kInf), pinf = _mm512_set1_ps(kInf);
+  // The largest and smallest logits of the row so far, and of the chunk being scanned (merged at
+  // its end, so that each chunk's largest logit is known). A NaN lifts neither.
+  __m512 best = ninf, low = pinf, chunk_best = ninf, chunk_low = pinf;
   const auto scan = [&](__m512 v) __attribute__((always_inline)) {
-    chunk_second = max16(min16(v, chunk_best), chunk_second);
     chunk_best = max16(v, chunk_best);
-    chunk_abs = _mm512_maskz_max_epu32(0xFFFF, _mm512_and_si512(_mm512_castps_si512(v), magnitude),
-                                       chunk_abs);
+    chunk_low = min16(v, chunk_low);
   };
-  // A span's vectors, then its tail with the lanes past it at -inf (left out of chunk_abs).
+  // A span's vectors, then its tail with the lanes past it left out.
   const auto scan_span = [&](const float* p, int len) __attribute__((always_inline)) {
     int i = 0;
     for (; i + kP <= len; i += kP) scan(_mm512_loadu_ps(p + i));
     if (i < len) {
       const auto lanes = static_cast<__mmask16>((1u << (len - i)) - 1);
-      const __m512 v = _mm512_mask_loadu_ps(ninf, lanes, p + i);
-      chunk_second = max16(min16(v, chunk_best), chunk_second);
-      chunk_best = max16(v, chunk_best);
-      chunk_abs = _mm512_mask_max_epu32(
-          chunk_abs, lanes, _mm512_and_si512(_mm512_castps_si512(v), magnitude), chunk_abs);
+      chunk_best = max16(_mm512_mask_loadu_ps(ninf, lanes, p + i), chunk_best);
+      chunk_low = min16(_mm512_mask_loadu_ps(pinf, lanes, p + i), chunk_low);
     }
   };
-  // A logit this far from 0, or a ref this far, can put the exponential's y below -2^20 (see it
-  // below): half of 2^20 octaves, as a float's bits (+inf's where that is past the largest float).
+  // A logit this far from 0, or a ref this far, can put the fast exponential's y below -2^20 (see
+  // it below): half of 2^20 octaves.
   const float far_limit = static_cast<float>(0x1p19 / static_cast<double>(inv_t.octaves_hi));
-  const __m512i far_bits =
-      _mm512_set1_epi32(static_cast<int>(std::bit_cast<std::uint32_t>(far_limit)));
-  // The chunk just scanned into the row's lanes (a lane's second: the largest of the two seconds
-  // and of the smaller best; of equal values, +0 and -0, the earlier chunk's, as scan_row keeps
-  // them); its largest logit goes to s.chunk_max[c]; returns whether it holds a logit as far as
-  // far_limit from 0, an infinity or a NaN.
+  const __m512 far = _mm512_set1_ps(far_limit);
+  // The chunk just scanned into the row's; its largest logit goes to s.chunk_max[c]; returns
+  // whether it holds a logit as far as far_limit from 0 or an infinity (a chunk of fewer than 16
+  // tokens too: its lanes left at infinity).
   const auto end_chunk = [&](int c) __attribute__((always_inline)) {
-    const bool far = _mm512_cmpge_epu32_mask(chunk_abs, far_bits) != 0;
-    max_abs = _mm512_maskz_max_epu32(0xFFFF, chunk_abs, max_abs);
-    second = max16(min16(chunk_best, best), max16(chunk_second, second));
+    const bool is_far = (_mm512_cmp_ps_mask(_mm512_abs_ps(chunk_best), far, _CMP_NLT_UQ) |
+                         _mm512_cmp_ps_mask(_mm512_abs_ps(chunk_low), far, _CMP_NLT_UQ)) != 0;
     best = max16(chunk_best, best);
+    low = min16(chunk_low, low);
     s.chunk_max[static_cast<std::size_t>(c)] = lanes_max(chunk_best);
-    chunk_abs = _mm512_setzero_si512();
-    chunk_best = chunk_second = ninf;
-    return far;
+    chunk_best = ninf;
+    chunk_low = pinf;
+    return is_far;
   };
-  // The exponential, for the sums only (a draw computes again the p it compares): 2^y, y = (x -
-  // ref) c log2(e), split as exp_product splits it, c log2(e) in one float (3e-8 of y). It has no
-  // mask for the p below the smallest normal float (they add nothing a sum can hold), and far
-  // below -2^20 its split's rounding makes inf or NaN. So where a chunk's |x| and ref could put y
-  // below -2^20 (an infinity, a NaN, a logit far from the others, a temperature near 0), and for a
-  // row's tail (the lanes past it at -inf), x - ref is first held above -160 octaves by its bits
-  // (an integer minimum): -inf then gives 2^-160 x 1, which rounds to 0, not NaN. The adds and
-  // subtractions of the full vectors are multiply-adds by 1: on Zen 4 the comparisons of the
-  // scan, the adds and vscalefps share two of the four pipes, and the multiply-adds have the
-  // other two.
+  // The exponential, for the sums only (a draw computes again the p it compares), with c log2(e)
+  // in one float (3e-8 of y). Where a chunk's logits and ref lie within far_limit of 0, fast: y = x
+  // c log2(e) - r, r = ref c log2(e) rounded to a float (the chunk's frame, scaled away by the
+  // caller), so that no subtraction comes first; y rounded down to a multiple of 1/32 by adding 1.5
+  // x 2^18 (its last five bits index the table of 2^(j/32)); the rest of y, in [0, 1/32), by
+  // vreduceps; 2^floor(y) by vscalefps of y itself. 8 instructions (vscalefps counted once), 4 of
+  // them multiply-adds. Elsewhere (an infinity, a logit far from the others, a temperature near 0,
+  // and a row's tail), exact: x - ref first, held to -160 octaves by a float maximum (which keeps a
+  // NaN: the sum then tells of it), and split as exp_product splits it. Neither has a mask for the
+  // p below the smallest normal float: they add nothing a sum can hold. On Zen 4 the comparisons
+  // of the scan, the adds and vscalefps share two of the four pipes, and the multiply-adds have the
+  // other two: the fast split's round-down add is a multiply-add by 1.
   const __m512 octaves = _mm512_set1_ps(inv_t.octaves_hi);
   const __m512 shift = _mm512_set1_ps(0x1.8p18f), neg_shift = _mm512_set1_ps(-0x1.8p18f);
   const __m512 one = _mm512_set1_ps(1.0f);
   const __m512 c1 = _mm512_set1_ps(simd::detail::kExp2Poly[1]);
   const __m512 c0 = _mm512_set1_ps(simd::detail::kExp2Poly[0]);
+  const __m512 e0 = _mm512_set1_ps(kExp2FloorPoly[0]), e1 = _mm512_set1_ps(kExp2FloorPoly[1]),
+               e2 = _mm512_set1_ps(kExp2FloorPoly[2]);
   const __m512 tlo = _mm512_load_ps(simd::detail::kExp2Table);
   const __m512 thi = _mm512_load_ps(simd::detail::kExp2Table + 16);
   const float deepest = -160.0f / inv_t.octaves_hi;
-  const __m512i floor_bits = _mm512_set1_epi32(static_cast<int>(std::bit_cast<std::uint32_t>(
-      std::isfinite(deepest) ? deepest : std::numeric_limits<float>::lowest())));
-  const auto p_of = [&](__m512 v, __m512 neg_ref, bool clamp) __attribute__((always_inline)) {
-    __m512 d = _mm512_fmadd_ps(v, one, neg_ref);
-    if (clamp)
-      d = _mm512_castsi512_ps(_mm512_maskz_min_epu32(0xFFFF, _mm512_castps_si512(d), floor_bits));
+  const __m512 deep = _mm512_set1_ps(std::isfinite(deepest) ? deepest : -kInf);
+  const auto p_fast = [&](__m512 v, __m512 neg_r) __attribute__((always_inline)) {
+    const __m512 y = _mm512_fmadd_ps(v, octaves, neg_r);
+    const __m512 t =
+        _mm512_fmadd_round_ps(y, one, shift, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    const __m512 f =
+        _mm512_maskz_reduce_ps(0xFFFF, y, (5 << 4) | _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    const __m512 r = _mm512_fmadd_ps(f, _mm512_fmadd_ps(f, e2, e1), e0);
+    const __m512 table = _mm512_permutex2var_ps(tlo, _mm512_castps_si512(t), thi);
+    return _mm512_maskz_scalef_ps(0xFFFF, _mm512_mul_ps(table, r), y);
+  };
+  const auto p_exact = [&](__m512 v, __m512 neg_ref) __attribute__((always_inline)) {
+    const __m512 d = max16(deep, _mm512_add_ps(v, neg_ref));
     const __m512 t = _mm512_fmadd_ps(d, octaves, shift);
-    const __m512 nn = _mm512_fmadd_ps(t, one, neg_shift);
+    const __m512 nn = _mm512_add_ps(t, neg_shift);
     const __m512 f = _mm512_fmsub_ps(d, octaves, nn);
     const __m512 q = _mm512_fmadd_ps(f, c1, c0);
-    const __m512 low = _mm512_permutex2var_ps(tlo, _mm512_castps_si512(t), thi);
-    return _mm512_scalef_ps(_mm512_fmadd_ps(low, _mm512_mul_ps(f, q), low), nn);
+    const __m512 table = _mm512_permutex2var_ps(tlo, _mm512_castps_si512(t), thi);
+    return _mm512_maskz_scalef_ps(0xFFFF, _mm512_fmadd_ps(table, _mm512_mul_ps(f, q), table), nn);
   };
   const int chunks = (n + kChunk - 1) / kChunk;
   scan_span(x, std::min(n, kChunk));
@@ -656,50 +693,86 @@ __attribute__((noinline)) void one_pass(const float* x, int n, const simd::Produ
     const int ns = c + 1 < chunks ? std::min(kChunk, n - (c + 1) * kChunk) : 0;
     const float* xs = ns > 0 ? xe + kChunk : xe;  // no pointer past the row's end
     float chunk = 0;
+    double frame = 0;
     if (ref == -kInf) {  // every logit so far is -inf (or NaN): p 0
+      out.nan = out.nan || holds_nan(xe, ne);
       scan_span(xs, ns);
     } else {
-      const __m512 neg_ref = _mm512_set1_ps(-ref);
       __m512 acc = _mm512_setzero_ps();
       const int both = std::min(ne, ns) / kP * kP;
       int i = 0;
       if (odd) {
+        const __m512 neg_ref = _mm512_set1_ps(-ref);
         for (; i < both; i += kP) {
           scan(_mm512_loadu_ps(xs + i));
-          acc = _mm512_fmadd_ps(p_of(_mm512_loadu_ps(xe + i), neg_ref, true), one, acc);
+          acc = _mm512_add_ps(p_exact(_mm512_loadu_ps(xe + i), neg_ref), acc);
         }
+        scan_span(xs + both, ns - both);
+        for (; i < ne; i += kP) {
+          const auto lanes = static_cast<__mmask16>(ne - i >= kP ? 0xFFFF : (1u << (ne - i)) - 1);
+          acc = _mm512_add_ps(p_exact(_mm512_mask_loadu_ps(ninf, lanes, xe + i), neg_ref), acc);
+        }
+        frame = static_cast<double>(ref) * inv_t.octaves_hi;
       } else {
+        const float r = ref * inv_t.octaves_hi;
+        const __m512 neg_r = _mm512_set1_ps(-r);
         for (; i < both; i += kP) {
           scan(_mm512_loadu_ps(xs + i));
-          acc = _mm512_fmadd_ps(p_of(_mm512_loadu_ps(xe + i), neg_ref, false), one, acc);
+          acc = _mm512_add_ps(p_fast(_mm512_loadu_ps(xe + i), neg_r), acc);
         }
-      }
-      scan_span(xs + both, ns - both);
-      for (; i + kP <= ne; i += kP)
-        acc = _mm512_fmadd_ps(p_of(_mm512_loadu_ps(xe + i), neg_ref, odd), one, acc);
-      if (i < ne) {
-        const auto lanes = static_cast<__mmask16>((1u << (ne - i)) - 1);
-        acc = _mm512_add_ps(acc, p_of(_mm512_mask_loadu_ps(ninf, lanes, xe + i), neg_ref, true));
+        scan_span(xs + both, ns - both);
+        for (; i < ne; i += kP) {  // a tail's lanes past the row: ref's y, then p 0
+          const auto lanes = static_cast<__mmask16>(ne - i >= kP ? 0xFFFF : (1u << (ne - i)) - 1);
+          const __m512 p = p_fast(_mm512_mask_loadu_ps(_mm512_set1_ps(ref), lanes, xe + i), neg_r);
+          acc = _mm512_add_ps(_mm512_maskz_mov_ps(lanes, p), acc);
+        }
+        frame = r;
       }
       chunk = Eigen::internal::predux(acc);
     }
     s.chunks[static_cast<std::size_t>(c)] = chunk;
-    s.ref[static_cast<std::size_t>(c)] = ref;
+    s.ref_octaves[static_cast<std::size_t>(c)] = frame;
     if (ns > 0) {
-      const bool far = end_chunk(c + 1);
+      const bool is_far = end_chunk(c + 1);
       const float next_max = s.chunk_max[static_cast<std::size_t>(c) + 1];
       if (next_max > ref) {
         ref = next_max;
         top_block = c + 1;
       }
-      odd = far || !(std::fabs(ref) < far_limit);
+      odd = is_far || !(std::fabs(ref) < far_limit);
     }
   }
-  _mm512_store_ps(out.best, best);
-  _mm512_store_ps(out.second, second);
-  _mm512_store_si512(out.max_abs, max_abs);
-  out.nan = _mm512_cmpgt_epu32_mask(max_abs, inf_bits) != 0;
+  out.best = lanes_max(best);
+  out.low = lanes_min(low);
   out.top_block = top_block;
+}
+
+/// second of the rule (step 1) for a row without NaN whose largest logit `best` lies first in
+/// chunk `top`: the largest of the other chunks' largest logits and of the top chunk's logits but
+/// best's first.
+float second_of(const float* x, int n, float best, int top, const std::vector<float>& chunk_max) {
+  float second = -kInf;
+  for (int c = 0; c < static_cast<int>(chunk_max.size()); ++c)
+    if (c != top) second = std::max(second, chunk_max[static_cast<std::size_t>(c)]);
+  const float* xt = x + static_cast<long>(top) * kChunk;
+  const int len = std::min(kChunk, n - top * kChunk);
+  const __m512 ninf = _mm512_set1_ps(-kInf), vbest = _mm512_set1_ps(best);
+  bool seen = false;  // best's first lane left out
+  __m512 m = ninf;
+  for (int i = 0; i < len; i += kP) {
+    const auto lanes = static_cast<__mmask16>(len - i >= kP ? 0xFFFF : (1u << (len - i)) - 1);
+    const __m512 v = _mm512_mask_loadu_ps(ninf, lanes, xt + i);
+    __mmask16 keep = 0xFFFF;
+    if (!seen) {
+      const auto at = static_cast<unsigned>(_mm512_mask_cmp_ps_mask(lanes, v, vbest, _CMP_EQ_OQ));
+      if (at != 0) {
+        keep = static_cast<__mmask16>(~(at & -at));
+        seen = true;
+      }
+    }
+    m = _mm512_mask_max_ps(m, keep, v, m);
+  }
+  return std::max(second, lanes_max(m));
 }
 
 /// The tokens whose logit is at least `floor`, packed into cx and ci (logits and indices, in index
@@ -729,30 +802,49 @@ int keep_from(const float* x, int n, int first, float floor, float* cx, int* ci)
   return at;
 }
 
-/// A draw in one pass over its row (one_pass), then what the rule asks in best's frame: each
-/// chunk's sum times the rule's p of its reference; for top-p < 1, the candidates picked by their
+/// A draw in one pass over its row (one_pass), then what the rule asks in best's frame: best,
+/// second and max |x| (from the greedy scan where a zero's sign or a NaN asks for its rule); each
+/// chunk's sum scaled from its frame to best's; for top-p < 1, the candidates picked by their
 /// logits once S is known, and their p computed from best as the two-pass draw computes them.
 /// inv_t is product_exp(job.inv_temperature), which must have split.
 SampledToken draw_one_pass(const float* x, int n, const SamplingJob& job,
                            const simd::ProductExp& inv_t, Scratch& s) {
   const int chunks = (n + kChunk - 1) / kChunk;
   s.chunks.resize(static_cast<std::size_t>(chunks));
-  s.ref.resize(static_cast<std::size_t>(chunks));
+  s.ref_octaves.resize(static_cast<std::size_t>(chunks));
   s.chunk_max.resize(static_cast<std::size_t>(chunks));
   OnePass pass;
   one_pass(x, n, inv_t, s, pass);
-  SampledToken t =
-      finish_scan(pass.best, pass.second, pass.max_abs, pass.nan, pass.top_block, x, n, false);
-  if (t.token == SampledToken::kNaNLogit) return t;
-  if (t.best == kInf || t.best == -kInf) {
-    t.token = t.best == kInf ? SampledToken::kInfLogit : SampledToken::kNoTokenAllowed;
-    return t;
+  bool sums_hold = true;  // no chunk's sum is NaN
+  for (const float chunk : s.chunks) sums_hold = sums_hold && chunk == chunk;
+  SampledToken t{0, pass.best, -kInf, std::fabs(std::max(pass.best, -pass.low))};
+  // Rows the greedy scan settles: a NaN (seen, or a sum's), an infinity, a zero's sign (best's is
+  // its first zero's, second's as the scan's lanes leave it).
+  bool scan = pass.nan || !sums_hold || !std::isfinite(pass.best) || pass.best == 0.0f;
+  if (!scan) {
+    t.second = second_of(x, n, pass.best, pass.top_block, s.chunk_max);
+    scan = t.second == 0.0f;
   }
-  rule_p(s.ref.data(), s.ref.data(), chunks, t.best, job.inv_temperature);
+  if (scan) {
+    t = scan_row(x, n, false);
+    if (t.token == SampledToken::kNaNLogit) return t;
+    if (t.best == kInf || t.best == -kInf) {
+      t.token = t.best == kInf ? SampledToken::kInfLogit : SampledToken::kNoTokenAllowed;
+      return t;
+    }
+    if (!sums_hold) {  // a NaN sum from a row without NaN or infinity: not expected; two passes
+      t.token = draw(x, n, job, t, s);
+      return t;
+    }
+  }
+  const double best_octaves = static_cast<double>(t.best) * inv_t.octaves_hi;
   double sum = 0;
   for (int c = 0; c < chunks; ++c) {
-    s.chunks[static_cast<std::size_t>(c)] *= s.ref[static_cast<std::size_t>(c)];
-    sum += s.chunks[static_cast<std::size_t>(c)];
+    float& chunk = s.chunks[static_cast<std::size_t>(c)];
+    if (chunk != 0.0f)
+      chunk = static_cast<float>(
+          chunk * std::exp2(s.ref_octaves[static_cast<std::size_t>(c)] - best_octaves));
+    sum += chunk;
   }
   if (job.top_p >= 1.0f) {
     t.token = walk_full(x, n, job, t.best, s);

@@ -102,6 +102,10 @@ TEST(Sampler, HostScanFindsTheFirstMaximumAcrossBlocksAndLanes) {
       for (const float top : {100.0f, inf, -inf}) {
         std::vector<float> row = random_logits(static_cast<std::size_t>(vocab), at.size(), 2.0f);
         if (top == -inf) std::fill(row.begin(), row.end(), -inf);
+        // A logit far below the others, so that max |x| is the smallest's (a draw takes it so).
+        const int low = (at[0] + vocab / 2) % vocab;
+        if (top == 100.0f && std::find(at.begin(), at.end(), low) == at.end())
+          row[static_cast<std::size_t>(low)] = -250.0f;
         for (const int i : at) row[static_cast<std::size_t>(i)] = top;
         const int want = *std::min_element(at.begin(), at.end());
         for (const SamplingJob& job : kScanJobs) {
@@ -128,8 +132,9 @@ TEST(Sampler, HostScanFindsTheFirstMaximumAcrossBlocksAndLanes) {
 
 // A NaN makes the token kNaNLogit and takes no part in best, second or max_abs, as on the device:
 // planted at the start, in the middle and in the tail, beside the row's largest value and a tie;
-// either sign of NaN (x86's own arithmetic makes negative ones); and in a block of -inf before the
-// row's finite logits, where a draw computes no p.
+// either sign of NaN (x86's own arithmetic makes negative ones); and with the row's first block
+// -inf, the largest and second in the next: at 0 the NaN is in that block, where a draw computes no
+// p.
 TEST(Sampler, HostScanLeavesNaNOutOfBestAndSecond) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   for (const int vocab : {3, 17, 6000})
@@ -140,9 +145,10 @@ TEST(Sampler, HostScanLeavesNaNOutOfBestAndSecond) {
           std::vector<float> row = random_logits(static_cast<std::size_t>(vocab), 11, 2.0f);
           if (masked_start)  // the first block -inf, but for the NaN if it is there
             std::fill(row.begin(), row.begin() + 2048, -std::numeric_limits<float>::infinity());
-          const int top = (at + 1) % vocab;
+          const int top = masked_start ? 4000 : (at + 1) % vocab;
           row[static_cast<std::size_t>(top)] = 100.0f;
-          row[static_cast<std::size_t>((at + vocab - 1) % vocab)] = 50.0f;  // second, by the NaN
+          const int second_at = masked_start ? 3999 : (at + vocab - 1) % vocab;  // by the NaN
+          row[static_cast<std::size_t>(second_at)] = 50.0f;
           row[static_cast<std::size_t>(at)] = planted;
           const auto [second, max_abs] = plain_second_and_max_abs(row, top);
           for (const SamplingJob& job : kScanJobs) {
