@@ -252,13 +252,15 @@ struct KeepCandidates {
 };
 
 /// Per-thread scratch: one chunk's p, the chunks' sums (and, in the one-pass draw, each chunk's
-/// frame, from the largest logit up to its end, and its own largest logit), a top-p < 1 draw's
-/// candidates (their p and indices), the mass of each bucket, the crossing bucket's p.
+/// frame, from the largest logit up to its end, its own largest logit and that logit's p), a
+/// top-p < 1 draw's candidates (their p and indices), the mass of each bucket, the crossing
+/// bucket's p.
 struct Scratch {
   std::vector<float> p;
   std::vector<float> chunks;
   std::vector<double> ref_octaves;
   std::vector<float> chunk_max;
+  std::vector<float> chunk_p;
   std::vector<float> cand_p;
   std::vector<int> cand_i;
   std::vector<double> mass;
@@ -645,12 +647,13 @@ __attribute__((noinline)) void one_pass(const float* x, int n, const simd::Produ
   // caller), so that no subtraction comes first; y rounded down to a multiple of 1/32 by adding 1.5
   // x 2^18 (its last five bits index the table of 2^(j/32)); the rest of y, in [0, 1/32), by
   // vreduceps; 2^floor(y) by vscalefps of y itself. 8 instructions (vscalefps counted once), 4 of
-  // them multiply-adds. Elsewhere (an infinity, a logit far from the others, a temperature near 0,
-  // and a row's tail), exact: x - ref first, held to -160 octaves by a float maximum (which keeps a
-  // NaN: the sum then tells of it), and split as exp_product splits it. Neither has a mask for the
-  // p below the smallest normal float: they add nothing a sum can hold. On Zen 4 the comparisons
-  // of the scan, the adds and vscalefps share two of the four pipes, and the multiply-adds have the
-  // other two: the fast split's round-down add is a multiply-add by 1.
+  // them multiply-adds. Elsewhere (a chunk that holds ref itself, an infinity, a logit far from the
+  // others, a temperature near 0), exact: x - ref first, held to -160 octaves by a float maximum
+  // (which keeps a NaN: the sum then tells of it), and split as exp_product splits it; p of ref is
+  // then 1. Neither has a mask for the p below the smallest normal float: they add nothing a sum
+  // can hold. On Zen 4 the comparisons of the scan, the adds and vscalefps share two of the four
+  // pipes, and the multiply-adds have the other two: the fast split's round-down add is a
+  // multiply-add by 1.
   const __m512 octaves = _mm512_set1_ps(inv_t.octaves_hi);
   const __m512 shift = _mm512_set1_ps(0x1.8p18f), neg_shift = _mm512_set1_ps(-0x1.8p18f);
   const __m512 one = _mm512_set1_ps(1.0f);
@@ -701,7 +704,10 @@ __attribute__((noinline)) void one_pass(const float* x, int n, const simd::Produ
       __m512 acc = _mm512_setzero_ps();
       const int both = std::min(ne, ns) / kP * kP;
       int i = 0;
-      if (odd) {
+      // Exact also where the chunk holds ref itself: p of ref is then exactly 1, and so is every
+      // p of best in S (best's chunks hold the largest logit so far), as on the device, where tied
+      // largest logits can put top_p S right on a boundary (top_p 0.5 over two of them).
+      if (odd || s.chunk_max[static_cast<std::size_t>(c)] == ref) {
         const __m512 neg_ref = _mm512_set1_ps(-ref);
         for (; i < both; i += kP) {
           scan(_mm512_loadu_ps(xs + i));
@@ -802,6 +808,26 @@ int keep_from(const float* x, int n, int first, float floor, float* cx, int* ci)
   return at;
 }
 
+/// A bound below tau from the chunks' largest logits, or 0: the largest p of some chunk, b, where
+/// the largest p of the chunks whose largest p is at least b add up to S less half of (1 - top_p)
+/// S. Those tokens alone hold more than top_p S, so tau is at least b. Where a few tokens hold
+/// most of the mass, as a model's logits mostly leave them, it lies far above the bound from the
+/// count (nucleus_per_token), and fewer chunks reach the candidates' floor.
+double chunk_bound(const SamplingJob& job, float best, double sum, Scratch& s) {
+  const double goal = sum - 0.5 * (1.0 - static_cast<double>(job.top_p)) * sum;
+  const int chunks = static_cast<int>(s.chunk_max.size());
+  s.chunk_p.resize(static_cast<std::size_t>(chunks));
+  rule_p(s.chunk_p.data(), s.chunk_max.data(), chunks, best, job.inv_temperature);
+  double all = 0;
+  for (const float p : s.chunk_p) all += p;
+  if (!(all >= goal)) return 0;  // a flat row's: no chunk's largest p stands out
+  std::sort(s.chunk_p.begin(), s.chunk_p.end(), std::greater<>());
+  double held = 0;
+  for (const float p : s.chunk_p)
+    if ((held += p) >= goal) return p;
+  return 0;
+}
+
 /// A draw in one pass over its row (one_pass), then what the rule asks in best's frame: best,
 /// second and max |x| (from the greedy scan where a zero's sign or a NaN asks for its rule); each
 /// chunk's sum scaled from its frame to best's; for top-p < 1, the candidates picked by their
@@ -850,10 +876,11 @@ SampledToken draw_one_pass(const float* x, int n, const SamplingJob& job,
     t.token = walk_full(x, n, job, t.best, s);
     return t;
   }
-  // The candidates: p = exp((x - best) / T) is at least the bound from S where x - best is at least
-  // T ln(bound). The floor goes down by more than the rounding of x - best (half a unit in its last
+  // The candidates: p = exp((x - best) / T) is at least the bound where x - best is at least T
+  // ln(bound). The floor goes down by more than the rounding of x - best (half a unit in its last
   // place, 2^-24 of it) and of p (2 ulp) can lift a token past it.
-  const double bound = std::min(1.0, nucleus_per_token(job, n) * sum);
+  const double bound =
+      std::min(1.0, std::max(nucleus_per_token(job, n) * sum, chunk_bound(job, t.best, sum, s)));
   const double below = std::log(bound) / static_cast<double>(job.inv_temperature);  // <= 0
   const double floor = static_cast<double>(t.best) + below -
                        1e-6 * (std::fabs(t.best) - below + 1.0 / job.inv_temperature);

@@ -417,6 +417,25 @@ TEST(Sampler, TiedTokensAtTheCutAreTakenByIndexAcrossSpans) {
   }
 }
 
+// Two tied largest logits, the rest 40 below (e^-40 / T of mass each): top_p 0.5 of S is then
+// one of the ties and a little more, so the nucleus holds both, and u 0.75 draws the second. Only
+// if p of best is exactly 1 in S, as the rule has it and the device computes it: a sum that held
+// it as 1 - 1e-7 would cut the nucleus after the first. The ties in one chunk and in two; largest
+// logits whose product with (1 / T) log2(e) is rounded, above and below 0.
+TEST(Sampler, TiedLargestLogitsOnTheCutAreBothKept) {
+  for (const int second_at : {40, 5000})
+    for (const float top : {7.3f, -3.1f, 0.37f, 12.9f, 101.7f, -55.5f})
+      for (const float temperature : {0.55f, 0.8f, 1.0f}) {
+        std::vector<float> row(8192, top - 40.0f);
+        row[17] = row[static_cast<std::size_t>(second_at)] = top;
+        const SamplingJob job = draw_job(0, temperature, 0.5f, 0.75f);
+        SampledToken t;
+        cpu::sample_rows(&t, row.data(), 1, static_cast<int>(row.size()), &job, 1);
+        EXPECT_EQ(t.token, second_at)
+            << "ties at 17 and " << second_at << ", logit " << top << ", T " << temperature;
+      }
+}
+
 // A top-p < 1 draw walks only its candidates, kept chunk by chunk (2048 tokens: during the
 // exponential's pass, or after it where the build has AVX-512). 600 ties of logit 0 in a
 // vocabulary of 20011 (no whole number of vectors): 300 in the first two chunks (every 13th token
