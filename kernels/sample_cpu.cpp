@@ -809,12 +809,13 @@ int keep_from(const float* x, int n, int first, float floor, float* cx, int* ci)
 }
 
 /// A bound below tau from the chunks' largest logits, or 0: the largest p of some chunk, b, where
-/// the largest p of the chunks whose largest p is at least b add up to S less half of (1 - top_p)
-/// S. Those tokens alone hold more than top_p S, so tau is at least b. Where a few tokens hold
-/// most of the mass, as a model's logits mostly leave them, it lies far above the bound from the
-/// count (nucleus_per_token), and fewer chunks reach the candidates' floor.
+/// the largest p of the chunks whose largest p is at least b add up to top_p S and 1e-4 S more (a
+/// margin far above the rounding of S). Those tokens alone hold more than top_p S, so tau is at
+/// least b. Where a few tokens hold most of the mass, as a model's logits mostly leave them, it
+/// lies far above the bound from the count (nucleus_per_token), and fewer chunks reach the
+/// candidates' floor.
 double chunk_bound(const SamplingJob& job, float best, double sum, Scratch& s) {
-  const double goal = sum - 0.5 * (1.0 - static_cast<double>(job.top_p)) * sum;
+  const double goal = (static_cast<double>(job.top_p) + 1e-4) * sum;
   const int chunks = static_cast<int>(s.chunk_max.size());
   s.chunk_p.resize(static_cast<std::size_t>(chunks));
   rule_p(s.chunk_p.data(), s.chunk_max.data(), chunks, best, job.inv_temperature);
