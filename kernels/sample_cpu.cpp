@@ -260,7 +260,8 @@ struct Scratch {
   std::vector<float> chunks;
   std::vector<double> ref_octaves;
   std::vector<float> chunk_max;
-  std::vector<float> chunk_p;
+  std::vector<float> lane_max;
+  std::vector<float> lane_p;
   std::vector<float> cand_p;
   std::vector<int> cand_i;
   std::vector<double> mass;
@@ -637,6 +638,7 @@ __attribute__((noinline)) void one_pass(const float* x, int n, const simd::Produ
     best = max16(chunk_best, best);
     low = min16(chunk_low, low);
     s.chunk_max[static_cast<std::size_t>(c)] = lanes_max(chunk_best);
+    _mm512_storeu_ps(s.lane_max.data() + static_cast<std::size_t>(c) * kScanLanes, chunk_best);
     chunk_best = ninf;
     chunk_low = pinf;
     return is_far;
@@ -808,25 +810,37 @@ int keep_from(const float* x, int n, int first, float floor, float* cx, int* ci)
   return at;
 }
 
-/// A bound below tau from the chunks' largest logits, or 0: the largest p of some chunk, b, where
-/// the largest p of the chunks whose largest p is at least b add up to top_p S and 1e-4 S more (a
-/// margin far above the rounding of S). Those tokens alone hold more than top_p S, so tau is at
-/// least b. Where a few tokens hold most of the mass, as a model's logits mostly leave them, it
-/// lies far above the bound from the count (nucleus_per_token), and fewer chunks reach the
-/// candidates' floor.
-double chunk_bound(const SamplingJob& job, float best, double sum, Scratch& s) {
+/// A bound below tau from the largest logits of the chunks' lanes, or 0. Each of a chunk's 16
+/// lanes holds the tokens of one index mod 16, so the lanes' largest logits are distinct tokens, as
+/// many as 16 a chunk: b, where their p of at least b add up to top_p S and 1e-4 S more (a margin
+/// far above the rounding of S), bounds tau from below, since those tokens alone hold more than
+/// top_p S. b is found by bisection over its float's bits (every p is in [0, 1]) to within 1/8 of
+/// an octave of the largest such: 10 steps. Where a few tokens hold most of the mass, as a model's
+/// logits mostly leave them, it lies far above the bound from the count (nucleus_per_token), and
+/// fewer chunks reach the candidates' floor.
+double lanes_bound(const SamplingJob& job, float best, double sum, Scratch& s) {
   const double goal = (static_cast<double>(job.top_p) + 1e-4) * sum;
-  const int chunks = static_cast<int>(s.chunk_max.size());
-  s.chunk_p.resize(static_cast<std::size_t>(chunks));
-  rule_p(s.chunk_p.data(), s.chunk_max.data(), chunks, best, job.inv_temperature);
-  double all = 0;
-  for (const float p : s.chunk_p) all += p;
-  if (!(all >= goal)) return 0;  // a flat row's: no chunk's largest p stands out
-  std::sort(s.chunk_p.begin(), s.chunk_p.end(), std::greater<>());
-  double held = 0;
-  for (const float p : s.chunk_p)
-    if ((held += p) >= goal) return p;
-  return 0;
+  const int m = static_cast<int>(s.lane_max.size());  // whole vectors: 16 a chunk
+  s.lane_p.resize(static_cast<std::size_t>(m));
+  rule_p(s.lane_p.data(), s.lane_max.data(), m, best, job.inv_temperature);
+  // The mass of the lanes' largest p at or above b: in float, within 4e-5 of it (m <= 2^14 of them
+  // in 16 lanes), below the margin.
+  const auto held = [&](float b) {
+    const __m512 vb = _mm512_set1_ps(b);
+    __m512 acc = _mm512_setzero_ps();
+    for (int i = 0; i < m; i += kP) {
+      const __m512 v = _mm512_loadu_ps(s.lane_p.data() + i);
+      acc = _mm512_mask_add_ps(acc, _mm512_cmp_ps_mask(v, vb, _CMP_GE_OQ), acc, v);
+    }
+    return static_cast<double>(Eigen::internal::predux(acc));
+  };
+  if (!(held(0.0f) >= goal)) return 0;  // a flat row's: no few tokens stand out
+  std::uint32_t lo = 0, hi = std::bit_cast<std::uint32_t>(1.0f) + 1;  // held(lo) >= goal > held(hi)
+  while (hi - lo > (1u << 20)) {  // 2^20 of a float's bits: 1/8 of an octave
+    const std::uint32_t mid = lo + (hi - lo) / 2;
+    (held(std::bit_cast<float>(mid)) >= goal ? lo : hi) = mid;
+  }
+  return std::bit_cast<float>(lo);
 }
 
 /// A draw in one pass over its row (one_pass), then what the rule asks in best's frame: best,
@@ -840,6 +854,7 @@ SampledToken draw_one_pass(const float* x, int n, const SamplingJob& job,
   s.chunks.resize(static_cast<std::size_t>(chunks));
   s.ref_octaves.resize(static_cast<std::size_t>(chunks));
   s.chunk_max.resize(static_cast<std::size_t>(chunks));
+  s.lane_max.resize(static_cast<std::size_t>(chunks) * kScanLanes);
   OnePass pass;
   one_pass(x, n, inv_t, s, pass);
   bool sums_hold = true;  // no chunk's sum is NaN
@@ -881,7 +896,7 @@ SampledToken draw_one_pass(const float* x, int n, const SamplingJob& job,
   // ln(bound). The floor goes down by more than the rounding of x - best (half a unit in its last
   // place, 2^-24 of it) and of p (2 ulp) can lift a token past it.
   const double bound =
-      std::min(1.0, std::max(nucleus_per_token(job, n) * sum, chunk_bound(job, t.best, sum, s)));
+      std::min(1.0, std::max(nucleus_per_token(job, n) * sum, lanes_bound(job, t.best, sum, s)));
   const double below = std::log(bound) / static_cast<double>(job.inv_temperature);  // <= 0
   const double floor = static_cast<double>(t.best) + below -
                        1e-6 * (std::fabs(t.best) - below + 1.0 / job.inv_temperature);

@@ -436,13 +436,14 @@ TEST(Sampler, TiedLargestLogitsOnTheCutAreBothKept) {
       }
 }
 
-// Five tokens, one in each chunk of 2048, hold all but e^-40 of the mass, with p 1, 0.5, 0.3, 0.25
-// and 0.2: top_p 0.9 of S (2.025) needs the first four (the first three hold 1.8), and the fifth is
-// out. The draw's floor for its candidates comes from the chunks' largest p here, and must not rise
-// past the fourth: every draw must be the full sort's.
-TEST(Sampler, TheFloorFromTheChunksLargestLogitsKeepsTheWholeNucleus) {
+// Five tokens hold all but e^-40 of the mass, with p 1, 0.5, 0.3, 0.25 and 0.2: top_p 0.9 of S
+// (2.025) needs the first four (the first three hold 1.8), and the fifth is out. The first two
+// share a chunk of 2048 (in two of its 16 lanes), the others have one each. The draw's floor for
+// its candidates comes from the lanes' largest p here, and must not rise past the fourth: every
+// draw must be the full sort's.
+TEST(Sampler, TheFloorFromTheLanesLargestLogitsKeepsTheWholeNucleus) {
   std::vector<float> logits(12288, -40.0f);
-  const std::array<int, 5> at = {100, 2048 + 7, 4096 + 300, 6144 + 2000, 8192 + 50};
+  const std::array<int, 5> at = {100, 101, 4096 + 300, 6144 + 2000, 8192 + 50};
   const std::array<float, 5> p = {1.0f, 0.5f, 0.3f, 0.25f, 0.2f};
   for (std::size_t k = 0; k < at.size(); ++k)
     logits[static_cast<std::size_t>(at[k])] = std::log(p[k]);
