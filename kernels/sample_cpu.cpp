@@ -818,17 +818,28 @@ int keep_from(const float* x, int n, int first, float floor, float* cx, int* ci)
 /// an octave of the largest such: 10 steps. Where a few tokens hold most of the mass, as a model's
 /// logits mostly leave them, it lies far above the bound from the count (nucleus_per_token), and
 /// fewer chunks reach the candidates' floor.
-double lanes_bound(const SamplingJob& job, float best, double sum, Scratch& s) {
+double lanes_bound(const SamplingJob& job, float best, double sum, float floor, Scratch& s) {
   const double goal = (static_cast<double>(job.top_p) + 1e-4) * sum;
-  const int m = static_cast<int>(s.lane_max.size());  // whole vectors: 16 a chunk
-  s.lane_p.resize(static_cast<std::size_t>(m));
-  rule_p(s.lane_p.data(), s.lane_max.data(), m, best, job.inv_temperature);
-  // The mass of the lanes' largest p at or above b: in float, within 4e-5 of it (m <= 2^14 of them
-  // in 16 lanes), below the margin.
+  // Only the lanes that reach the floor of the count's bound: b matters only above that bound, and
+  // a lane of p at least b reaches it. A model's row leaves few of them.
+  const int lanes = static_cast<int>(s.lane_max.size());  // whole vectors: 16 a chunk
+  s.lane_p.resize(static_cast<std::size_t>(lanes) + kP);
+  int m = 0;
+  const __m512 vf = _mm512_set1_ps(floor);
+  for (int i = 0; i < lanes; i += kP) {
+    const __m512 v = _mm512_loadu_ps(s.lane_max.data() + i);
+    const __mmask16 keep = _mm512_cmp_ps_mask(v, vf, _CMP_GE_OQ);
+    _mm512_storeu_ps(s.lane_p.data() + m, _mm512_maskz_compress_ps(keep, v));
+    m += std::popcount(static_cast<unsigned>(keep));
+  }
+  rule_p(s.lane_p.data(), s.lane_p.data(), m, best, job.inv_temperature);
+  for (int i = m; i % kP != 0; ++i) s.lane_p[static_cast<std::size_t>(i)] = 0.0f;
+  // The mass of those p at or above b: in float, within 4e-5 of it (m <= 2^14 of them in 16
+  // lanes), below the margin.
   const auto held = [&](float b) {
     const __m512 vb = _mm512_set1_ps(b);
     __m512 acc = _mm512_setzero_ps();
-    for (int i = 0; i < m; i += kP) {
+    for (int i = 0; i < m; i += kP) {  // the last vector's lanes past m hold 0
       const __m512 v = _mm512_loadu_ps(s.lane_p.data() + i);
       acc = _mm512_mask_add_ps(acc, _mm512_cmp_ps_mask(v, vb, _CMP_GE_OQ), acc, v);
     }
@@ -892,17 +903,20 @@ SampledToken draw_one_pass(const float* x, int n, const SamplingJob& job,
     t.token = walk_full(x, n, job, t.best, s);
     return t;
   }
-  // The candidates: p = exp((x - best) / T) is at least the bound where x - best is at least T
+  // The candidates: p = exp((x - best) / T) is at least a bound where x - best is at least T
   // ln(bound). The floor goes down by more than the rounding of x - best (half a unit in its last
   // place, 2^-24 of it) and of p (2 ulp) can lift a token past it.
-  const double bound =
-      std::min(1.0, std::max(nucleus_per_token(job, n) * sum, lanes_bound(job, t.best, sum, s)));
-  const double below = std::log(bound) / static_cast<double>(job.inv_temperature);  // <= 0
-  const double floor = static_cast<double>(t.best) + below -
-                       1e-6 * (std::fabs(t.best) - below + 1.0 / job.inv_temperature);
-  const float lowest = std::numeric_limits<float>::lowest();  // -inf logits are never candidates
-  const float f =
-      floor > lowest ? std::max(std::nextafter(static_cast<float>(floor), -kInf), lowest) : lowest;
+  const auto floor_of = [&](double bound) {
+    const double below = std::log(bound) / static_cast<double>(job.inv_temperature);  // <= 0
+    const double floor = static_cast<double>(t.best) + below -
+                         1e-6 * (std::fabs(t.best) - below + 1.0 / job.inv_temperature);
+    const float lowest = std::numeric_limits<float>::lowest();  // -inf logits are never in
+    return floor > lowest ? std::max(std::nextafter(static_cast<float>(floor), -kInf), lowest)
+                          : lowest;
+  };
+  const double count = std::min(1.0, nucleus_per_token(job, n) * sum);
+  const double lanes = lanes_bound(job, t.best, sum, floor_of(count), s);
+  const float f = floor_of(std::max(count, lanes));
   s.cand_p.resize(static_cast<std::size_t>(n) + kP);
   s.cand_i.resize(static_cast<std::size_t>(n) + kP);
   int kept = 0;  // the chunks whose largest logit is below the floor hold none
