@@ -832,10 +832,12 @@ double lanes_bound(const SamplingJob& job, float best, double sum, float floor, 
     _mm512_storeu_ps(s.lane_p.data() + m, _mm512_maskz_compress_ps(keep, v));
     m += std::popcount(static_cast<unsigned>(keep));
   }
+  // The mass of those p at or above b is summed in float, 16 lanes of at most 2^10 adds each and 4
+  // to fold them: within 6.4e-5 of it, below the margin, for at most 2^14 of them (a vocabulary of
+  // 2M); past that, no bound.
+  if (m > (1 << 14)) return 0;
   rule_p(s.lane_p.data(), s.lane_p.data(), m, best, job.inv_temperature);
   for (int i = m; i % kP != 0; ++i) s.lane_p[static_cast<std::size_t>(i)] = 0.0f;
-  // The mass of those p at or above b: in float, within 4e-5 of it (m <= 2^14 of them in 16
-  // lanes), below the margin.
   const auto held = [&](float b) {
     const __m512 vb = _mm512_set1_ps(b);
     __m512 acc = _mm512_setzero_ps();
