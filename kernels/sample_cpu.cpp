@@ -252,9 +252,9 @@ struct KeepCandidates {
 };
 
 /// Per-thread scratch: one chunk's p, the chunks' sums (and, in the one-pass draw, each chunk's
-/// frame, from the largest logit up to its end, its own largest logit and that logit's p), a
-/// top-p < 1 draw's candidates (their p and indices), the mass of each bucket, the crossing
-/// bucket's p.
+/// frame, from the largest logit up to its end, its own largest logit, its lanes' largest logits
+/// and their p), a top-p < 1 draw's candidates (their p and indices), the mass of each bucket, the
+/// crossing bucket's p.
 struct Scratch {
   std::vector<float> p;
   std::vector<float> chunks;
@@ -652,10 +652,11 @@ __attribute__((noinline)) void one_pass(const float* x, int n, const simd::Produ
   // them multiply-adds. Elsewhere (a chunk that holds ref itself, an infinity, a logit far from the
   // others, a temperature near 0), exact: x - ref first, held to -160 octaves by a float maximum
   // (which keeps a NaN: the sum then tells of it), and split as exp_product splits it; p of ref is
-  // then 1. Neither has a mask for the p below the smallest normal float: they add nothing a sum
-  // can hold. On Zen 4 the comparisons of the scan, the adds and vscalefps share two of the four
-  // pipes, and the multiply-adds have the other two: the fast split's round-down add is a
-  // multiply-add by 1.
+  // then 1. Neither has a mask for the p below the smallest normal float, which the rule makes 0:
+  // they add less than the chunk's count times that float to its sum, and the caller sets the sum
+  // of a chunk whose largest p is 0 to 0. On Zen 4 the comparisons of the scan, the adds and
+  // vscalefps share two of the four pipes, and the multiply-adds have the other two: the fast
+  // split's round-down add is a multiply-add by 1.
   const __m512 octaves = _mm512_set1_ps(inv_t.octaves_hi);
   const __m512 shift = _mm512_set1_ps(0x1.8p18f), neg_shift = _mm512_set1_ps(-0x1.8p18f);
   const __m512 one = _mm512_set1_ps(1.0f);
@@ -892,11 +893,17 @@ SampledToken draw_one_pass(const float* x, int n, const SamplingJob& job,
       return t;
     }
   }
+  // Each chunk's sum in best's frame. A chunk whose largest p is 0 by the rule (x - best below
+  // a_min, where exp_product's mask makes it 0) holds no token a draw can take, but its sum, of p
+  // the pass left unmasked, need not be 0: it is set to 0, or a draw whose number falls there (u 0,
+  // say) would find no token.
   const double best_octaves = static_cast<double>(t.best) * inv_t.octaves_hi;
   double sum = 0;
   for (int c = 0; c < chunks; ++c) {
     float& chunk = s.chunks[static_cast<std::size_t>(c)];
-    if (chunk != 0.0f)
+    if (!(s.chunk_max[static_cast<std::size_t>(c)] - t.best >= inv_t.a_min))
+      chunk = 0.0f;
+    else if (chunk != 0.0f)
       chunk = static_cast<float>(
           chunk * std::exp2(s.ref_octaves[static_cast<std::size_t>(c)] - best_octaves));
     sum += chunk;

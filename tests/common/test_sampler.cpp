@@ -417,6 +417,32 @@ TEST(Sampler, TiedTokensAtTheCutAreTakenByIndexAcrossSpans) {
   }
 }
 
+// A first chunk whose p are all below the smallest normal float (0 by the rule) while a later one
+// holds the largest logit: a top-p 1 draw at u 0 must take the first token of p > 0. The
+// one pass sums p unmasked, so that chunk's sum, scaled to best's frame, is a tiny number unless
+// it is set to 0. Chunks of 2048: the largest logit alone in a second chunk, and in a row where
+// the first chunk sits 10 below a sine's at T 0.1.
+TEST(Sampler, AChunkOfNoMassIsNeverDrawnFrom) {
+  std::vector<float> lone(2049, -100.0f);
+  lone[2048] = 1.0f;
+  std::vector<float> sine(32000);
+  for (std::size_t i = 0; i < sine.size(); ++i)
+    sine[i] = 5.0f * std::sin(0.37f * static_cast<float>(i)) - (i < 2048 ? 10.0f : 0.0f);
+  for (const auto& [row, temperature] : {std::pair{&lone, 1.0f}, std::pair{&sine, 0.1f}}) {
+    const SamplingJob job = draw_job(0, temperature, 1.0f, 0.0f);
+    SampledToken t;
+    cpu::sample_rows(&t, row->data(), 1, static_cast<int>(row->size()), &job, 1);
+    // The rule's first token of p > 0: p at least the smallest normal float (in double here).
+    const double best = *std::max_element(row->begin(), row->end());
+    int want = 0;
+    while (std::exp((row->at(static_cast<std::size_t>(want)) - best) / temperature) <
+           std::numeric_limits<float>::min())
+      ++want;
+    EXPECT_EQ(want, 2048) << "vocab " << row->size();
+    EXPECT_EQ(t.token, want) << "vocab " << row->size();
+  }
+}
+
 // Two tied largest logits, the rest 40 below (e^-40 / T of mass each): top_p 0.5 of S is then
 // one of the ties and a little more, so the nucleus holds both, and u 0.75 draws the second. Only
 // if p of best is exactly 1 in S, as the rule has it and the device computes it: a sum that held
