@@ -573,11 +573,17 @@ float lanes_min(__m512 v) {
       _mm512_xor_si512(_mm512_castps_si512(v), _mm512_set1_epi32(static_cast<int>(0x80000000u)))));
 }
 
+/// The lanes of a vector that hold the first `left` of the tokens from it on (all 16 if left >=
+/// 16).
+__mmask16 lanes_to(int left) {
+  return static_cast<__mmask16>(left >= kP ? 0xFFFF : (1u << left) - 1);
+}
+
 /// Whether x[0, n) holds a NaN.
 bool holds_nan(const float* x, int n) {
   __mmask16 any = 0;
   for (int i = 0; i < n; i += kP) {
-    const auto lanes = static_cast<__mmask16>(n - i >= kP ? 0xFFFF : (1u << (n - i)) - 1);
+    const __mmask16 lanes = lanes_to(n - i);
     const __m512 v = _mm512_maskz_loadu_ps(lanes, x + i);
     any |= _mm512_mask_cmp_ps_mask(lanes, v, v, _CMP_UNORD_Q);
   }
@@ -620,7 +626,7 @@ __attribute__((noinline)) void one_pass(const float* x, int n, const simd::Produ
     int i = 0;
     for (; i + kP <= len; i += kP) scan(_mm512_loadu_ps(p + i));
     if (i < len) {
-      const auto lanes = static_cast<__mmask16>((1u << (len - i)) - 1);
+      const __mmask16 lanes = lanes_to(len - i);
       chunk_best = max16(_mm512_mask_loadu_ps(ninf, lanes, p + i), chunk_best);
       chunk_low = min16(_mm512_mask_loadu_ps(pinf, lanes, p + i), chunk_low);
     }
@@ -707,34 +713,31 @@ __attribute__((noinline)) void one_pass(const float* x, int n, const simd::Produ
       __m512 acc = _mm512_setzero_ps();
       const int both = std::min(ne, ns) / kP * kP;
       int i = 0;
+      // Chunk c's p summed by p_of while chunk c + 1 is scanned; a tail's lanes past the row take
+      // ref (finite) and are then left out of the sum.
+      const auto sum_with = [&](auto p_of) __attribute__((always_inline)) {
+        for (; i < both; i += kP) {
+          scan(_mm512_loadu_ps(xs + i));
+          acc = _mm512_add_ps(p_of(_mm512_loadu_ps(xe + i)), acc);
+        }
+        scan_span(xs + both, ns - both);
+        for (; i < ne; i += kP) {
+          const __mmask16 lanes = lanes_to(ne - i);
+          const __m512 p = p_of(_mm512_mask_loadu_ps(_mm512_set1_ps(ref), lanes, xe + i));
+          acc = _mm512_add_ps(_mm512_maskz_mov_ps(lanes, p), acc);
+        }
+      };
       // Exact also where the chunk holds ref itself: p of ref is then exactly 1, and so is every
       // p of best in S (best's chunks hold the largest logit so far), as on the device, where tied
       // largest logits can put top_p S right on a boundary (top_p 0.5 over two of them).
       if (odd || s.chunk_max[static_cast<std::size_t>(c)] == ref) {
         const __m512 neg_ref = _mm512_set1_ps(-ref);
-        for (; i < both; i += kP) {
-          scan(_mm512_loadu_ps(xs + i));
-          acc = _mm512_add_ps(p_exact(_mm512_loadu_ps(xe + i), neg_ref), acc);
-        }
-        scan_span(xs + both, ns - both);
-        for (; i < ne; i += kP) {
-          const auto lanes = static_cast<__mmask16>(ne - i >= kP ? 0xFFFF : (1u << (ne - i)) - 1);
-          acc = _mm512_add_ps(p_exact(_mm512_mask_loadu_ps(ninf, lanes, xe + i), neg_ref), acc);
-        }
+        sum_with([&](__m512 v) __attribute__((always_inline)) { return p_exact(v, neg_ref); });
         frame = static_cast<double>(ref) * inv_t.octaves_hi;
       } else {
         const float r = ref * inv_t.octaves_hi;
         const __m512 neg_r = _mm512_set1_ps(-r);
-        for (; i < both; i += kP) {
-          scan(_mm512_loadu_ps(xs + i));
-          acc = _mm512_add_ps(p_fast(_mm512_loadu_ps(xe + i), neg_r), acc);
-        }
-        scan_span(xs + both, ns - both);
-        for (; i < ne; i += kP) {  // a tail's lanes past the row: ref's y, then p 0
-          const auto lanes = static_cast<__mmask16>(ne - i >= kP ? 0xFFFF : (1u << (ne - i)) - 1);
-          const __m512 p = p_fast(_mm512_mask_loadu_ps(_mm512_set1_ps(ref), lanes, xe + i), neg_r);
-          acc = _mm512_add_ps(_mm512_maskz_mov_ps(lanes, p), acc);
-        }
+        sum_with([&](__m512 v) __attribute__((always_inline)) { return p_fast(v, neg_r); });
         frame = r;
       }
       chunk = Eigen::internal::predux(acc);
@@ -769,7 +772,7 @@ float second_of(const float* x, int n, float best, int top, const std::vector<fl
   bool seen = false;  // best's first lane left out
   __m512 m = ninf;
   for (int i = 0; i < len; i += kP) {
-    const auto lanes = static_cast<__mmask16>(len - i >= kP ? 0xFFFF : (1u << (len - i)) - 1);
+    const __mmask16 lanes = lanes_to(len - i);
     const __m512 v = _mm512_mask_loadu_ps(ninf, lanes, xt + i);
     __mmask16 keep = 0xFFFF;
     if (!seen) {
@@ -803,7 +806,7 @@ int keep_from(const float* x, int n, int first, float floor, float* cx, int* ci)
       if (m[k] != 0) keep(m[k], i + k * kP);
   }
   for (; i < n; i += kP) {
-    const auto lanes = static_cast<__mmask16>(n - i >= kP ? 0xFFFF : (1u << (n - i)) - 1);
+    const __mmask16 lanes = lanes_to(n - i);
     const __mmask16 m =
         _mm512_mask_cmp_ps_mask(lanes, _mm512_maskz_loadu_ps(lanes, x + i), f, _CMP_GE_OQ);
     if (m != 0) keep(m, i);
